@@ -1,0 +1,20 @@
+"""ockstore: compact-code vector indexes with Optimized Cartesian K-Means.
+
+Train a quantizer (PQ, CKM, ECKM, OCKM), encode vectors into bytes, store them in one file that any process opens
+read-only through mmap, and search it with asymmetric (ADC) or symmetric (SDC) distances.
+"""
+
+try:
+    from . import _kernels  # noqa: F401  (the compiled loops; nothing works without them)
+except ImportError as exc:  # pragma: no cover - exercised by hand on broken installs
+    raise ImportError(
+        "ockstore's compiled extension (ockstore._kernels) is missing or broken: " f"{exc}. "
+        "Rebuild it with `pip install -e .` (or `python setup.py build_ext --inplace`) from the source folder."
+    ) from exc
+
+from .errors import FormatError, NotFittedError
+from .quantizers import CKM, ECKM, OCKM, PQ, Quantizer
+
+__version__ = "0.1.0"
+
+__all__ = ["PQ", "CKM", "ECKM", "OCKM", "Quantizer", "FormatError", "NotFittedError", "__version__"]

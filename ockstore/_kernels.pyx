@@ -1,0 +1,653 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, cdivision=True, initializedcheck=False
+"""Compiled loops of ockstore: beam encoding, decoding, code norms, normal equations, ADC scan with top-k.
+
+Every function here trusts its arguments (the Python layers validate and allocate): C-contiguous arrays of the
+documented shapes and dtypes, finite floats, codes < n_codewords. Arguments are tagged IN or OUT; outputs are
+allocated by the caller; nothing here raises or touches Python objects inside its loops, and the GIL is released.
+
+Notation (DESIGN.md section 3): n vectors, P input dims, M subspaces of S dims (the rotated space is zero-padded to
+M*S), C codebooks per subspace, K words per codebook, T beam width, W = M*C code bytes per vector.
+"""
+
+from cython.parallel cimport parallel, prange, threadid
+from libc.math cimport INFINITY
+from libc.stdint cimport int64_t, uint8_t
+from libc.stdlib cimport free, malloc
+from libc.string cimport memcpy, memset
+from scipy.linalg.cython_blas cimport sgemm
+
+cdef extern from "_simd.h" nogil:
+    void ock_unary_inplace(float *dot, const float *sqnorm, int n)
+    int ock_select_smallest(const float *values, int n, int T, float *out_score, int *out_index)
+    float ock_min_of_sum(const float *a, const float *b, int n)
+    int ock_first_index_of_sum(const float *a, const float *b, int n, float target)
+    float ock_min(const float *a, int n)
+    int ock_first_index(const float *a, int n, float target)
+
+# Vectors per encoding task. Large enough that each sgemm call runs near peak (the tables of one chunk are
+# ENCODE_CHUNK x C*K floats: 256 KiB for C*K = 512, which stays in L2 next to the pair tables of one subspace),
+# small enough that two threads get balanced work on small inputs. Results do not depend on it and never on the
+# number of threads: every chunk is computed the same way whichever thread runs it.
+DEF ENCODE_CHUNK = 128
+DEF PRODUCT_CHUNK = 1024
+
+# Codes per scan block. A block's codes (SCAN_BLOCK * W bytes) and its norm terms stay in L1/L2 while every query of
+# a group scans them, so a batch reads each code from memory once per group instead of once per query.
+DEF SCAN_BLOCK = 2048
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# BLAS: one wrapper that hides Fortran's column-major order.
+
+cdef inline void _gemm(int m, int n, int k, const float *A, int lda, const float *B, int ldb,
+                       float *C, int ldc) noexcept nogil:
+    """C (m x n, row-major, leading dim ldc) = A (m x k, lda) @ B (k x n, ldb).
+
+    A row-major matrix is its transpose in column-major order, so we ask Fortran for C^T = B^T A^T.
+    """
+    cdef char trans = b'N'
+    cdef float one = 1.0
+    cdef float zero = 0.0
+    if m == 0 or n == 0:
+        return
+    if k == 0:
+        for i in range(m):
+            memset(C + <size_t>i * ldc, 0, n * sizeof(float))
+        return
+    sgemm(&trans, &trans, &n, &m, &k, &one, <float *>B, &ldb, <float *>A, &lda, &zero, C, &ldc)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Beam encoding of one subvector.
+#
+# For a subvector z and words d[c, k] (codebook c, word k), with
+#     unary[c*K + k]            = ||d[c,k]||^2 - 2 z.d[c,k]
+#     pair(c, c')[k * K + k']   = 2 d[c,k].d[c',k']           (c < c', one K x K table per pair, precomputed once)
+# the error of a code (k_0, ..., k_{C-1}) is a sum of table entries:
+#     ||z - sum_c d[c,k_c]||^2 = ||z||^2 + sum_c unary[c*K + k_c] + sum_{c<c'} pair(c,c')[k_c*K + k_c'].
+# Choosing k_l after the prefix (k_0..k_{l-1}) with residual r = z - sum_{c<l} d[c,k_c]:
+#     ||r - d[l,k]||^2 - ||r||^2 = unary[l*K + k] + sum_{c<l} pair(c,l)[k_c*K + k]
+# so the "T best candidates for the current residual" at level l are the T smallest of
+#     score_l[k] = partial(prefix) + unary[l*K + k] + sum_{c<l} pair(c,l)[k_c*K + k],
+# which is also the exact partial error of the longer prefix. Levels 0..C-2 keep their T best (ties: smaller k
+# first) and recurse into each; the last level takes its single best; the least error over all leaves wins (ties:
+# the first leaf in the order the candidates were ranked). This equals the direct recursion on residual vectors.
+
+cdef inline int _pair_index(int c, int c2, int C) noexcept nogil:
+    """Index of the table of the pair (c, c2), c < c2, in the order (0,1), (0,2), ..., (0,C-1), (1,2), ..."""
+    return c * C - (c * (c + 1)) // 2 + (c2 - c - 1)
+
+
+cdef struct BeamScratch:
+    float *scores        # (C, K): score row of each level
+    float *cand_score    # (C, T): ranked candidates of each level
+    int *cand_word       # (C, T)
+    int *chosen          # (C,): current prefix
+    int *best_code       # (C,): best leaf so far
+    float best_error
+
+
+cdef BeamScratch *_scratch_new(int C, int K, int T) noexcept nogil:
+    cdef BeamScratch *s = <BeamScratch *>malloc(sizeof(BeamScratch))
+    s.scores = <float *>malloc(<size_t>C * K * sizeof(float))
+    s.cand_score = <float *>malloc(<size_t>C * T * sizeof(float))
+    s.cand_word = <int *>malloc(<size_t>C * T * sizeof(int))
+    s.chosen = <int *>malloc(<size_t>C * sizeof(int))
+    s.best_code = <int *>malloc(<size_t>C * sizeof(int))
+    return s
+
+
+cdef void _scratch_free(BeamScratch *s) noexcept nogil:
+    free(s.scores)
+    free(s.cand_score)
+    free(s.cand_word)
+    free(s.chosen)
+    free(s.best_code)
+    free(s)
+
+
+cdef void _descend(int level, float partial, const float *unary, const float *pairs, int C, int K, int T,
+                   BeamScratch *s) noexcept nogil:
+    """Explore level `level` below the prefix s.chosen[0:level] whose partial error is `partial`."""
+    cdef const float *row = unary + <size_t>level * K
+    cdef float *buf = s.scores + <size_t>level * K
+    cdef const float *last
+    cdef const float *p
+    cdef int c, k, t, count
+    cdef float m
+    cdef size_t KK = <size_t>K * K
+    if level >= 2:
+        # row[k] = unary_l[k] + the pair rows of all but the last chosen word (only for C >= 3).
+        for k in range(K):
+            buf[k] = row[k]
+        for c in range(level - 1):
+            p = pairs + _pair_index(c, level, C) * KK + <size_t>s.chosen[c] * K
+            for k in range(K):
+                buf[k] += p[k]
+        row = buf
+    if level == 0 and C == 1:
+        # PQ / CKM: the nearest word.
+        m = ock_min(row, K)
+        s.best_error = m
+        s.best_code[0] = ock_first_index(row, K, m)
+        return
+    if level == C - 1:
+        # The last level takes its single best word: min over k of row[k] + the pair row of the last chosen word.
+        last = pairs + _pair_index(level - 1, level, C) * KK + <size_t>s.chosen[level - 1] * K
+        m = ock_min_of_sum(row, last, K)
+        if partial + m < s.best_error:
+            s.best_error = partial + m
+            for c in range(level):
+                s.best_code[c] = s.chosen[c]
+            s.best_code[level] = ock_first_index_of_sum(row, last, K, m)
+        return
+    # An inner level: the T best candidates, each explored in rank order.
+    if level > 0:
+        last = pairs + _pair_index(level - 1, level, C) * KK + <size_t>s.chosen[level - 1] * K
+        for k in range(K):
+            buf[k] = partial + (row[k] + last[k])
+        row = buf
+    count = ock_select_smallest(row, K, T, s.cand_score + <size_t>level * T, s.cand_word + <size_t>level * T)
+    for t in range(count):
+        s.chosen[level] = s.cand_word[<size_t>level * T + t]
+        _descend(level + 1, s.cand_score[<size_t>level * T + t], unary, pairs, C, K, T, s)
+
+
+cdef float _code_error(const float *unary, const float *pairs, const uint8_t *code, int C, int K) noexcept nogil:
+    """sum_c unary[c*K + b_c] + sum_{c<c'} pair(c,c')[b_c*K + b_c']: the error of a given code, minus ||z||^2."""
+    cdef float e = 0
+    cdef int c, c2
+    cdef size_t KK = <size_t>K * K
+    for c in range(C):
+        e += unary[<size_t>c * K + code[c]]
+    for c in range(C):
+        for c2 in range(c + 1, C):
+            e += pairs[_pair_index(c, c2, C) * KK + <size_t>code[c] * K + code[c2]]
+    return e
+
+
+cdef void _encode_chunk(const float *X, int n, int P, const float *rot_pad, const float *words_t,
+                        const float *word_sqnorms, const float *pair_tables, int M, int S, int C, int K, int T,
+                        const uint8_t *prev_codes, uint8_t *codes, float *errors,
+                        float *zbuf, float *gbuf, BeamScratch *scratch) noexcept nogil:
+    """Encode n vectors (rows of X); see encode_beam for the arguments."""
+    cdef int MS = M * S
+    cdef int CK = C * K
+    cdef int W = M * C
+    cdef size_t pair_stride = <size_t>(C * (C - 1) // 2) * K * K
+    cdef int i, m, c, s_
+    cdef float zz, new_error, old_error, v
+    cdef float *g
+    cdef const float *z
+    # zbuf (n x MS) = X (n x P) @ rot_pad (P x MS): the rotated, zero-padded vectors.
+    _gemm(n, MS, P, X, P, rot_pad, MS, zbuf, MS)
+    for i in range(n):
+        errors[i] = 0
+    for m in range(M):
+        # gbuf (n x CK) = z_m (n x S, a column block of zbuf) @ words_t[m] (S x CK): every z.d of this subspace.
+        _gemm(n, CK, S, zbuf + <size_t>m * S, MS, words_t + <size_t>m * S * CK, CK, gbuf, CK)
+        for i in range(n):
+            g = gbuf + <size_t>i * CK
+            ock_unary_inplace(g, word_sqnorms + <size_t>m * CK, CK)
+            z = zbuf + <size_t>i * MS + <size_t>m * S
+            zz = 0
+            for s_ in range(S):
+                zz = zz + z[s_] * z[s_]
+            scratch.best_error = INFINITY
+            _descend(0, 0.0, g, pair_tables + m * pair_stride, C, K, T, scratch)
+            new_error = scratch.best_error
+            if prev_codes != NULL:
+                # A code is replaced only when the new one is strictly better, so the objective never rises.
+                old_error = _code_error(g, pair_tables + m * pair_stride, prev_codes + <size_t>i * W + m * C, C, K)
+                if not new_error < old_error:
+                    new_error = old_error
+                    for c in range(C):
+                        scratch.best_code[c] = prev_codes[<size_t>i * W + m * C + c]
+            for c in range(C):
+                codes[<size_t>i * W + m * C + c] = <uint8_t>scratch.best_code[c]
+            errors[i] += zz + new_error
+
+
+def encode_beam(const float[:, ::1] X,               # IN (n, P)
+                const float[:, ::1] rot_pad,         # IN (P, M*S): rotation, columns grouped by subspace, zero pads
+                const float[:, :, ::1] words_t,      # IN (M, S, C*K): words_t[m, s, c*K + k] = d[m, c, k][s]
+                const float[:, ::1] word_sqnorms,    # IN (M, C*K): ||d[m, c, k]||^2
+                const float[:, ::1] pair_tables,     # IN (M, C(C-1)/2 * K * K) (any shape when C == 1): 2 d.d'
+                int n_codebooks, int n_codewords, int beam_width,
+                const uint8_t[:, ::1] prev_codes,    # IN (n, M*C) or (0, 0): the current codes (replace only if better)
+                uint8_t[:, ::1] codes,               # OUT (n, M*C)
+                float[::1] errors,                   # OUT (n,): ||x - decode(code)||^2 of the code written
+                int n_threads):
+    """Beam-encode every row of X (multiple-candidates matching pursuit; greedy pursuit when beam_width == 1)."""
+    cdef int n = X.shape[0]
+    cdef int P = X.shape[1]
+    cdef int M = words_t.shape[0]
+    cdef int S = words_t.shape[1]
+    cdef int C = n_codebooks
+    cdef int K = n_codewords
+    cdef int T = beam_width if beam_width < n_codewords else n_codewords
+    cdef int n_chunks = (n + ENCODE_CHUNK - 1) // ENCODE_CHUNK
+    cdef int chunk, start, count
+    cdef float *zbuf
+    cdef float *gbuf
+    cdef BeamScratch *scratch
+    cdef const uint8_t *prev = NULL
+    cdef const float *pairs = NULL
+    if n == 0:
+        return
+    if prev_codes.shape[0] == n:
+        prev = &prev_codes[0, 0]
+    if C > 1:
+        pairs = &pair_tables[0, 0]
+    with nogil, parallel(num_threads=n_threads):
+        zbuf = <float *>malloc(<size_t>ENCODE_CHUNK * M * S * sizeof(float))
+        gbuf = <float *>malloc(<size_t>ENCODE_CHUNK * C * K * sizeof(float))
+        scratch = _scratch_new(C, K, T)
+        for chunk in prange(n_chunks, schedule='dynamic'):
+            start = chunk * ENCODE_CHUNK
+            count = n - start if n - start < ENCODE_CHUNK else ENCODE_CHUNK
+            _encode_chunk(&X[start, 0], count, P, &rot_pad[0, 0], &words_t[0, 0, 0], &word_sqnorms[0, 0],
+                          pairs, M, S, C, K, T,
+                          (prev + <size_t>start * M * C) if prev != NULL else NULL,
+                          &codes[start, 0], &errors[start], zbuf, gbuf, scratch)
+        free(zbuf)
+        free(gbuf)
+        _scratch_free(scratch)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Products over many rows, in parallel, with results independent of the number of threads.
+
+# Rows per sgemm call in matmul_rows and accumulate_xty: PRODUCT_CHUNK (defined above).
+# accumulate_xty sums X^T Y over this many fixed slices of rows, each in float64 and in row order, then adds the
+# slices in order: the result is the same for any number of threads, and memory is SLICES * P * Q doubles.
+DEF XTY_SLICES = 8
+
+
+def matmul_rows(const float[:, ::1] X,      # IN (n, P)
+                const float[:, ::1] B,      # IN (P, Q)
+                float[:, ::1] out,          # OUT (n, Q) = X @ B
+                int n_threads):
+    """X @ B by chunks of rows in parallel (BLAS itself must run on one thread: see blas_single_thread)."""
+    cdef Py_ssize_t n = X.shape[0]
+    cdef int P = X.shape[1]
+    cdef int Q = B.shape[1]
+    cdef Py_ssize_t n_chunks = (n + PRODUCT_CHUNK - 1) // PRODUCT_CHUNK
+    cdef Py_ssize_t chunk, start
+    cdef int count
+    if n == 0:
+        return
+    for chunk in prange(n_chunks, nogil=True, num_threads=n_threads, schedule='static'):
+        start = chunk * PRODUCT_CHUNK
+        count = <int>(n - start) if n - start < PRODUCT_CHUNK else PRODUCT_CHUNK
+        _gemm(count, Q, P, &X[start, 0], P, &B[0, 0], Q, &out[start, 0], Q)
+
+
+def accumulate_xty(const float[:, ::1] X,   # IN (n, P)
+                   const float[:, ::1] Y,   # IN (n, Q)
+                   double[:, ::1] out,      # OUT (P, Q) = X^T Y
+                   int n_threads):
+    """X^T Y over all rows: float32 products of PRODUCT_CHUNK rows, summed in float64 (deterministic)."""
+    cdef Py_ssize_t n = X.shape[0]
+    cdef int P = X.shape[1]
+    cdef int Q = Y.shape[1]
+    cdef Py_ssize_t slice_rows = (n + XTY_SLICES - 1) // XTY_SLICES
+    cdef int sl, count, rows_here
+    cdef Py_ssize_t start, stop, j, PQ = <Py_ssize_t>P * Q
+    cdef double *acc = <double *>malloc(XTY_SLICES * PQ * sizeof(double))
+    cdef float *part
+    cdef char trans_n = b'N'
+    cdef char trans_t = b'T'
+    cdef float one = 1.0
+    cdef float zero = 0.0
+    try:
+        memset(acc, 0, XTY_SLICES * PQ * sizeof(double))
+        with nogil, parallel(num_threads=n_threads):
+            part = <float *>malloc(PQ * sizeof(float))
+            for sl in prange(XTY_SLICES, schedule='static'):
+                start = sl * slice_rows
+                stop = start + slice_rows if start + slice_rows < n else n
+                while start < stop:
+                    rows_here = <int>(stop - start) if stop - start < PRODUCT_CHUNK else PRODUCT_CHUNK
+                    # part (P x Q, row-major) = X[start:start+rows]^T Y[...]; column-major: part^T = Y^T X
+                    sgemm(&trans_n, &trans_t, &Q, &P, &rows_here, &one, <float *>&Y[start, 0], &Q,
+                          <float *>&X[start, 0], &P, &zero, part, &Q)
+                    for j in range(PQ):
+                        acc[sl * PQ + j] += part[j]
+                    start = start + rows_here
+            free(part)
+        for j in range(PQ):
+            out[j // Q, j % Q] = 0
+        for sl in range(XTY_SLICES):
+            for j in range(PQ):
+                out[j // Q, j % Q] += acc[sl * PQ + j]
+    finally:
+        free(acc)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Decoding, code norms, normal equations.
+
+def decode_rotated(const uint8_t[:, ::1] codes,      # IN (n, M*C)
+                   const float[:, :, :, ::1] words,  # IN (M, C, K, S)
+                   float[:, ::1] out,                # OUT (n, M*S): sum_c d[m, c, code] per subspace (rotated space)
+                   int n_threads):
+    """Reconstruct the rotated, zero-padded vectors: out[i, m*S:(m+1)*S] = sum_c words[m, c, codes[i, m*C + c]]."""
+    cdef Py_ssize_t n = codes.shape[0]
+    cdef int M = words.shape[0]
+    cdef int C = words.shape[1]
+    cdef int S = words.shape[3]
+    cdef Py_ssize_t i
+    cdef int m, c, s_
+    cdef float *o
+    cdef const float *d
+    for i in prange(n, nogil=True, num_threads=n_threads, schedule='static'):
+        for m in range(M):
+            o = &out[i, m * S]
+            d = &words[m, 0, codes[i, m * C], 0]
+            for s_ in range(S):
+                o[s_] = d[s_]
+            for c in range(1, C):
+                d = &words[m, c, codes[i, m * C + c], 0]
+                for s_ in range(S):
+                    o[s_] = o[s_] + d[s_]
+
+
+def code_sqnorms(const uint8_t[:, ::1] codes,        # IN (n, M*C)
+                 const float[:, ::1] word_sqnorms,   # IN (M, C*K)
+                 const float[:, ::1] pair_tables,    # IN (M, C(C-1)/2 * K * K) (ignored when C == 1)
+                 int n_codebooks, int n_codewords,
+                 float[::1] out,                     # OUT (n,): ||decode(code)||^2
+                 int n_threads):
+    """||sum_m sum_c d[m, c, b]||^2 = sum_m (sum_c ||d||^2 + sum_{c<c'} 2 d.d'): C + C(C-1)/2 lookups per subspace."""
+    cdef Py_ssize_t n = codes.shape[0]
+    cdef int M = word_sqnorms.shape[0]
+    cdef int C = n_codebooks
+    cdef int K = n_codewords
+    cdef int W = M * C
+    cdef Py_ssize_t i
+    cdef int m
+    cdef float acc
+    cdef size_t pair_stride = <size_t>(C * (C - 1) // 2) * K * K
+    cdef const float *pairs = NULL
+    cdef float zero_pair = 0
+    if n == 0:
+        return
+    pairs = &pair_tables[0, 0] if C > 1 else &zero_pair
+    for i in prange(n, nogil=True, num_threads=n_threads, schedule='static'):
+        acc = 0
+        for m in range(M):
+            acc = acc + _code_error(&word_sqnorms[m, 0], pairs + m * pair_stride, &codes[i, m * C], C, K)
+        out[i] = acc
+
+
+def normal_equations(const uint8_t[:, ::1] codes,    # IN (n, M*C)
+                     const float[:, ::1] Z,          # IN (n, M*S): rotated, zero-padded training vectors
+                     int n_codebooks, int n_codewords,
+                     double[:, :, ::1] gram,         # OUT (M, C*K, C*K): B_m^T B_m (co-occurrence counts)
+                     double[:, :, ::1] rhs,          # OUT (M, C*K, S): B_m^T Z_m
+                     int n_threads):
+    """Accumulate the least-squares normal equations of every subspace's codebooks given the codes.
+
+    B_m is the n x C*K binary matrix whose row i has a one in column c*K + codes[i, m*C + c] for each c, so that
+    Z_m ~ B_m D_m with D_m the C*K x S stack of the subspace's codebooks. One subspace per task; sums in float64.
+    """
+    cdef Py_ssize_t n = codes.shape[0]
+    cdef int M = gram.shape[0]
+    cdef int C = n_codebooks
+    cdef int K = n_codewords
+    cdef int S = rhs.shape[2]
+    cdef int m, c, c2, r, s_
+    cdef Py_ssize_t i
+    cdef double *acc
+    cdef const float *z
+    for m in prange(M, nogil=True, num_threads=n_threads, schedule='dynamic'):
+        memset(&gram[m, 0, 0], 0, <size_t>C * K * C * K * sizeof(double))
+        memset(&rhs[m, 0, 0], 0, <size_t>C * K * S * sizeof(double))
+        for i in range(n):
+            z = &Z[i, m * S]
+            for c in range(C):
+                r = c * K + codes[i, m * C + c]
+                acc = &rhs[m, r, 0]
+                for s_ in range(S):
+                    acc[s_] = acc[s_] + z[s_]
+                for c2 in range(C):
+                    gram[m, r, c2 * K + codes[i, m * C + c2]] += 1.0
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# ADC scan with top-k.
+#
+# For a query with tables lut[w, k] (w = m*C + c) and a constant term, the distance to code b with norm term n_b is
+#     dist = qconst + n_b + sum_w lut[w, b_w]
+# accumulated in exactly this order whatever the threading, so results never depend on the number of threads.
+# Each query keeps a max-heap of its k best (dist, id) pairs, ordered lexicographically: a smaller id wins a tie.
+
+cdef inline bint _worse(float d1, int64_t i1, float d2, int64_t i2) noexcept nogil:
+    """(d1, i1) ranks after (d2, i2)."""
+    return d1 > d2 or (d1 == d2 and i1 > i2)
+
+
+cdef void _heap_replace_top(float *hd, int64_t *hi, int k, float d, int64_t idx) noexcept nogil:
+    """Replace the worst element (the root) of a max-heap by (d, idx) and restore the heap."""
+    cdef int pos = 0
+    cdef int child
+    while True:
+        child = 2 * pos + 1
+        if child >= k:
+            break
+        if child + 1 < k and _worse(hd[child + 1], hi[child + 1], hd[child], hi[child]):
+            child += 1
+        if not _worse(hd[child], hi[child], d, idx):
+            break
+        hd[pos] = hd[child]
+        hi[pos] = hi[child]
+        pos = child
+    hd[pos] = d
+    hi[pos] = idx
+
+
+cdef inline void _heap_push(float *hd, int64_t *hi, int k, float d, int64_t idx) noexcept nogil:
+    if d < hd[0] or (d == hd[0] and idx < hi[0]):
+        _heap_replace_top(hd, hi, k, d, idx)
+
+
+cdef void _heap_init(float *hd, int64_t *hi, int k) noexcept nogil:
+    cdef int j
+    for j in range(k):
+        hd[j] = INFINITY
+        hi[j] = -1
+
+
+cdef void _heap_sort_into(float *hd, int64_t *hi, int k, float *out_d, int64_t *out_i) noexcept nogil:
+    """Write the heap's elements to out in ascending (dist, id) order; the heap is consumed.
+
+    Empty slots hold (inf, -1); every real result has a finite distance, so they sort last.
+    """
+    cdef int size = k
+    cdef float d
+    cdef int64_t idx
+    while size > 0:
+        # The root is the worst remaining: it goes to the end.
+        out_d[size - 1] = hd[0]
+        out_i[size - 1] = hi[0]
+        size -= 1
+        if size == 0:
+            break
+        d = hd[size]
+        idx = hi[size]
+        _heap_replace_top(hd, hi, size, d, idx)
+
+
+cdef void _scan_range(const uint8_t *codes, int W, int K, const float *lut, float qconst, const float *norm_term,
+                      const int64_t *ids, Py_ssize_t start, Py_ssize_t stop, float *hd, int64_t *hi,
+                      int k) noexcept nogil:
+    """Scan codes[start:stop] for one query. norm_term is indexed from `start` (NULL when there is none)."""
+    cdef Py_ssize_t i = start
+    cdef int w
+    cdef float d0, d1, d2, d3, base
+    cdef const uint8_t *c0
+    cdef const uint8_t *c1
+    cdef const uint8_t *c2
+    cdef const uint8_t *c3
+    cdef const float *l
+    # Four codes at a time: four independent sums, so each add need not wait for the previous one.
+    while i + 4 <= stop:
+        c0 = codes + <size_t>i * W
+        c1 = c0 + W
+        c2 = c1 + W
+        c3 = c2 + W
+        if norm_term != NULL:
+            d0 = qconst + norm_term[i - start]
+            d1 = qconst + norm_term[i - start + 1]
+            d2 = qconst + norm_term[i - start + 2]
+            d3 = qconst + norm_term[i - start + 3]
+        else:
+            d0 = qconst
+            d1 = qconst
+            d2 = qconst
+            d3 = qconst
+        for w in range(W):
+            l = lut + <size_t>w * K
+            d0 = d0 + l[c0[w]]
+            d1 = d1 + l[c1[w]]
+            d2 = d2 + l[c2[w]]
+            d3 = d3 + l[c3[w]]
+        _heap_push(hd, hi, k, d0, ids[i])
+        _heap_push(hd, hi, k, d1, ids[i + 1])
+        _heap_push(hd, hi, k, d2, ids[i + 2])
+        _heap_push(hd, hi, k, d3, ids[i + 3])
+        i += 4
+    while i < stop:
+        c0 = codes + <size_t>i * W
+        d0 = qconst + norm_term[i - start] if norm_term != NULL else qconst
+        for w in range(W):
+            d0 = d0 + lut[<size_t>w * K + c0[w]]
+        _heap_push(hd, hi, k, d0, ids[i])
+        i += 1
+
+
+cdef void _fill_norm_block(const float *norms_f32, const uint8_t *norm_codes, const float *norm_levels,
+                           Py_ssize_t start, Py_ssize_t stop, float *out) noexcept nogil:
+    """out[j] = the stored norm term of code start + j (float32 norms, or the level of its one-byte code)."""
+    cdef Py_ssize_t j
+    if norms_f32 != NULL:
+        memcpy(out, norms_f32 + start, (stop - start) * sizeof(float))
+    else:
+        for j in range(stop - start):
+            out[j] = norm_levels[norm_codes[start + j]]
+
+
+def adc_scan(const uint8_t[:, ::1] codes,        # IN (N, W)
+             const float[:, ::1] luts,           # IN (nq, W*K): lut of query q, byte w, word k at [q, w*K + k]
+             const float[::1] qconst,            # IN (nq,): the constant term of each query
+             const float[::1] norms_f32,         # IN (N,) float32 norm terms, or (0,)
+             const uint8_t[::1] norm_codes,      # IN (N,) one-byte norm codes, or (0,)
+             const float[::1] norm_levels,       # IN (256,) levels of the one-byte norm codes, or (0,)
+             const int64_t[::1] ids,             # IN (N,)
+             int n_codewords,
+             float[:, ::1] out_dist,             # OUT (nq, k) ascending
+             int64_t[:, ::1] out_ids,            # OUT (nq, k); (inf, -1) past the N-th result
+             int n_threads):
+    """Exhaustive ADC scan keeping the k best (dist, id) of each query.
+
+    Batches (nq >= n_threads) run in parallel over groups of queries; a group shares each block of codes (and its
+    decoded norm terms) while the block is in cache. Fewer queries than threads run in parallel over blocks of codes,
+    each thread with its own heap, merged at the end.
+    """
+    cdef Py_ssize_t N = codes.shape[0]
+    cdef int W = codes.shape[1]
+    cdef int nq = luts.shape[0]
+    cdef int k = out_dist.shape[1]
+    cdef int K = n_codewords
+    cdef const float *nf = NULL
+    cdef const uint8_t *nc = NULL
+    cdef const float *nl = NULL
+    cdef bint has_norm
+    cdef int group_size, n_groups, g, q, q0, q1, t, b, n_blocks, tid
+    cdef Py_ssize_t start, stop
+    cdef float *normbuf
+    cdef float *heap_d
+    cdef int64_t *heap_i
+    cdef float *all_d
+    cdef int64_t *all_i
+    cdef float *merged_d
+    cdef int64_t *merged_i
+    cdef const uint8_t *codes_ptr
+    cdef Py_ssize_t j
+    if nq == 0 or k == 0:
+        return
+    if n_threads < 1:
+        n_threads = 1
+    if norms_f32.shape[0] > 0:
+        nf = &norms_f32[0]
+    elif norm_codes.shape[0] > 0:
+        nc = &norm_codes[0]
+        nl = &norm_levels[0]
+    has_norm = nf != NULL or nc != NULL
+    codes_ptr = &codes[0, 0] if N > 0 else NULL
+    n_blocks = <int>((N + SCAN_BLOCK - 1) // SCAN_BLOCK)
+
+    if nq >= n_threads or n_threads == 1 or N <= SCAN_BLOCK:
+        # Parallel over groups of queries: each group of at most 8 queries shares every block of codes.
+        group_size = (nq + n_threads - 1) // n_threads
+        if group_size > 8:
+            group_size = 8
+        n_groups = (nq + group_size - 1) // group_size
+        with nogil, parallel(num_threads=n_threads):
+            normbuf = <float *>malloc(SCAN_BLOCK * sizeof(float))
+            heap_d = <float *>malloc(<size_t>group_size * k * sizeof(float))
+            heap_i = <int64_t *>malloc(<size_t>group_size * k * sizeof(int64_t))
+            for g in prange(n_groups, schedule='dynamic'):
+                q0 = g * group_size
+                q1 = q0 + group_size if q0 + group_size < nq else nq
+                for q in range(q1 - q0):
+                    _heap_init(heap_d + <size_t>q * k, heap_i + <size_t>q * k, k)
+                for b in range(n_blocks):
+                    start = <Py_ssize_t>b * SCAN_BLOCK
+                    stop = start + SCAN_BLOCK if start + SCAN_BLOCK < N else N
+                    if has_norm:
+                        _fill_norm_block(nf, nc, nl, start, stop, normbuf)
+                    for q in range(q0, q1):
+                        _scan_range(codes_ptr, W, K, &luts[q, 0], qconst[q], normbuf if has_norm else NULL,
+                                    &ids[0], start, stop, heap_d + <size_t>(q - q0) * k,
+                                    heap_i + <size_t>(q - q0) * k, k)
+                for q in range(q0, q1):
+                    _heap_sort_into(heap_d + <size_t>(q - q0) * k, heap_i + <size_t>(q - q0) * k, k,
+                                    &out_dist[q, 0], &out_ids[q, 0])
+            free(normbuf)
+            free(heap_d)
+            free(heap_i)
+        return
+
+    # Fewer queries than threads: each query is split over blocks of codes, one heap per thread, then merged.
+    all_d = <float *>malloc(<size_t>n_threads * k * sizeof(float))
+    all_i = <int64_t *>malloc(<size_t>n_threads * k * sizeof(int64_t))
+    merged_d = <float *>malloc(<size_t>k * sizeof(float))
+    merged_i = <int64_t *>malloc(<size_t>k * sizeof(int64_t))
+    try:
+        for q in range(nq):
+            for t in range(n_threads):
+                _heap_init(all_d + <size_t>t * k, all_i + <size_t>t * k, k)
+            with nogil, parallel(num_threads=n_threads):
+                normbuf = <float *>malloc(SCAN_BLOCK * sizeof(float))
+                tid = threadid()
+                for b in prange(n_blocks, schedule='static'):
+                    start = <Py_ssize_t>b * SCAN_BLOCK
+                    stop = start + SCAN_BLOCK if start + SCAN_BLOCK < N else N
+                    if has_norm:
+                        _fill_norm_block(nf, nc, nl, start, stop, normbuf)
+                    _scan_range(codes_ptr, W, K, &luts[q, 0], qconst[q], normbuf if has_norm else NULL,
+                                &ids[0], start, stop, all_d + <size_t>tid * k, all_i + <size_t>tid * k, k)
+                free(normbuf)
+            with nogil:
+                _heap_init(merged_d, merged_i, k)
+                for j in range(<Py_ssize_t>n_threads * k):
+                    if all_i[j] >= 0:
+                        _heap_push(merged_d, merged_i, k, all_d[j], all_i[j])
+                _heap_sort_into(merged_d, merged_i, k, &out_dist[q, 0], &out_ids[q, 0])
+    finally:
+        free(all_d)
+        free(all_i)
+        free(merged_d)
+        free(merged_i)

@@ -1,0 +1,148 @@
+/* Tiny loops of the beam encoder that must be vectorised to run at table speed.
+ *
+ * They live in C rather than in _kernels.pyx for one reason: a min-reduction over floats is only vectorised by gcc
+ * when it may ignore NaN and signed zeros, and Cython cannot set floating-point options for one function. Here the
+ * `optimize` attribute grants exactly that to these functions (their inputs are finite by construction: the
+ * public API rejects NaN/inf), and `target_clones` adds an AVX2 version chosen at load time, so a portable build
+ * (no -march) still runs 8 lanes wide on machines that have AVX2. Results are identical in every clone: the loops
+ * only add and compare, with no reassociation of sums.
+ */
+#ifndef OCKSTORE_SIMD_H
+#define OCKSTORE_SIMD_H
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define OCK_VECTOR_FN __attribute__((target_clones("avx512f", "avx2", "default"), \
+                                     optimize("no-trapping-math", "finite-math-only", "no-signed-zeros")))
+#elif defined(__GNUC__) && !defined(__clang__)
+#define OCK_VECTOR_FN __attribute__((optimize("no-trapping-math", "finite-math-only", "no-signed-zeros")))
+#else
+#define OCK_VECTOR_FN
+#endif
+
+/* unary[j] = sqnorm[j] - 2 * dot[j], in place over `dot`: the part of ||z - d_j||^2 that depends on word j. */
+OCK_VECTOR_FN
+static void ock_unary_inplace(float *dot, const float *sqnorm, int n) {
+    for (int j = 0; j < n; j++) dot[j] = sqnorm[j] - 2.0f * dot[j];
+}
+
+/* min over k of a[k] + b[k]. */
+OCK_VECTOR_FN
+static float ock_min_of_sum(const float *a, const float *b, int n) {
+    float m = 3.0e38f;
+    for (int k = 0; k < n; k++) {
+        float v = a[k] + b[k];
+        m = v < m ? v : m;
+    }
+    return m;
+}
+
+/* min over k of a[k]. */
+OCK_VECTOR_FN
+static float ock_min(const float *a, int n) {
+    float m = 3.0e38f;
+    for (int k = 0; k < n; k++) m = a[k] < m ? a[k] : m;
+    return m;
+}
+
+/* out[j] = min of a[j], a[j + G], a[j + 2G], ... (j < G): the minimum of each of G interleaved groups. */
+OCK_VECTOR_FN
+static void ock_group_min(const float *a, int n, int G, float *out) {
+    for (int j = 0; j < G; j++) out[j] = a[j];
+    int i = G;
+    for (; i + G <= n; i += G) {
+        for (int j = 0; j < G; j++) out[j] = a[i + j] < out[j] ? a[i + j] : out[j];
+    }
+    for (int j = 0; i + j < n; j++) out[j] = a[i + j] < out[j] ? a[i + j] : out[j];
+}
+
+/* the first k with a[k] == target, or n if none. */
+static int ock_first_index(const float *a, int n, float target) {
+    for (int k = 0; k < n; k++) {
+        if (a[k] == target) return k;
+    }
+    return n;
+}
+
+/* the first k with a[k] + b[k] == target (the sum is rounded exactly as in ock_min_of_sum), or n if none. */
+static int ock_first_index_of_sum(const float *a, const float *b, int n, float target) {
+    for (int k = 0; k < n; k++) {
+        if (a[k] + b[k] == target) return k;
+    }
+    return n;
+}
+
+/* Insert (v, k) into the list of the best `count` <= T pairs, ascending by (v, k); returns the new count. */
+static inline int ock_insert_ranked(float v, int k, int T, float *score, int *index, int count) {
+    int j;
+    if (count == T) {
+        if (v > score[T - 1] || (v == score[T - 1] && k > index[T - 1])) return count;
+        j = T - 1;
+    } else {
+        j = count++;
+    }
+    while (j > 0 && (score[j - 1] > v || (score[j - 1] == v && index[j - 1] > k))) {
+        score[j] = score[j - 1];
+        index[j] = index[j - 1];
+        j--;
+    }
+    score[j] = v;
+    index[j] = k;
+    return count;
+}
+
+#define OCK_SELECT_GROUPS 32
+
+/* The T smallest of values[0:n], ascending by (value, index), written to out_score/out_index; returns their count.
+ *
+ * Inserting all n values into a sorted list costs an unpredictable branch per value. Instead: split the values into
+ * G = 32 interleaved groups (j, j + G, j + 2G, ...) and take each group's minimum (one vector pass). The T-th
+ * smallest group minimum, theta, bounds the T-th smallest value from above (T distinct values are <= theta), so only
+ * values <= theta can win, and only groups whose minimum is <= theta hold any: about T of the 32 groups, a dozen
+ * values. theta comes from a branch-free sorted insertion (min/max per slot); the survivors are gathered without
+ * branches, then ranked exactly. 2.5x faster than plain insertion for n = 256, T = 10.
+ */
+static int ock_select_smallest(const float *values, int n, int T, float *out_score, int *out_index) {
+    const int G = OCK_SELECT_GROUPS;
+    int count = 0;
+    if (!(T < G && n >= 2 * G)) {
+        for (int k = 0; k < n; k++) count = ock_insert_ranked(values[k], k, T, out_score, out_index, count);
+        return count;
+    }
+    float group_min[OCK_SELECT_GROUPS];
+    ock_group_min(values, n, G, group_min);
+    float smallest[OCK_SELECT_GROUPS];
+    for (int j = 0; j < T; j++) smallest[j] = 3.0e38f;
+    for (int i = 0; i < G; i++) {
+        float v = group_min[i];
+        for (int j = T - 1; j > 0; j--) {
+            float shifted = smallest[j - 1] > v ? smallest[j - 1] : v;
+            smallest[j] = smallest[j] < shifted ? smallest[j] : shifted;
+        }
+        smallest[0] = smallest[0] < v ? smallest[0] : v;
+    }
+    const float theta = smallest[T - 1];
+    int groups[OCK_SELECT_GROUPS];
+    int n_groups = 0;
+    for (int j = 0; j < G; j++) {
+        groups[n_groups] = j;
+        n_groups += group_min[j] <= theta;
+    }
+    int survivors[512];
+    int n_survivors = 0;
+    for (int g = 0; g < n_groups; g++) {
+        for (int k = groups[g]; k < n; k += G) {
+            survivors[n_survivors] = k;
+            n_survivors += values[k] <= theta;
+            if (n_survivors == 512) {  /* only with massive ties at theta: rank what we have, continue */
+                for (int c = 0; c < n_survivors; c++)
+                    count = ock_insert_ranked(values[survivors[c]], survivors[c], T, out_score, out_index, count);
+                n_survivors = 0;
+            }
+        }
+    }
+    for (int c = 0; c < n_survivors; c++)
+        count = ock_insert_ranked(values[survivors[c]], survivors[c], T, out_score, out_index, count);
+    return count;
+}
+
+#endif

@@ -1,0 +1,214 @@
+"""The one place where public inputs are checked and converted (DESIGN.md section 6).
+
+Everything past these helpers trusts its input: C-contiguous float32 vectors without NaN/inf, integers in range.
+Messages name the parameter as it is spelled in the public signature and say what was expected.
+"""
+
+from __future__ import annotations
+
+import numbers
+import os
+import stat
+
+import numpy as np
+
+__all__ = [
+    "as_vectors",
+    "check_vectors_dtype",
+    "to_float32_rows",
+    "check_int",
+    "check_float",
+    "check_choice",
+    "check_bool",
+    "resolve_n_threads",
+    "as_codes",
+    "as_ids",
+    "check_regular_file",
+    "check_output_path",
+]
+
+
+def check_vectors_dtype(X, name):
+    """Return ``X`` as an ndarray (no copy when it already is one) after checking its dtype is real numeric.
+
+    bool, complex, object, string and structured arrays raise TypeError.
+    """
+    if isinstance(X, np.ndarray):
+        arr = X
+    else:
+        try:
+            arr = np.asarray(X)
+        except (ValueError, TypeError) as exc:  # ragged nested lists and the like
+            raise TypeError(f"{name} must be a numeric array-like, could not convert it: {exc}") from None
+    kind = arr.dtype.kind
+    if kind == "b":
+        raise TypeError(f"{name} must hold real numbers, got a boolean array")
+    if kind not in "iuf":
+        raise TypeError(f"{name} must hold real numbers (integer or float dtype), got dtype {arr.dtype}")
+    return arr
+
+
+def to_float32_rows(arr, name):
+    """Convert a 2-D real numeric array (or a slice of one) to C-contiguous float32 and reject NaN/inf.
+
+    No input validation beyond the finiteness check: ``arr`` must already have passed ``check_vectors_dtype``.
+    """
+    out = np.ascontiguousarray(arr, dtype=np.float32)
+    if out.size and not np.isfinite(out).all():
+        if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+            raise ValueError(f"{name} contains NaN or infinite values")
+        # Finite in the input dtype but too large for float32 (float64 above 3.4e38).
+        raise ValueError(f"{name} contains values too large for float32")
+    return out
+
+
+def as_vectors(X, name, dim=None, *, convert=True):
+    """Check vectors and return ``(X2d, was_1d)``.
+
+    Parameters
+    ----------
+    X : array-like of shape (n, dim) or (dim,)
+        Any real numeric dtype (float16/32/64, signed or unsigned integers, any byte order or memory layout).
+    name : str
+        The parameter's name in the public signature, used in messages.
+    dim : int or None
+        The expected number of columns; None accepts any positive number.
+    convert : bool
+        When True the result is C-contiguous float32 and checked for NaN/inf. When False the result keeps the input's
+        dtype (callers convert chunk by chunk with ``to_float32_rows`` to keep memory bounded).
+
+    Returns
+    -------
+    X2d : ndarray of shape (n, dim)
+    was_1d : bool
+        True when a single vector was given; the caller drops that axis from its result again.
+    """
+    arr = check_vectors_dtype(X, name)
+    was_1d = arr.ndim == 1
+    if was_1d:
+        arr = arr.reshape(1, -1)
+    if arr.ndim != 2:
+        raise ValueError(f"{name} must be a 2-D array of shape (n, dim) or one 1-D vector, got {arr.ndim} dimensions")
+    if dim is not None and arr.shape[1] != dim:
+        raise ValueError(f"{name} has dimension {arr.shape[1]}, expected {dim}")
+    if dim is None and arr.shape[1] == 0:
+        raise ValueError(f"{name} must have at least one column")
+    if convert:
+        arr = to_float32_rows(arr, name)
+    return arr, was_1d
+
+
+def check_int(value, name, *, min_value=None, max_value=None):
+    """Return ``value`` as a Python int; it must be a Python or NumPy integer (not bool, not float) in range."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
+    value = int(value)
+    if min_value is not None and value < min_value:
+        raise ValueError(f"{name} must be >= {min_value}, got {value}")
+    if max_value is not None and value > max_value:
+        raise ValueError(f"{name} must be <= {max_value}, got {value}")
+    return value
+
+
+def check_float(value, name, *, min_value=None):
+    """Return ``value`` as a finite Python float (ints accepted, bool refused), at least ``min_value``."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
+    value = float(value)
+    if not np.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value}")
+    if min_value is not None and value < min_value:
+        raise ValueError(f"{name} must be >= {min_value}, got {value}")
+    return value
+
+
+def check_bool(value, name):
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
+    return bool(value)
+
+
+def check_choice(value, name, choices):
+    """``value`` must be exactly one of ``choices`` (strings, compared exactly)."""
+    if not isinstance(value, str) or value not in choices:
+        expected = " or ".join(repr(c) for c in choices)
+        raise ValueError(f"{name} must be {expected}, got {value!r}")
+    return value
+
+
+def resolve_n_threads(n_threads):
+    """None means every core this process may use; otherwise an integer >= 1."""
+    if n_threads is None:
+        try:
+            return max(1, len(os.sched_getaffinity(0)))
+        except AttributeError:  # not on Linux
+            return max(1, os.cpu_count() or 1)
+    return check_int(n_threads, "n_threads", min_value=1)
+
+
+def as_codes(codes, name, width, n_codewords):
+    """Check codes: integers of shape (n, width) or (width,), every value in 0..n_codewords-1; returns uint8 2-D."""
+    arr = np.asarray(codes) if not isinstance(codes, np.ndarray) else codes
+    if arr.dtype.kind == "b" or arr.dtype.kind not in "iu":
+        raise TypeError(f"{name} must be an integer array (uint8 codes), got dtype {arr.dtype}")
+    was_1d = arr.ndim == 1
+    if was_1d:
+        arr = arr.reshape(1, -1)
+    if arr.ndim != 2 or arr.shape[1] != width:
+        raise ValueError(f"{name} must have shape (n, {width}), got {np.shape(codes)}")
+    if arr.size:
+        lo, hi = int(arr.min()), int(arr.max())
+        if lo < 0 or hi >= n_codewords:
+            raise ValueError(f"{name} holds values outside 0..{n_codewords - 1} (found {lo}..{hi})")
+    return np.ascontiguousarray(arr, dtype=np.uint8), was_1d
+
+
+def as_ids(ids, n, name="ids"):
+    """Check user ids: integers of shape (n,), none negative; returns C-contiguous int64."""
+    arr = np.asarray(ids) if not isinstance(ids, np.ndarray) else ids
+    if arr.dtype.kind == "b" or arr.dtype.kind not in "iu":
+        raise TypeError(f"{name} must be an integer array, got dtype {arr.dtype}")
+    if arr.ndim != 1 or arr.shape[0] != n:
+        raise ValueError(f"{name} must have shape ({n},) to match the vectors, got {arr.shape}")
+    if arr.dtype == np.uint64 and arr.size and int(arr.max()) > np.iinfo(np.int64).max:
+        raise ValueError(f"{name} holds values above the int64 range")
+    out = np.ascontiguousarray(arr, dtype=np.int64)
+    if out.size and int(out.min()) < 0:
+        raise ValueError(f"{name} must be >= 0 (-1 means 'no result'), found {int(out.min())}")
+    return out
+
+
+def check_regular_file(path, name="path"):
+    """Return ``os.fspath(path)`` for an existing regular file; anything else raises without opening it.
+
+    FIFOs, devices and directories are refused by ``stat`` alone, so a FIFO never blocks the caller.
+    """
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"{name} must be a str or os.PathLike, got {type(path).__name__}")
+    path = os.fspath(path)
+    if isinstance(path, bytes):
+        path = os.fsdecode(path)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{name}: no such file: {path!r}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise ValueError(f"{name}: {path!r} is not a regular file")
+    return path
+
+
+def check_output_path(path, name="path"):
+    """Return ``os.fspath(path)`` for a file to be written: its folder must exist and it must not be a directory."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"{name} must be a str or os.PathLike, got {type(path).__name__}")
+    path = os.fspath(path)
+    if isinstance(path, bytes):
+        path = os.fsdecode(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(f"{name}: folder does not exist: {folder!r}")
+    if os.path.isdir(path):
+        raise ValueError(f"{name}: {path!r} is a directory")
+    if os.path.exists(path) and not stat.S_ISREG(os.stat(path).st_mode):
+        raise ValueError(f"{name}: {path!r} exists and is not a regular file")
+    return path

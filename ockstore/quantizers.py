@@ -1,0 +1,457 @@
+"""PQ, CKM, ECKM and OCKM: vector quantizers with the verbs fit / encode / decode / distortion.
+
+All four approximate a vector x (P dims) as x ~ R z_hat, where R is a P x P rotation (the identity for PQ) and the
+rotated space is cut into M subspaces; subspace m of z_hat is the sum of C words, one from each of its C codebooks of
+K words (Wang, Wang, Song, Xu, Shen, Li, "Optimized Cartesian K-Means", IEEE TKDE 2015):
+
+    method  rotation R   codebooks per subspace              encoding
+    PQ      identity     C = 1                                nearest word (k-means per subspace)
+    CKM     learned      C = 1                                nearest word (= OPQ, non-parametric)
+    ECKM    learned      one codebook used C times            greedy pursuit (paper Alg. 1)
+    OCKM    learned      C codebooks, learned jointly         multiple-candidates matching pursuit, beam T (Alg. 2-3)
+
+A code is M*C bytes (K <= 256): byte m*C + c is the index of the word of codebook c of subspace m.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from . import _training
+from ._training import CodecTables, SubspaceLayout
+from ._validation import (
+    as_codes,
+    as_vectors,
+    check_bool,
+    check_float,
+    check_int,
+    resolve_n_threads,
+    to_float32_rows,
+)
+from .errors import NotFittedError
+
+__all__ = ["PQ", "CKM", "ECKM", "OCKM", "Quantizer", "quantizer_from_state"]
+
+# Rows converted to float32 and encoded per step in encode/decode/distortion: bounds the temporary memory of a call
+# (a float32 copy of this many rows plus its tables) whatever the number of rows given.
+ROWS_PER_STEP = 65536
+
+
+class Quantizer:
+    """Common machinery of the four methods; use PQ, CKM, ECKM or OCKM.
+
+    Learned attributes (after ``fit``)
+    ----------------------------------
+    rotation : ndarray of shape (P, P), dtype float32, or None for PQ
+        Orthogonal; a vector x is encoded through z = R^T x and decoded as x_hat = R z_hat.
+    codebooks : ndarray of shape (M, C, K, S), dtype float32
+        ``codebooks[m, c, k]`` is word k of codebook c of subspace m, in the rotated space. S = ceil(P / M):
+        subspace m covers ``subspace_dims[m]`` rotated dimensions (P // M or P // M + 1, larger ones first) and the
+        remaining columns of its words are zero. For ECKM the C codebooks of a subspace are one codebook, repeated.
+    objective_history : ndarray of shape (n_iterations + 1,), dtype float64
+        Mean squared reconstruction error of the training vectors: [0] after initialisation, [i] after iteration i.
+        Never rises.
+    norm_levels : ndarray of shape (256,), dtype float32, or None when C = 1
+        The 256 levels of the one-dimensional quantizer of ||x_hat||^2 (fitted on the training vectors), used by
+        indexes that store the norm term in one byte.
+    """
+
+    method = ""
+    _learn_rotation = True
+    _shared_codebook = False
+
+    def __init__(self, n_subspaces, n_codebooks, beam_width, *, n_codewords, n_iter, tol, seed, n_threads, verbose):
+        self.n_subspaces = check_int(n_subspaces, "n_subspaces", min_value=1)
+        self.n_codebooks = check_int(n_codebooks, "n_codebooks", min_value=1, max_value=64)
+        self.beam_width = check_int(beam_width, "beam_width", min_value=1)
+        self.n_codewords = check_int(n_codewords, "n_codewords", min_value=2, max_value=256)
+        self.n_iter = check_int(n_iter, "n_iter", min_value=1)
+        self.tol = check_float(tol, "tol", min_value=0.0)
+        if seed is not None and not isinstance(seed, np.random.Generator):
+            seed = check_int(seed, "seed", min_value=0)
+        self.seed = seed
+        self.n_threads = None if n_threads is None else resolve_n_threads(n_threads)
+        self.verbose = check_bool(verbose, "verbose")
+        self._reset()
+
+    def _reset(self):
+        self.dim = None
+        self._rotation = None
+        self._codebooks = None
+        self._history = None
+        self._norm_levels = None
+        self._tables = None
+        self.stop_reason = None
+
+    # ---------------------------------------------------------------------------------------------------- parameters
+    @property
+    def code_size(self) -> int:
+        """Bytes per encoded vector: M * C (one byte per word index, K <= 256)."""
+        return self.n_subspaces * self.n_codebooks
+
+    @property
+    def bits(self) -> int:
+        """Bits per encoded vector as stored: 8 * code_size."""
+        return 8 * self.code_size
+
+    def get_params(self) -> dict:
+        """The constructor's arguments (those that define the model, not n_threads or verbose)."""
+        return {
+            "n_subspaces": self.n_subspaces,
+            "n_codebooks": self.n_codebooks,
+            "beam_width": self.beam_width,
+            "n_codewords": self.n_codewords,
+            "n_iter": self.n_iter,
+            "tol": self.tol,
+            "seed": self.seed if not isinstance(self.seed, np.random.Generator) else None,
+        }
+
+    def __repr__(self):
+        args = ", ".join(f"{k}={v!r}" for k, v in self._public_params().items())
+        return f"{type(self).__name__}({args})"
+
+    def _public_params(self):
+        return self.get_params()
+
+    # ------------------------------------------------------------------------------------------------ learned state
+    @property
+    def is_fitted(self) -> bool:
+        return self._codebooks is not None
+
+    def _check_fitted(self):
+        if self._codebooks is None:
+            raise NotFittedError(f"this {type(self).__name__} is not fitted yet: call fit(X) first")
+
+    @property
+    def rotation(self):
+        self._check_fitted()
+        return self._rotation
+
+    @property
+    def codebooks(self):
+        self._check_fitted()
+        return self._codebooks
+
+    @property
+    def objective_history(self):
+        self._check_fitted()
+        return self._history
+
+    @property
+    def norm_levels(self):
+        self._check_fitted()
+        return self._norm_levels
+
+    @property
+    def subspace_dims(self) -> np.ndarray:
+        """Number of rotated dimensions in each subspace, shape (M,)."""
+        self._check_fitted()
+        return SubspaceLayout(self.dim, self.n_subspaces).sizes
+
+    def __eq__(self, other):
+        if type(other) is not type(self):
+            return NotImplemented
+        if self.get_params() != other.get_params() or self.dim != other.dim:
+            return False
+        if self.is_fitted != other.is_fitted:
+            return False
+        if not self.is_fitted:
+            return True
+        return all(
+            (a is None and b is None) or (a is not None and b is not None and np.array_equal(a, b))
+            for a, b in [
+                (self._rotation, other._rotation),
+                (self._codebooks, other._codebooks),
+                (self._history, other._history),
+                (self._norm_levels, other._norm_levels),
+            ]
+        )
+
+    __hash__ = None
+
+    # ---------------------------------------------------------------------------------------------------------- fit
+    def _rng(self):
+        if isinstance(self.seed, np.random.Generator):
+            return self.seed
+        return np.random.default_rng(self.seed)
+
+    def _threads(self, n_threads=None):
+        if n_threads is not None:
+            return resolve_n_threads(n_threads)
+        return resolve_n_threads(self.n_threads)
+
+    def fit(self, X):
+        """Learn the rotation and codebooks from training vectors.
+
+        Parameters
+        ----------
+        X : array-like of shape (n, P)
+            Training vectors, any real numeric dtype; n >= n_codewords and P >= n_subspaces.
+
+        Returns
+        -------
+        self
+        """
+        X, _ = as_vectors(X, "X")
+        n, P = X.shape
+        if n < self.n_codewords:
+            raise ValueError(f"X has {n} rows; fit needs at least n_codewords={self.n_codewords} training vectors")
+        if self.n_subspaces > P:
+            raise ValueError(f"n_subspaces={self.n_subspaces} is larger than the dimension of X ({P})")
+        result = _training.train(
+            X,
+            n_subspaces=self.n_subspaces,
+            n_codebooks=self.n_codebooks,
+            n_codewords=self.n_codewords,
+            beam_width=self._encode_beam_width(),
+            n_iter=self.n_iter,
+            tol=self.tol,
+            rng=self._rng(),
+            learn_rotation=self._learn_rotation,
+            shared_codebook=self._shared_codebook,
+            n_threads=self._threads(),
+            verbose=self.verbose,
+            name=type(self).__name__,
+        )
+        self._reset()
+        self.dim = P
+        self._set_learned(result.rotation, result.codebooks, result.objective_history, None)
+        if self.n_codebooks > 1:
+            norms = self._tables.code_sqnorms(result.codes, self._threads())
+            self._norm_levels = _training.fit_scalar_quantizer(norms, 256)
+        self.stop_reason = result.stop_reason
+        return self
+
+    def _encode_beam_width(self):
+        return self.beam_width
+
+    def _set_learned(self, rotation, codebooks, history, norm_levels):
+        self._rotation = None if rotation is None else np.ascontiguousarray(rotation, dtype=np.float32)
+        self._codebooks = np.ascontiguousarray(codebooks, dtype=np.float32)
+        self._history = np.ascontiguousarray(history, dtype=np.float64)
+        self._norm_levels = None if norm_levels is None else np.ascontiguousarray(norm_levels, dtype=np.float32)
+        for arr in (self._rotation, self._codebooks, self._history, self._norm_levels):
+            if arr is not None:
+                arr.flags.writeable = False
+        self._tables = CodecTables(SubspaceLayout(self.dim, self.n_subspaces), self._rotation, self._codebooks)
+
+    # ----------------------------------------------------------------------------------------- encode / decode
+    def encode(self, X, *, n_threads=None):
+        """Encode vectors.
+
+        Parameters
+        ----------
+        X : array-like of shape (n, P) or (P,)
+            Any real numeric dtype; converted to float32 ROWS_PER_STEP rows at a time (memory stays bounded).
+        n_threads : int or None
+            Threads to use; None means the quantizer's ``n_threads`` (itself None: all cores).
+
+        Returns
+        -------
+        codes : ndarray of shape (n, M*C) or (M*C,), dtype uint8
+        """
+        self._check_fitted()
+        X, was_1d = as_vectors(X, "X", self.dim, convert=False)
+        codes, _ = self._encode_rows(X, self._threads(n_threads))
+        return codes[0] if was_1d else codes
+
+    def _encode_rows(self, X, n_threads):
+        """Encode checked rows (any numeric dtype) step by step; returns (codes, errors)."""
+        n = X.shape[0]
+        codes = np.empty((n, self.code_size), dtype=np.uint8)
+        errors = np.empty(n, dtype=np.float32)
+        T = self._encode_beam_width()
+        for start in range(0, n, ROWS_PER_STEP):
+            rows = to_float32_rows(X[start:start + ROWS_PER_STEP], "X")
+            codes[start:start + rows.shape[0]], errors[start:start + rows.shape[0]] = self._tables.encode(
+                rows, T, n_threads
+            )
+        return codes, errors
+
+    def decode(self, codes, *, n_threads=None):
+        """Reconstruct vectors from codes.
+
+        Parameters
+        ----------
+        codes : array-like of shape (n, M*C) or (M*C,), integers in 0..n_codewords-1
+
+        Returns
+        -------
+        X_hat : ndarray of shape (n, P) or (P,), dtype float32
+        """
+        self._check_fitted()
+        codes, was_1d = as_codes(codes, "codes", self.code_size, self.n_codewords)
+        threads = self._threads(n_threads)
+        out = np.empty((codes.shape[0], self.dim), dtype=np.float32)
+        for start in range(0, codes.shape[0], ROWS_PER_STEP):
+            block = codes[start:start + ROWS_PER_STEP]
+            out[start:start + block.shape[0]] = self._tables.decode(block, threads)
+        return out[0] if was_1d else out
+
+    def distortion(self, X, *, n_threads=None) -> float:
+        """Mean squared reconstruction error per vector, (1/n) sum_i ||x_i - decode(encode(x_i))||^2, in float64.
+
+        X : array-like of shape (n, P) or (P,), n >= 1.
+        """
+        self._check_fitted()
+        X, _ = as_vectors(X, "X", self.dim, convert=False)
+        if X.shape[0] == 0:
+            raise ValueError("X has no rows: the distortion of zero vectors is undefined")
+        threads = self._threads(n_threads)
+        total = 0.0
+        T = self._encode_beam_width()
+        for start in range(0, X.shape[0], ROWS_PER_STEP):
+            rows = to_float32_rows(X[start:start + ROWS_PER_STEP], "X")
+            codes, _ = self._tables.encode(rows, T, threads)
+            diff = rows.astype(np.float64) - self._tables.decode(codes, threads)
+            total += float(np.einsum("ij,ij->", diff, diff))
+        return total / X.shape[0]
+
+    def code_norms(self, codes, *, n_threads=None):
+        """||decode(code)||^2 of each code, shape (n,), float32 (from tables: C + C(C-1)/2 lookups per subspace)."""
+        self._check_fitted()
+        codes, was_1d = as_codes(codes, "codes", self.code_size, self.n_codewords)
+        out = self._tables.code_sqnorms(codes, self._threads(n_threads))
+        return out[0] if was_1d else out
+
+    # ------------------------------------------------------------------------------------------------- state
+    def _get_state(self):
+        """(params, arrays) describing the model completely; arrays absent when not learned are omitted."""
+        self._check_fitted()
+        params = {"method": self.method, "dim": self.dim, **self.get_params()}
+        arrays = {"codebooks": self._codebooks, "objective_history": self._history}
+        if self._rotation is not None:
+            arrays["rotation"] = self._rotation
+        if self._norm_levels is not None:
+            arrays["norm_levels"] = self._norm_levels
+        return params, arrays
+
+
+class PQ(Quantizer):
+    """Product quantization: k-means in each of M subspaces of the input space (R = I, C = 1).
+
+    Parameters
+    ----------
+    n_subspaces : int
+        M, 1..P. A code has M bytes.
+    n_codewords : int, default 256
+        K, 2..256 words per codebook.
+    n_iter : int, default 25
+        Maximum number of k-means (Lloyd) iterations.
+    tol : float, default 1e-4
+        Stop when an iteration lowers the objective by less than this fraction.
+    seed : int, numpy.random.Generator or None, default 0
+        Seeds the initial codebooks; the same seed gives bit-identical results for any n_threads. None: fresh entropy.
+    n_threads : int or None, default None
+        Threads for training and encoding; None means all cores available to the process.
+    verbose : bool, default False
+        Print the objective of each iteration to stderr.
+    """
+
+    method = "pq"
+    _learn_rotation = False
+
+    def __init__(self, n_subspaces, *, n_codewords=256, n_iter=25, tol=1e-4, seed=0, n_threads=None, verbose=False):
+        super().__init__(n_subspaces, 1, 1, n_codewords=n_codewords, n_iter=n_iter, tol=tol, seed=seed,
+                         n_threads=n_threads, verbose=verbose)
+
+    def _public_params(self):
+        p = self.get_params()
+        del p["n_codebooks"], p["beam_width"]
+        return p
+
+
+class CKM(Quantizer):
+    """Cartesian k-means (= non-parametric OPQ): a learned rotation R, then k-means per subspace (C = 1).
+
+    Parameters as for PQ; ``n_iter`` (default 30) counts iterations of (Procrustes, codebooks, codes).
+    """
+
+    method = "ckm"
+
+    def __init__(self, n_subspaces, *, n_codewords=256, n_iter=30, tol=1e-4, seed=0, n_threads=None, verbose=False):
+        super().__init__(n_subspaces, 1, 1, n_codewords=n_codewords, n_iter=n_iter, tol=tol, seed=seed,
+                         n_threads=n_threads, verbose=verbose)
+
+    def _public_params(self):
+        p = self.get_params()
+        del p["n_codebooks"], p["beam_width"]
+        return p
+
+
+class ECKM(Quantizer):
+    """Extended Cartesian k-means: a learned rotation; each subspace approximated by the sum of C words taken from
+    one shared codebook by greedy pursuit (paper Alg. 1: each step takes the word nearest to the current residual).
+
+    Parameters
+    ----------
+    n_subspaces : int
+        M, 1..P.
+    n_codebooks : int, default 2
+        C, the number of words summed per subspace. A code has M*C bytes.
+    Other parameters as for CKM.
+    """
+
+    method = "eckm"
+    _shared_codebook = True
+
+    def __init__(self, n_subspaces, n_codebooks=2, *, n_codewords=256, n_iter=30, tol=1e-4, seed=0,
+                 n_threads=None, verbose=False):
+        super().__init__(n_subspaces, n_codebooks, 1, n_codewords=n_codewords, n_iter=n_iter, tol=tol, seed=seed,
+                         n_threads=n_threads, verbose=verbose)
+
+    def _public_params(self):
+        p = self.get_params()
+        del p["beam_width"]
+        return p
+
+
+class OCKM(Quantizer):
+    """Optimized Cartesian k-means: a learned rotation; each subspace approximated by the sum of one word from each
+    of its C codebooks, learned jointly by least squares; codes by multiple-candidates matching pursuit.
+
+    Parameters
+    ----------
+    n_subspaces : int
+        M, 1..P.
+    n_codebooks : int, default 2
+        C, codebooks per subspace. A code has M*C bytes (64-bit codes: M=4, C=2).
+    beam_width : int, default 10
+        T, candidates kept at each of the first C-1 levels of the pursuit (values above n_codewords act as
+        n_codewords; T = K makes C = 2 encoding exhaustive).
+    n_codewords : int, default 256
+        K, 2..256 words per codebook.
+    n_iter : int, default 30
+        Maximum number of iterations of (Procrustes, codebooks, codes).
+    tol : float, default 1e-4
+        Stop when an iteration lowers the objective by less than this fraction.
+    seed, n_threads, verbose
+        As for PQ.
+    """
+
+    method = "ockm"
+
+    def __init__(self, n_subspaces, n_codebooks=2, beam_width=10, *, n_codewords=256, n_iter=30, tol=1e-4, seed=0,
+                 n_threads=None, verbose=False):
+        super().__init__(n_subspaces, n_codebooks, beam_width, n_codewords=n_codewords, n_iter=n_iter, tol=tol,
+                         seed=seed, n_threads=n_threads, verbose=verbose)
+
+
+_METHODS = {cls.method: cls for cls in (PQ, CKM, ECKM, OCKM)}
+
+
+def quantizer_from_state(params: dict, arrays: dict) -> Quantizer:
+    """Rebuild a fitted quantizer from ``Quantizer._get_state()`` output (as stored in an index file).
+
+    No validation of shapes here: the storage layer checks the file, the index layer checks what it hands over.
+    """
+    cls = _METHODS[params["method"]]
+    q = cls.__new__(cls)
+    Quantizer.__init__(
+        q, params["n_subspaces"], params["n_codebooks"], params["beam_width"], n_codewords=params["n_codewords"],
+        n_iter=params["n_iter"], tol=params["tol"], seed=params["seed"], n_threads=None, verbose=False,
+    )
+    q.dim = params["dim"]
+    q._set_learned(arrays.get("rotation"), arrays["codebooks"], arrays["objective_history"],
+                   arrays.get("norm_levels"))
+    return q

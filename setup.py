@@ -1,0 +1,71 @@
+"""Build the one compiled extension, ockstore._kernels, with OpenMP when the compiler supports it.
+
+Environment overrides:
+  OCKSTORE_OPENMP=0      build without OpenMP (kernels then run on one thread)
+  OCKSTORE_MARCH=native  add -march=native (faster on the build machine, not portable); any value is passed as -march=
+"""
+
+import os
+import subprocess
+import sys
+import sysconfig
+import tempfile
+
+import numpy as np
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+
+def _compiler_accepts(compiler_cmd, flags):
+    """True when the C compiler compiles and links a tiny OpenMP program with ``flags``."""
+    source = "#include <omp.h>\nint main(void) { return omp_get_max_threads() > 0 ? 0 : 1; }\n"
+    with tempfile.TemporaryDirectory() as tmp:
+        src = os.path.join(tmp, "t.c")
+        with open(src, "w") as f:
+            f.write(source)
+        try:
+            result = subprocess.run(
+                [*compiler_cmd, *flags, src, "-o", os.path.join(tmp, "t")], capture_output=True, timeout=60
+            )
+        except (OSError, subprocess.SubprocessError):
+            return False
+        return result.returncode == 0
+
+
+class BuildExt(build_ext):
+    def build_extensions(self):
+        compiler_cmd = self.compiler.compiler_so[:1] if hasattr(self.compiler, "compiler_so") else ["cc"]
+        want_openmp = os.environ.get("OCKSTORE_OPENMP", "1") != "0"
+        openmp = want_openmp and _compiler_accepts(compiler_cmd, ["-fopenmp"])
+        march = os.environ.get("OCKSTORE_MARCH", "")
+        for ext in self.extensions:
+            ext.extra_compile_args += ["-O3", "-fno-math-errno", "-Wno-unreachable-code"]
+            if march:
+                ext.extra_compile_args.append(f"-march={march}")
+            if openmp:
+                ext.extra_compile_args.append("-fopenmp")
+                ext.extra_link_args.append("-fopenmp")
+        reason = "" if openmp else (" (disabled by OCKSTORE_OPENMP=0)" if not want_openmp else " (compiler lacks it)")
+        print(f"ockstore: building with OpenMP {'on' if openmp else 'off'}{reason}; "
+              f"-march={march or 'default'}", file=sys.stderr)
+        super().build_extensions()
+
+
+extensions = [
+    Extension(
+        "ockstore._kernels",
+        ["ockstore/_kernels.pyx"],
+        include_dirs=[np.get_include()],
+        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_2_0_API_VERSION")],
+    )
+]
+
+setup(
+    ext_modules=cythonize(
+        extensions,
+        language_level=3,
+        compiler_directives={"boundscheck": False, "wraparound": False, "cdivision": True, "initializedcheck": False},
+    ),
+    cmdclass={"build_ext": BuildExt},
+)
