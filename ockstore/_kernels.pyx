@@ -23,6 +23,7 @@ cdef extern from "_simd.h" nogil:
     int ock_first_index_of_sum(const float *a, const float *b, int n, float target)
     float ock_min(const float *a, int n)
     int ock_first_index(const float *a, int n, float target)
+    float ock_sum_of_squares(const float *a, int n)
 
 # Vectors per encoding task. Large enough that each sgemm call runs near peak (the tables of one chunk are
 # ENCODE_CHUNK x C*K floats: 256 KiB for C*K = 512, which stays in L2 next to the pair tables of one subspace),
@@ -84,6 +85,9 @@ cdef struct BeamScratch:
     int *cand_word       # (C, T)
     int *chosen          # (C,): current prefix
     int *best_code       # (C,): best leaf so far
+    const float *pair_rowmin  # (C(C-1)/2 * K,) of the current subspace: min over k' of pair(c,c')[k*K + k']
+    float last_min       # C == 2: min over k of unary[K + k] (the last level's row) of the current subvector
+    float best_last_min  # the last level's minimum in the best leaf (its word is located after the search)
     float best_error
 
 
@@ -113,7 +117,7 @@ cdef void _descend(int level, float partial, const float *unary, const float *pa
     cdef float *buf = s.scores + <size_t>level * K
     cdef const float *last
     cdef const float *p
-    cdef int c, k, t, count
+    cdef int c, k, t, count, p_index
     cdef float m
     cdef size_t KK = <size_t>K * K
     if level >= 2:
@@ -133,13 +137,20 @@ cdef void _descend(int level, float partial, const float *unary, const float *pa
         return
     if level == C - 1:
         # The last level takes its single best word: min over k of row[k] + the pair row of the last chosen word.
-        last = pairs + _pair_index(level - 1, level, C) * KK + <size_t>s.chosen[level - 1] * K
+        p_index = _pair_index(level - 1, level, C)
+        if C == 2:
+            # min_k row[k] + last[k] >= min(row) + min(last): skip a candidate that cannot beat the best leaf.
+            # Rounding is monotone, so the bound computed in float32 is also a bound of the float32 sum.
+            if partial + (s.last_min + s.pair_rowmin[<size_t>p_index * K + s.chosen[level - 1]]) >= s.best_error:
+                return
+        last = pairs + p_index * KK + <size_t>s.chosen[level - 1] * K
         m = ock_min_of_sum(row, last, K)
         if partial + m < s.best_error:
+            # Remember the prefix and the minimum; the word that attains it is found once, for the final winner.
             s.best_error = partial + m
+            s.best_last_min = m
             for c in range(level):
                 s.best_code[c] = s.chosen[c]
-            s.best_code[level] = ock_first_index_of_sum(row, last, K, m)
         return
     # An inner level: the T best candidates, each explored in rank order.
     if level > 0:
@@ -151,6 +162,29 @@ cdef void _descend(int level, float partial, const float *unary, const float *pa
     for t in range(count):
         s.chosen[level] = s.cand_word[<size_t>level * T + t]
         _descend(level + 1, s.cand_score[<size_t>level * T + t], unary, pairs, C, K, T, s)
+
+
+cdef void _locate_last_word(const float *unary, const float *pairs, int C, int K, BeamScratch *s) noexcept nogil:
+    """Find the last word of the best leaf: the first k whose score equals the minimum recorded for that leaf.
+
+    The score row is rebuilt exactly as _descend built it (same operands, same order), so the sums are equal.
+    """
+    cdef int level = C - 1
+    cdef const float *row = unary + <size_t>level * K
+    cdef float *buf = s.scores + <size_t>level * K
+    cdef const float *p
+    cdef int c, k
+    cdef size_t KK = <size_t>K * K
+    if level >= 2:
+        for k in range(K):
+            buf[k] = row[k]
+        for c in range(level - 1):
+            p = pairs + _pair_index(c, level, C) * KK + <size_t>s.best_code[c] * K
+            for k in range(K):
+                buf[k] += p[k]
+        row = buf
+    p = pairs + _pair_index(level - 1, level, C) * KK + <size_t>s.best_code[level - 1] * K
+    s.best_code[level] = ock_first_index_of_sum(row, p, K, s.best_last_min)
 
 
 cdef float _code_error(const float *unary, const float *pairs, const uint8_t *code, int C, int K) noexcept nogil:
@@ -167,7 +201,8 @@ cdef float _code_error(const float *unary, const float *pairs, const uint8_t *co
 
 
 cdef void _encode_chunk(const float *X, int n, int P, const float *rot_pad, const float *words_t,
-                        const float *word_sqnorms, const float *pair_tables, int M, int S, int C, int K, int T,
+                        const float *word_sqnorms, const float *pair_tables, const float *pair_rowmin,
+                        int M, int S, int C, int K, int T,
                         const uint8_t *prev_codes, uint8_t *codes, float *errors,
                         float *zbuf, float *gbuf, BeamScratch *scratch) noexcept nogil:
     """Encode n vectors (rows of X); see encode_beam for the arguments."""
@@ -179,8 +214,12 @@ cdef void _encode_chunk(const float *X, int n, int P, const float *rot_pad, cons
     cdef float zz, new_error, old_error, v
     cdef float *g
     cdef const float *z
-    # zbuf (n x MS) = X (n x P) @ rot_pad (P x MS): the rotated, zero-padded vectors.
-    _gemm(n, MS, P, X, P, rot_pad, MS, zbuf, MS)
+    # zbuf (n x MS) = X (n x P) @ rot_pad (P x MS): the rotated, zero-padded vectors. Without a rotation (rot_pad
+    # NULL) X is already laid out that way (P == MS) and is used in place.
+    if rot_pad != NULL:
+        _gemm(n, MS, P, X, P, rot_pad, MS, zbuf, MS)
+    else:
+        zbuf = <float *>X
     for i in range(n):
         errors[i] = 0
     for m in range(M):
@@ -190,11 +229,16 @@ cdef void _encode_chunk(const float *X, int n, int P, const float *rot_pad, cons
             g = gbuf + <size_t>i * CK
             ock_unary_inplace(g, word_sqnorms + <size_t>m * CK, CK)
             z = zbuf + <size_t>i * MS + <size_t>m * S
-            zz = 0
-            for s_ in range(S):
-                zz = zz + z[s_] * z[s_]
+            zz = ock_sum_of_squares(z, S)
             scratch.best_error = INFINITY
+            for c in range(C):
+                scratch.best_code[c] = 0  # a valid code even if no leaf compares below infinity
+            if C == 2:
+                scratch.pair_rowmin = pair_rowmin + <size_t>m * K
+                scratch.last_min = ock_min(g + K, K)
             _descend(0, 0.0, g, pair_tables + m * pair_stride, C, K, T, scratch)
+            if C > 1:
+                _locate_last_word(g, pair_tables + m * pair_stride, C, K, scratch)
             new_error = scratch.best_error
             if prev_codes != NULL:
                 # A code is replaced only when the new one is strictly better, so the objective never rises.
@@ -205,14 +249,18 @@ cdef void _encode_chunk(const float *X, int n, int P, const float *rot_pad, cons
                         scratch.best_code[c] = prev_codes[<size_t>i * W + m * C + c]
             for c in range(C):
                 codes[<size_t>i * W + m * C + c] = <uint8_t>scratch.best_code[c]
-            errors[i] += zz + new_error
+            # The table sum can dip below zero by rounding when the code is (almost) exact; a squared error cannot.
+            new_error = zz + new_error
+            errors[i] += new_error if new_error > 0 else 0
 
 
 def encode_beam(const float[:, ::1] X,               # IN (n, P)
-                const float[:, ::1] rot_pad,         # IN (P, M*S): rotation, columns grouped by subspace, zero pads
+                const float[:, ::1] rot_pad,         # IN (P, M*S): rotation, columns grouped by subspace, zero pads;
+                                                     #    (0, 0) when X is already rotated and padded (P == M*S)
                 const float[:, :, ::1] words_t,      # IN (M, S, C*K): words_t[m, s, c*K + k] = d[m, c, k][s]
                 const float[:, ::1] word_sqnorms,    # IN (M, C*K): ||d[m, c, k]||^2
                 const float[:, ::1] pair_tables,     # IN (M, C(C-1)/2 * K * K) (any shape when C == 1): 2 d.d'
+                const float[:, ::1] pair_rowmin,     # IN (M, C(C-1)/2 * K) (any shape when C == 1): row minima
                 int n_codebooks, int n_codewords, int beam_width,
                 const uint8_t[:, ::1] prev_codes,    # IN (n, M*C) or (0, 0): the current codes (replace only if better)
                 uint8_t[:, ::1] codes,               # OUT (n, M*C)
@@ -233,12 +281,17 @@ def encode_beam(const float[:, ::1] X,               # IN (n, P)
     cdef BeamScratch *scratch
     cdef const uint8_t *prev = NULL
     cdef const float *pairs = NULL
+    cdef const float *rowmin = NULL
+    cdef const float *rot = NULL
     if n == 0:
         return
+    if rot_pad.shape[0] > 0:
+        rot = &rot_pad[0, 0]
     if prev_codes.shape[0] == n:
         prev = &prev_codes[0, 0]
     if C > 1:
         pairs = &pair_tables[0, 0]
+        rowmin = &pair_rowmin[0, 0]
     with nogil, parallel(num_threads=n_threads):
         zbuf = <float *>malloc(<size_t>ENCODE_CHUNK * M * S * sizeof(float))
         gbuf = <float *>malloc(<size_t>ENCODE_CHUNK * C * K * sizeof(float))
@@ -246,8 +299,9 @@ def encode_beam(const float[:, ::1] X,               # IN (n, P)
         for chunk in prange(n_chunks, schedule='dynamic'):
             start = chunk * ENCODE_CHUNK
             count = n - start if n - start < ENCODE_CHUNK else ENCODE_CHUNK
-            _encode_chunk(&X[start, 0], count, P, &rot_pad[0, 0], &words_t[0, 0, 0], &word_sqnorms[0, 0],
-                          pairs, M, S, C, K, T,
+            _encode_chunk(&X[start, 0], count, P, rot if rot_pad.shape[0] > 0 else NULL, &words_t[0, 0, 0],
+                          &word_sqnorms[0, 0],
+                          pairs, rowmin, M, S, C, K, T,
                           (prev + <size_t>start * M * C) if prev != NULL else NULL,
                           &codes[start, 0], &errors[start], zbuf, gbuf, scratch)
         free(zbuf)

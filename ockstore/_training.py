@@ -27,6 +27,8 @@ RIDGE = 1e-9
 
 # Lloyd iterations of the k-means that initialise each codebook (see _initial_codebooks).
 INIT_ITER = 10
+# Training vectors per codeword used by that initial k-means (at most).
+INIT_SAMPLE_PER_WORD = 64
 
 _controller = None
 
@@ -86,6 +88,9 @@ class SubspaceLayout:
         return Zp[:, self.padded_columns]
 
 
+_NO_ROTATION = np.zeros((0, 0), dtype=np.float32)  # tells encode_beam that its input is already rotated and padded
+
+
 class CodecTables:
     """Arrays derived from a rotation and codebooks in the layouts the kernels want (computed once per model).
 
@@ -93,6 +98,7 @@ class CodecTables:
     words_t      (M, S, C*K) float32  words_t[m, s, c*K + k] = codebooks[m, c, k, s]
     word_sqnorms (M, C*K) float32   ||codebooks[m, c, k]||^2
     pair_tables  (M, C(C-1)/2 * K * K) float32  2 codebooks[m,c,k] . codebooks[m,c',k'] for c < c' (empty for C = 1)
+    pair_rowmin  (M, C(C-1)/2 * K) float32  the minimum of each row of each pair table (prunes the beam search)
     """
 
     def __init__(self, layout: SubspaceLayout, rotation, codebooks):
@@ -101,6 +107,9 @@ class CodecTables:
         self.n_codebooks = C
         self.n_codewords = K
         self.rot_pad = layout.pad_rotation(rotation)
+        # Without a rotation and without padding, vectors are already in the kernel's layout: skip the product.
+        identity = rotation is None and layout.dim == layout.n_subspaces * layout.sub_dim
+        self._encode_rot = _NO_ROTATION if identity else self.rot_pad
         self.words = np.ascontiguousarray(codebooks, dtype=np.float32)
         self.words_t = np.ascontiguousarray(self.words.transpose(0, 3, 1, 2).reshape(M, S, C * K))
         self.word_sqnorms = np.ascontiguousarray(np.einsum("mcks,mcks->mck", self.words, self.words).reshape(M, C * K))
@@ -110,20 +119,27 @@ class CodecTables:
             for c2 in range(c + 1, C)
         ]
         if pairs:
-            self.pair_tables = np.ascontiguousarray(np.stack(pairs, axis=1).reshape(M, -1), dtype=np.float32)
+            stacked = np.stack(pairs, axis=1)  # (M, n_pairs, K, K)
+            self.pair_tables = np.ascontiguousarray(stacked.reshape(M, -1), dtype=np.float32)
+            self.pair_rowmin = np.ascontiguousarray(stacked.min(axis=3).reshape(M, -1), dtype=np.float32)
         else:
             self.pair_tables = np.zeros((M, 1), dtype=np.float32)
+            self.pair_rowmin = np.zeros((M, 1), dtype=np.float32)
 
-    def encode(self, X, beam_width, n_threads, prev_codes=None):
-        """Beam-encode float32 rows; returns (codes uint8 (n, M*C), errors float32 (n,))."""
+    def encode(self, X, beam_width, n_threads, prev_codes=None, rotated=False):
+        """Beam-encode float32 rows; returns (codes uint8 (n, M*C), errors float32 (n,)).
+
+        rotated=True: X is already X @ rot_pad, shape (n, M*S) (training computes it anyway), so it is used as is.
+        """
         n = X.shape[0]
         M = self.words.shape[0]
         codes = np.empty((n, M * self.n_codebooks), dtype=np.uint8)
         errors = np.empty(n, dtype=np.float32)
         prev = prev_codes if prev_codes is not None else np.zeros((0, 0), dtype=np.uint8)
+        beam_width = min(beam_width, self.n_codewords)  # wider than K acts as K (and fits the kernel's int)
         with blas_single_thread():
-            _kernels.encode_beam(X, self.rot_pad, self.words_t, self.word_sqnorms, self.pair_tables,
-                                 self.n_codebooks, self.n_codewords, beam_width, prev, codes, errors, n_threads)
+            _kernels.encode_beam(X, _NO_ROTATION if rotated else self._encode_rot, self.words_t, self.word_sqnorms, self.pair_tables,
+                                 self.pair_rowmin, self.n_codebooks, self.n_codewords, beam_width, prev, codes, errors, n_threads)
         return codes, errors
 
     def decode_rotated(self, codes, n_threads):
@@ -237,25 +253,6 @@ def _reseed_unused(words, used, Zp, codes, rng):
             words[m, c, empty] = target
 
 
-def _eigenvalue_allocation(X, layout):
-    """A starting rotation: principal axes dealt to subspaces so that each gets a similar product of variances."""
-    mean = X.mean(axis=0, dtype=np.float64)
-    cov = np.cov(X.astype(np.float64), rowvar=False) if X.shape[0] > 1 else np.eye(X.shape[1])
-    w, V = scipy.linalg.eigh(np.atleast_2d(cov))
-    order = np.argsort(w)[::-1]
-    sizes = layout.sizes
-    buckets = [[] for _ in sizes]
-    log_prod = np.zeros(len(sizes))
-    for j in order:
-        open_ = [m for m in range(len(sizes)) if len(buckets[m]) < sizes[m]]
-        m = min(open_, key=lambda b: (log_prod[b], b))
-        buckets[m].append(j)
-        log_prod[m] += np.log(max(w[j], 1e-12))
-    cols = [j for b in buckets for j in b]
-    del mean
-    return np.ascontiguousarray(V[:, cols], dtype=np.float32)
-
-
 def _initial_codebooks(X, layout, rotation, C, K, T, shared, rng, n_threads, init_iter):
     """Initial codebooks, codebook by codebook, each by k-means on what the previous ones leave.
 
@@ -264,8 +261,12 @@ def _initial_codebooks(X, layout, rotation, C, K, T, shared, rng, n_threads, ini
     sum of C words starts at the right scale with each codebook refining the previous ones (residual quantization).
     This start is much closer to a good optimum than random words, which saves coordinate-descent iterations. A
     shared codebook (ECKM) is k-means on the subvectors. With init_iter = 0 the words are the random samples.
+    The k-means run on a random sample of at most INIT_SAMPLE_PER_WORD * K training vectors (as Faiss samples its
+    k-means input), so initialisation costs a fixed amount however large the training set.
     """
     M, S = layout.n_subspaces, layout.sub_dim
+    if X.shape[0] > INIT_SAMPLE_PER_WORD * K:
+        X = X[np.sort(rng.choice(X.shape[0], size=INIT_SAMPLE_PER_WORD * K, replace=False))]
     n = X.shape[0]
     target = rotate(X, layout.pad_rotation(rotation), n_threads)  # (n, M*S): subvectors, zero-padded
     padded = SubspaceLayout(M * S, M)                # the padded space itself, cut into the same M blocks
@@ -341,7 +342,7 @@ def _update_rotation_and_codebooks(X, codes, tables, layout, learn_rotation, sha
 
 
 def train(X, *, n_subspaces, n_codebooks, n_codewords, beam_width, n_iter, tol, rng, learn_rotation,
-          shared_codebook, n_threads, verbose=False, name="", init_iter=INIT_ITER, init_rotation="identity", inner_steps=1) -> TrainResult:
+          shared_codebook, n_threads, verbose=False, name="", init_iter=INIT_ITER) -> TrainResult:
     """Coordinate descent on the mean squared error (1/n) sum_i ||x_i - R sum_m sum_c d[m, c, b_imc]||^2.
 
     Each iteration: R by orthogonal Procrustes (when learned), the codebooks of each subspace jointly by least squares,
@@ -357,9 +358,7 @@ def train(X, *, n_subspaces, n_codebooks, n_codewords, beam_width, n_iter, tol, 
     S = layout.sub_dim
     t0 = time.perf_counter()
 
-    rotation = None
-    if learn_rotation:
-        rotation = _eigenvalue_allocation(X, layout) if init_rotation == "pca" else np.eye(P, dtype=np.float32)
+    rotation = np.eye(P, dtype=np.float32) if learn_rotation else None
     with blas_single_thread():
         words = _initial_codebooks(X, layout, rotation, C, K, T, shared_codebook, rng, n_threads, init_iter)
     tables = CodecTables(layout, rotation, words)
@@ -372,13 +371,11 @@ def train(X, *, n_subspaces, n_codebooks, n_codewords, beam_width, n_iter, tol, 
     Zhat = np.empty((n, M * S), dtype=np.float32)  # their reconstructions, reused every iteration
     with blas_single_thread():
         for it in range(1, n_iter + 1):
-            new_rotation, new_words = rotation, tables.words
-            for _ in range(inner_steps):
-                new_rotation, new_words = _update_rotation_and_codebooks(
-                    X, codes, CodecTables(layout, new_rotation, new_words), layout, learn_rotation,
-                    shared_codebook, rng, n_threads, Zp, Zhat)
+            new_rotation, new_words = _update_rotation_and_codebooks(
+                X, codes, tables, layout, learn_rotation, shared_codebook, rng, n_threads, Zp, Zhat)
             new_tables = CodecTables(layout, new_rotation, new_words)
-            new_codes, new_errors = new_tables.encode(X, T, n_threads, prev_codes=codes)
+            # Zp holds X rotated by new_rotation: the last update computed it.
+            new_codes, new_errors = new_tables.encode(Zp, T, n_threads, prev_codes=codes, rotated=True)
             objective = float(new_errors.mean(dtype=np.float64))
             if objective > history[-1]:
                 stop_reason = f"iteration {it} did not lower the objective (rounding); it was undone"

@@ -48,17 +48,27 @@ def check_vectors_dtype(X, name):
     return arr
 
 
-def to_float32_rows(arr, name):
-    """Convert a 2-D real numeric array (or a slice of one) to C-contiguous float32 and reject NaN/inf.
+# Largest magnitude accepted in a vector. Squared distances are computed in float32 (max 3.4e38): with entries up
+# to 1e15 a squared norm stays below 1e30 * dimension, far from overflow for any practical dimension.
+MAX_ABS_VALUE = 1e15
 
-    No input validation beyond the finiteness check: ``arr`` must already have passed ``check_vectors_dtype``.
+
+def to_float32_rows(arr, name):
+    """Convert a 2-D real numeric array (or a slice of one) to C-contiguous float32; reject NaN, inf and values
+    beyond +-MAX_ABS_VALUE.
+
+    No input validation beyond these value checks: ``arr`` must already have passed ``check_vectors_dtype``.
     """
     out = np.ascontiguousarray(arr, dtype=np.float32)
-    if out.size and not np.isfinite(out).all():
-        if arr.dtype.kind == "f" and not np.isfinite(arr).all():
-            raise ValueError(f"{name} contains NaN or infinite values")
-        # Finite in the input dtype but too large for float32 (float64 above 3.4e38).
-        raise ValueError(f"{name} contains values too large for float32")
+    if out.size:
+        lo, hi = out.min(), out.max()  # NaN propagates, so one test covers NaN, inf and magnitude
+        if not (lo >= -MAX_ABS_VALUE and hi <= MAX_ABS_VALUE):
+            if not np.isfinite(out).all():
+                if arr.dtype.kind == "f" and not np.isfinite(arr).all():
+                    raise ValueError(f"{name} contains NaN or infinite values")
+                raise ValueError(f"{name} contains values too large for float32")
+            raise ValueError(f"{name} contains values of magnitude up to {max(-lo, hi):.3g}; ockstore accepts at "
+                             f"most {MAX_ABS_VALUE:.0e} (squared distances must fit in float32)")
     return out
 
 

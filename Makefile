@@ -1,0 +1,49 @@
+# Every target that needs Python creates .venv and installs what it needs first.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: install demo test test-fast bench bench-codec bench-search bench-storage reproduce clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+# Builds the Cython extension in place (editable install) with the test extras.
+$(STAMP): $(BIN)/python pyproject.toml setup.py ockstore/_kernels.pyx ockstore/_simd.h
+	$(BIN)/python -m pip install -q -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python demo/demo.py
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow"
+
+# Benchmarks compare against faiss-cpu, installed only here (never a dependency of the package).
+$(VENV)/.bench: $(STAMP)
+	$(BIN)/python -m pip install -q faiss-cpu matplotlib
+	touch $(VENV)/.bench
+
+bench: bench-codec bench-search bench-storage
+
+bench-codec: $(VENV)/.bench
+	$(BIN)/python tools/bench_codec.py
+
+bench-search: $(VENV)/.bench
+	$(BIN)/python tools/bench_search.py
+
+bench-storage: $(VENV)/.bench
+	$(BIN)/python tools/bench_storage.py
+
+reproduce: $(VENV)/.bench
+	$(BIN)/python tools/reproduce_paper.py
+
+clean:
+	rm -rf build ockstore/_kernels.c ockstore/*.so *.egg-info
