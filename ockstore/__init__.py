@@ -13,8 +13,16 @@ except ImportError as exc:  # pragma: no cover - exercised by hand on broken ins
     ) from exc
 
 from .errors import FormatError, NotFittedError
+from .index import Index
 from .quantizers import CKM, ECKM, OCKM, PQ, Quantizer
+from . import datasets, evaluation
 
 __version__ = "0.1.0"
 
-__all__ = ["PQ", "CKM", "ECKM", "OCKM", "Quantizer", "FormatError", "NotFittedError", "__version__"]
+__all__ = [
+    "PQ", "CKM", "ECKM", "OCKM", "Quantizer",
+    "Index",
+    "FormatError", "NotFittedError",
+    "datasets", "evaluation",
+    "__version__",
+]

@@ -506,6 +506,13 @@ cdef inline void _heap_push(float *hd, int64_t *hi, int k, float d, int64_t idx)
         _heap_replace_top(hd, hi, k, d, idx)
 
 
+cdef inline void _consider(float *hd, int64_t *hi, int k, float d, const int64_t *ids, Py_ssize_t row) noexcept nogil:
+    """Offer code `row` at distance d. Almost every code fails the first test, so its id (8 bytes, as much memory
+    traffic as the code itself) is only read for the few that may enter. ids NULL: the id is the row number."""
+    if d <= hd[0]:
+        _heap_push(hd, hi, k, d, ids[row] if ids != NULL else row)
+
+
 cdef void _heap_init(float *hd, int64_t *hi, int k) noexcept nogil:
     cdef int j
     for j in range(k):
@@ -567,17 +574,17 @@ cdef void _scan_range(const uint8_t *codes, int W, int K, const float *lut, floa
             d1 = d1 + l[c1[w]]
             d2 = d2 + l[c2[w]]
             d3 = d3 + l[c3[w]]
-        _heap_push(hd, hi, k, d0, ids[i])
-        _heap_push(hd, hi, k, d1, ids[i + 1])
-        _heap_push(hd, hi, k, d2, ids[i + 2])
-        _heap_push(hd, hi, k, d3, ids[i + 3])
+        _consider(hd, hi, k, d0, ids, i)
+        _consider(hd, hi, k, d1, ids, i + 1)
+        _consider(hd, hi, k, d2, ids, i + 2)
+        _consider(hd, hi, k, d3, ids, i + 3)
         i += 4
     while i < stop:
         c0 = codes + <size_t>i * W
         d0 = qconst + norm_term[i - start] if norm_term != NULL else qconst
         for w in range(W):
             d0 = d0 + lut[<size_t>w * K + c0[w]]
-        _heap_push(hd, hi, k, d0, ids[i])
+        _consider(hd, hi, k, d0, ids, i)
         i += 1
 
 
@@ -598,7 +605,7 @@ def adc_scan(const uint8_t[:, ::1] codes,        # IN (N, W)
              const float[::1] norms_f32,         # IN (N,) float32 norm terms, or (0,)
              const uint8_t[::1] norm_codes,      # IN (N,) one-byte norm codes, or (0,)
              const float[::1] norm_levels,       # IN (256,) levels of the one-byte norm codes, or (0,)
-             const int64_t[::1] ids,             # IN (N,)
+             const int64_t[::1] ids,             # IN (N,), or (0,): the id of a code is then its row number
              int n_codewords,
              float[:, ::1] out_dist,             # OUT (nq, k) ascending
              int64_t[:, ::1] out_ids,            # OUT (nq, k); (inf, -1) past the N-th result
@@ -628,6 +635,7 @@ def adc_scan(const uint8_t[:, ::1] codes,        # IN (N, W)
     cdef float *merged_d
     cdef int64_t *merged_i
     cdef const uint8_t *codes_ptr
+    cdef const int64_t *ids_ptr = &ids[0] if ids.shape[0] > 0 else NULL
     cdef Py_ssize_t j
     if nq == 0 or k == 0:
         return
@@ -664,7 +672,7 @@ def adc_scan(const uint8_t[:, ::1] codes,        # IN (N, W)
                         _fill_norm_block(nf, nc, nl, start, stop, normbuf)
                     for q in range(q0, q1):
                         _scan_range(codes_ptr, W, K, &luts[q, 0], qconst[q], normbuf if has_norm else NULL,
-                                    &ids[0], start, stop, heap_d + <size_t>(q - q0) * k,
+                                    ids_ptr, start, stop, heap_d + <size_t>(q - q0) * k,
                                     heap_i + <size_t>(q - q0) * k, k)
                 for q in range(q0, q1):
                     _heap_sort_into(heap_d + <size_t>(q - q0) * k, heap_i + <size_t>(q - q0) * k, k,
@@ -692,12 +700,12 @@ def adc_scan(const uint8_t[:, ::1] codes,        # IN (N, W)
                     if has_norm:
                         _fill_norm_block(nf, nc, nl, start, stop, normbuf)
                     _scan_range(codes_ptr, W, K, &luts[q, 0], qconst[q], normbuf if has_norm else NULL,
-                                &ids[0], start, stop, all_d + <size_t>tid * k, all_i + <size_t>tid * k, k)
+                                ids_ptr, start, stop, all_d + <size_t>tid * k, all_i + <size_t>tid * k, k)
                 free(normbuf)
             with nogil:
                 _heap_init(merged_d, merged_i, k)
                 for j in range(<Py_ssize_t>n_threads * k):
-                    if all_i[j] >= 0:
+                    if all_d[j] < INFINITY:  # empty slots are (inf, -1)
                         _heap_push(merged_d, merged_i, k, all_d[j], all_i[j])
                 _heap_sort_into(merged_d, merged_i, k, &out_dist[q, 0], &out_ids[q, 0])
     finally:

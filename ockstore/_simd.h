@@ -26,22 +26,52 @@ static void ock_unary_inplace(float *dot, const float *sqnorm, int n) {
     for (int j = 0; j < n; j++) dot[j] = sqnorm[j] - 2.0f * dot[j];
 }
 
-/* min over k of a[k] + b[k] (n >= 1). */
+/* min over k of a[k] + b[k] (n >= 1). Two 16-lane partial minima break the dependency chain of a single running
+ * minimum (min is exact, so any grouping gives the same result); the main loop covers whole blocks of 32. */
 OCK_VECTOR_FN
 static float ock_min_of_sum(const float *a, const float *b, int n) {
-    float m = a[0] + b[0];
-    for (int k = 1; k < n; k++) {
-        float v = a[k] + b[k];
+    float m0[16], m1[16];
+    const float first = a[0] + b[0];
+    for (int j = 0; j < 16; j++) m0[j] = m1[j] = first;
+    int k = 0;
+    for (; k + 32 <= n; k += 32) {
+        for (int j = 0; j < 16; j++) {
+            const float v = a[k + j] + b[k + j];
+            m0[j] = v < m0[j] ? v : m0[j];
+        }
+        for (int j = 0; j < 16; j++) {
+            const float v = a[k + 16 + j] + b[k + 16 + j];
+            m1[j] = v < m1[j] ? v : m1[j];
+        }
+    }
+    float m = first;
+    for (int j = 0; j < 16; j++) {
+        m = m0[j] < m ? m0[j] : m;
+        m = m1[j] < m ? m1[j] : m;
+    }
+    for (; k < n; k++) {
+        const float v = a[k] + b[k];
         m = v < m ? v : m;
     }
     return m;
 }
 
-/* min over k of a[k] (n >= 1). */
+/* min over k of a[k] (n >= 1), grouped as in ock_min_of_sum. */
 OCK_VECTOR_FN
 static float ock_min(const float *a, int n) {
+    float m0[16], m1[16];
+    for (int j = 0; j < 16; j++) m0[j] = m1[j] = a[0];
+    int k = 0;
+    for (; k + 32 <= n; k += 32) {
+        for (int j = 0; j < 16; j++) m0[j] = a[k + j] < m0[j] ? a[k + j] : m0[j];
+        for (int j = 0; j < 16; j++) m1[j] = a[k + 16 + j] < m1[j] ? a[k + 16 + j] : m1[j];
+    }
     float m = a[0];
-    for (int k = 1; k < n; k++) m = a[k] < m ? a[k] : m;
+    for (int j = 0; j < 16; j++) {
+        m = m0[j] < m ? m0[j] : m;
+        m = m1[j] < m ? m1[j] : m;
+    }
+    for (; k < n; k++) m = a[k] < m ? a[k] : m;
     return m;
 }
 

@@ -1,0 +1,210 @@
+"""Query tables and the exhaustive ADC / SDC k-nearest-neighbour scan over compact codes.
+
+A fitted quantizer approximates a base vector as x_hat = R z_hat, where z_hat (the rotated, zero-padded
+reconstruction, M*S dims) is the sum over subspaces m and codebooks c of the words d[m, c, b_mc] (DESIGN.md section 3).
+R is orthogonal, so for a query q with z = R^T q (computed as z = q @ rot_pad):
+
+    ||q - x_hat||^2 = ||z||^2 - 2 sum_m sum_c z_m . d[m, c, b_mc] + ||z_hat||^2
+
+* C >= 2 (ECKM, OCKM): the table of a query is lut[(m*C + c)*K + k] = -2 z_m . d[m, c, k], its constant term is
+  qconst = ||z||^2 and the norm term n_b = ||z_hat||^2 is stored with each code (float32, or one byte through the
+  quantizer's 256 ``norm_levels``: then distances use the quantized norm term and are approximations of the float32
+  ones).
+* C = 1 (PQ, CKM): the classic table lut[m*K + k] = ||z_m||^2 - 2 z_m . d[m, k] + ||d[m, k]||^2 = ||z_m - d[m, k]||^2
+  holds everything; qconst = 0 and there is no norm term.
+
+The scan (``_kernels.adc_scan``) adds qconst + n_b + the W = M*C table entries of each code and keeps the k best
+(distance, id) pairs of each query, a smaller id winning a tie. SDC (symmetric distance) encodes the queries, and
+uses their reconstructions z_hat_q in place of z: the distance is then ||x_hat_q - x_hat||^2 (with the stored norm
+term of the base code).
+
+Determinism: a query's table is computed row by row (a vector-matrix product per query, in float64, on one BLAS
+thread), and the scan adds in a fixed order, so a query gets bit-identical results whether it is searched alone or in
+a batch, and whatever ``n_threads``. Distances are float32 sums of float32 table entries: they are squared L2
+distances up to rounding, and may be slightly negative when a query (nearly) coincides with a reconstruction.
+
+Robustness to corrupt codes: each byte's table has 256 slots whatever K is; slots K..255 hold +inf, so a code byte
+>= K (possible only in a corrupt file, which ``verify`` reports) makes that vector's distance +inf and it is never
+returned, instead of reading outside the table.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+
+from . import _kernels
+
+__all__ = ["QueryTables", "search_codes", "LUT_BYTES", "LUT_SLOTS"]
+
+# Table slots per code byte, whatever K is: a byte can only index 0..255, so the scan never reads past a table.
+LUT_SLOTS = 256
+
+# Bytes of query tables computed and scanned at once (W * LUT_SLOTS * 4 bytes per query: 8 KiB for 64-bit codes).
+# Bounds the table memory of a search whatever the number of queries (the float64 intermediates of a batch take up to
+# four times as much, briefly), and is large enough that the kernel's groups of queries keep every thread busy.
+LUT_BYTES = 8 << 20
+
+
+_controller = None
+
+
+@contextlib.contextmanager
+def _blas_one_thread():
+    """BLAS on one thread inside the block: table products are tiny, and one thread keeps every query's table
+    bit-identical whatever the machine's BLAS threading (and honours n_threads=1)."""
+    global _controller
+    if _controller is None:
+        from threadpoolctl import ThreadpoolController
+
+        _controller = ThreadpoolController()
+    with _controller.limit(limits=1, user_api="blas"):
+        yield
+
+
+class QueryTables:
+    """The arrays of a fitted quantizer that query tables are built from, in float64 (computed once per index).
+
+    Parameters
+    ----------
+    quantizer : fitted Quantizer
+        Its ``_tables`` (``rot_pad`` (P, M*S), ``words_t`` (M, S, C*K), ``words`` (M, C, K, S)) are read once; the
+        quantizer must not be refitted while these tables are in use.
+
+    No input validation in this class: callers pass fitted quantizers and checked queries.
+    """
+
+    def __init__(self, quantizer):
+        tables = quantizer._tables
+        M, C, K, S = tables.words.shape
+        self.n_subspaces, self.n_codebooks, self.n_codewords, self.sub_dim = M, C, K, S
+        self.code_size = M * C
+        self.quantizer = quantizer
+        self.rot_pad = np.ascontiguousarray(tables.rot_pad, dtype=np.float64)          # (P, M*S)
+        self.words = np.ascontiguousarray(tables.words, dtype=np.float64)              # (M, C, K, S)
+        self.words_t = np.ascontiguousarray(tables.words_t, dtype=np.float64)          # (M, S, C*K)
+        # ||d[m, k]||^2 in float64, for the classic C = 1 table.
+        self.word_sqnorms = np.einsum("mcks,mcks->mck", self.words, self.words).reshape(M, C * K)
+
+    @property
+    def queries_per_batch(self) -> int:
+        """Queries whose tables fit in LUT_BYTES (at least one)."""
+        return max(1, LUT_BYTES // (self.code_size * LUT_SLOTS * 4))
+
+    def rotated(self, Q, distance, n_threads):
+        """The (nq, M*S) float64 vectors z whose distances to the reconstructions are wanted.
+
+        ADC: z = Q @ rot_pad. SDC: the reconstructions of the queries' codes, sum_c d[m, c, b_mc] per subspace.
+        Q : (nq, P) float32, C-contiguous, finite.
+        """
+        nq = Q.shape[0]
+        if distance == "sdc":
+            codes = self.quantizer.encode(Q, n_threads=n_threads)  # (nq, M*C) uint8
+            M, C = self.n_subspaces, self.n_codebooks
+            b = codes.reshape(nq, M, C).astype(np.intp)
+            picked = self.words[np.arange(M)[None, :, None], np.arange(C)[None, None, :], b]  # (nq, M, C, S)
+            z = picked[:, :, 0]
+            for c in range(1, C):  # the decoder's order: d[m, 0] + d[m, 1] + ...
+                z = z + picked[:, :, c]
+            return z.reshape(nq, M * self.sub_dim)
+        # A stack of vector-matrix products (one gemv per query, whatever nq): bit-identical rows for any batch.
+        return (Q.astype(np.float64)[:, None, :] @ self.rot_pad)[:, 0, :]
+
+    def compute(self, Q, distance="adc", n_threads=1):
+        """Tables and constant terms of a batch of queries.
+
+        Parameters
+        ----------
+        Q : ndarray of shape (nq, P), dtype float32, C-contiguous, finite (no validation here)
+        distance : "adc" or "sdc"
+        n_threads : int >= 1 (used by the SDC encoder; the products run on one BLAS thread)
+
+        Returns
+        -------
+        luts : ndarray of shape (nq, M*C*LUT_SLOTS), dtype float32
+            ``luts[q, w*LUT_SLOTS + k]`` for code byte w = m*C + c and word k < K; +inf for k >= K.
+        qconst : ndarray of shape (nq,), dtype float32
+        """
+        nq = Q.shape[0]
+        M, C, K, S = self.n_subspaces, self.n_codebooks, self.n_codewords, self.sub_dim
+        with _blas_one_thread():
+            z = self.rotated(Q, distance, n_threads)                      # (nq, M*S) float64
+            zm = z.reshape(nq, M, 1, S)
+            dots = (zm @ self.words_t)[:, :, 0, :]                       # (nq, M, C*K): z_m . d[m, c, k]
+            if C == 1:
+                # ||z_m - d||^2 = ||z_m||^2 - 2 z_m.d + ||d||^2: the whole distance, no norm term, no constant.
+                zz_m = (zm @ zm.transpose(0, 1, 3, 2))[:, :, 0, :]      # (nq, M, 1)
+                table = zz_m - 2.0 * dots + self.word_sqnorms[None]
+                qconst = np.zeros(nq, dtype=np.float32)
+            else:
+                table = -2.0 * dots
+                qconst = (z[:, None, :] @ z[:, :, None])[:, 0, 0].astype(np.float32)
+        table = table.reshape(nq, M * C, K)
+        if K == LUT_SLOTS:
+            luts = table.astype(np.float32).reshape(nq, M * C * K)
+        else:
+            luts = np.full((nq, M * C, LUT_SLOTS), np.inf, dtype=np.float32)
+            luts[:, :, :K] = table
+            luts = luts.reshape(nq, M * C * LUT_SLOTS)
+        return luts, qconst
+
+
+_EMPTY_F32 = np.empty(0, dtype=np.float32)
+_EMPTY_U8 = np.empty(0, dtype=np.uint8)
+_EMPTY_I64 = np.empty(0, dtype=np.int64)
+
+
+def search_codes(tables, Q, k, codes, ids, *, distance="adc", norms=None, norm_codes=None, norm_levels=None,
+                 n_threads=1):
+    """The k nearest codes of each query by ADC or SDC, scanning the codes exhaustively (no input validation).
+
+    Parameters
+    ----------
+    tables : QueryTables
+    Q : ndarray of shape (nq, P), dtype float32, C-contiguous, finite
+    k : int >= 1
+    codes : ndarray of shape (N, M*C), dtype uint8, C-contiguous
+        May be read-only (e.g. a view of a read-only memory map): it is only read, never copied.
+    ids : ndarray of shape (N,), dtype int64, C-contiguous, or None
+        The id reported for each code (read-only arrays welcome); None: the row number.
+    distance : "adc" or "sdc"
+    norms : ndarray of shape (N,), dtype float32, or None
+        The float32 norm term ||x_hat||^2 of each code (C >= 2).
+    norm_codes : ndarray of shape (N,), dtype uint8, or None
+        The one-byte norm term of each code (C >= 2), decoded through ``norm_levels`` (256,) float32.
+        At most one of norms / norm_codes; neither for C = 1.
+    n_threads : int >= 1
+
+    Returns
+    -------
+    D : ndarray of shape (nq, k), dtype float32
+        Squared L2 distances, ascending; +inf past the N-th result.
+    I : ndarray of shape (nq, k), dtype int64
+        The ids; -1 past the N-th result. Equal distances are ordered by id.
+    """
+    nq = Q.shape[0]
+    N = codes.shape[0]
+    kk = min(k, N)
+    D = np.full((nq, k), np.inf, dtype=np.float32)
+    I = np.full((nq, k), -1, dtype=np.int64)
+    if nq == 0 or kk == 0:
+        return D, I
+    nf = norms if norms is not None else _EMPTY_F32
+    nc = norm_codes if norm_codes is not None else _EMPTY_U8
+    nl = norm_levels if norm_codes is not None else _EMPTY_F32
+    step = tables.queries_per_batch
+    for start in range(0, nq, step):
+        stop = min(nq, start + step)
+        luts, qconst = tables.compute(Q[start:stop], distance, n_threads)
+        if kk == k:
+            out_d, out_i = D[start:stop], I[start:stop]  # C-contiguous row slices: the kernel writes in place
+        else:
+            out_d = np.empty((stop - start, kk), dtype=np.float32)
+            out_i = np.empty((stop - start, kk), dtype=np.int64)
+        _kernels.adc_scan(codes, luts, qconst, nf, nc, nl, ids if ids is not None else _EMPTY_I64, LUT_SLOTS,
+                          out_d, out_i, n_threads)
+        if kk != k:
+            D[start:stop, :kk] = out_d
+            I[start:stop, :kk] = out_i
+    return D, I
