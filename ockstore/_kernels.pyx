@@ -48,14 +48,14 @@ cdef inline void _gemm(int m, int n, int k, const float *A, int lda, const float
     """
     cdef char trans = b'N'
     cdef float one = 1.0
-    cdef float zero = 0.0
     if m == 0 or n == 0:
         return
+    # Zero C here and accumulate into it (beta = 1): with beta = 0 OpenBLAS first runs a slow scalar pass over C.
+    for i in range(m):
+        memset(C + <size_t>i * ldc, 0, n * sizeof(float))
     if k == 0:
-        for i in range(m):
-            memset(C + <size_t>i * ldc, 0, n * sizeof(float))
         return
-    sgemm(&trans, &trans, &n, &m, &k, &one, <float *>B, &ldb, <float *>A, &lda, &zero, C, &ldc)
+    sgemm(&trans, &trans, &n, &m, &k, &one, <float *>B, &ldb, <float *>A, &lda, &one, C, &ldc)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -85,8 +85,6 @@ cdef struct BeamScratch:
     int *cand_word       # (C, T)
     int *chosen          # (C,): current prefix
     int *best_code       # (C,): best leaf so far
-    const float *pair_rowmin  # (C(C-1)/2 * K,) of the current subspace: min over k' of pair(c,c')[k*K + k']
-    float last_min       # C == 2: min over k of unary[K + k] (the last level's row) of the current subvector
     float best_last_min  # the last level's minimum in the best leaf (its word is located after the search)
     float best_error
 
@@ -138,11 +136,6 @@ cdef void _descend(int level, float partial, const float *unary, const float *pa
     if level == C - 1:
         # The last level takes its single best word: min over k of row[k] + the pair row of the last chosen word.
         p_index = _pair_index(level - 1, level, C)
-        if C == 2:
-            # min_k row[k] + last[k] >= min(row) + min(last): skip a candidate that cannot beat the best leaf.
-            # Rounding is monotone, so the bound computed in float32 is also a bound of the float32 sum.
-            if partial + (s.last_min + s.pair_rowmin[<size_t>p_index * K + s.chosen[level - 1]]) >= s.best_error:
-                return
         last = pairs + p_index * KK + <size_t>s.chosen[level - 1] * K
         m = ock_min_of_sum(row, last, K)
         if partial + m < s.best_error:
@@ -201,8 +194,7 @@ cdef float _code_error(const float *unary, const float *pairs, const uint8_t *co
 
 
 cdef void _encode_chunk(const float *X, int n, int P, const float *rot_pad, const float *words_t,
-                        const float *word_sqnorms, const float *pair_tables, const float *pair_rowmin,
-                        int M, int S, int C, int K, int T,
+                        const float *word_sqnorms, const float *pair_tables, int M, int S, int C, int K, int T,
                         const uint8_t *prev_codes, uint8_t *codes, float *errors,
                         float *zbuf, float *gbuf, BeamScratch *scratch) noexcept nogil:
     """Encode n vectors (rows of X); see encode_beam for the arguments."""
@@ -233,9 +225,6 @@ cdef void _encode_chunk(const float *X, int n, int P, const float *rot_pad, cons
             scratch.best_error = INFINITY
             for c in range(C):
                 scratch.best_code[c] = 0  # a valid code even if no leaf compares below infinity
-            if C == 2:
-                scratch.pair_rowmin = pair_rowmin + <size_t>m * K
-                scratch.last_min = ock_min(g + K, K)
             _descend(0, 0.0, g, pair_tables + m * pair_stride, C, K, T, scratch)
             if C > 1:
                 _locate_last_word(g, pair_tables + m * pair_stride, C, K, scratch)
@@ -260,7 +249,6 @@ def encode_beam(const float[:, ::1] X,               # IN (n, P)
                 const float[:, :, ::1] words_t,      # IN (M, S, C*K): words_t[m, s, c*K + k] = d[m, c, k][s]
                 const float[:, ::1] word_sqnorms,    # IN (M, C*K): ||d[m, c, k]||^2
                 const float[:, ::1] pair_tables,     # IN (M, C(C-1)/2 * K * K) (any shape when C == 1): 2 d.d'
-                const float[:, ::1] pair_rowmin,     # IN (M, C(C-1)/2 * K) (any shape when C == 1): row minima
                 int n_codebooks, int n_codewords, int beam_width,
                 const uint8_t[:, ::1] prev_codes,    # IN (n, M*C) or (0, 0): the current codes (replace only if better)
                 uint8_t[:, ::1] codes,               # OUT (n, M*C)
@@ -281,7 +269,6 @@ def encode_beam(const float[:, ::1] X,               # IN (n, P)
     cdef BeamScratch *scratch
     cdef const uint8_t *prev = NULL
     cdef const float *pairs = NULL
-    cdef const float *rowmin = NULL
     cdef const float *rot = NULL
     if n == 0:
         return
@@ -291,7 +278,6 @@ def encode_beam(const float[:, ::1] X,               # IN (n, P)
         prev = &prev_codes[0, 0]
     if C > 1:
         pairs = &pair_tables[0, 0]
-        rowmin = &pair_rowmin[0, 0]
     with nogil, parallel(num_threads=n_threads):
         zbuf = <float *>malloc(<size_t>ENCODE_CHUNK * M * S * sizeof(float))
         gbuf = <float *>malloc(<size_t>ENCODE_CHUNK * C * K * sizeof(float))
@@ -301,7 +287,7 @@ def encode_beam(const float[:, ::1] X,               # IN (n, P)
             count = n - start if n - start < ENCODE_CHUNK else ENCODE_CHUNK
             _encode_chunk(&X[start, 0], count, P, rot if rot_pad.shape[0] > 0 else NULL, &words_t[0, 0, 0],
                           &word_sqnorms[0, 0],
-                          pairs, rowmin, M, S, C, K, T,
+                          pairs, M, S, C, K, T,
                           (prev + <size_t>start * M * C) if prev != NULL else NULL,
                           &codes[start, 0], &errors[start], zbuf, gbuf, scratch)
         free(zbuf)

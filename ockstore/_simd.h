@@ -5,17 +5,20 @@
  * `optimize` attribute grants exactly that to these functions (their inputs are finite by construction: the
  * public API rejects NaN/inf), and `target_clones` adds an AVX2 version chosen at load time, so a portable build
  * (no -march) still runs 8 lanes wide on machines that have AVX2. Results are identical in every clone: the loops
- * only add and compare, with no reassociation of sums.
+ * only add and compare, with no reassociation of sums. "no-wrapv" undoes Python's -fwrapv for these loops: with
+ * wrapping signed arithmetic gcc cannot count the iterations of `for (; k + 32 <= n; k += 32)` and stops
+ * vectorising it (none of these loops relies on signed overflow).
  */
 #ifndef OCKSTORE_SIMD_H
 #define OCKSTORE_SIMD_H
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
 #define OCK_VECTOR_FN __attribute__((target_clones("avx512f", "avx2", "default"), \
-                                     optimize("no-trapping-math", "finite-math-only", "no-signed-zeros", "fp-contract=off")))
+                                     optimize("no-trapping-math", "finite-math-only", "no-signed-zeros", \
+                                              "fp-contract=off", "no-wrapv")))
 #elif defined(__GNUC__) && !defined(__clang__)
 #define OCK_VECTOR_FN __attribute__((optimize("no-trapping-math", "finite-math-only", "no-signed-zeros", \
-                                              "fp-contract=off")))
+                                              "fp-contract=off", "no-wrapv")))
 #else
 #define OCK_VECTOR_FN
 #endif
@@ -26,29 +29,22 @@ static void ock_unary_inplace(float *dot, const float *sqnorm, int n) {
     for (int j = 0; j < n; j++) dot[j] = sqnorm[j] - 2.0f * dot[j];
 }
 
-/* min over k of a[k] + b[k] (n >= 1). Two 16-lane partial minima break the dependency chain of a single running
- * minimum (min is exact, so any grouping gives the same result); the main loop covers whole blocks of 32. */
+/* min over k of a[k] + b[k] (n >= 1). 32 partial minima (four AVX2 or two AVX-512 registers) break the dependency
+ * chain of a single running minimum; min is exact, so any grouping gives the same result. */
 OCK_VECTOR_FN
 static float ock_min_of_sum(const float *a, const float *b, int n) {
-    float m0[16], m1[16];
+    float part[32];
     const float first = a[0] + b[0];
-    for (int j = 0; j < 16; j++) m0[j] = m1[j] = first;
+    for (int j = 0; j < 32; j++) part[j] = first;
     int k = 0;
     for (; k + 32 <= n; k += 32) {
-        for (int j = 0; j < 16; j++) {
+        for (int j = 0; j < 32; j++) {
             const float v = a[k + j] + b[k + j];
-            m0[j] = v < m0[j] ? v : m0[j];
-        }
-        for (int j = 0; j < 16; j++) {
-            const float v = a[k + 16 + j] + b[k + 16 + j];
-            m1[j] = v < m1[j] ? v : m1[j];
+            part[j] = v < part[j] ? v : part[j];
         }
     }
     float m = first;
-    for (int j = 0; j < 16; j++) {
-        m = m0[j] < m ? m0[j] : m;
-        m = m1[j] < m ? m1[j] : m;
-    }
+    for (int j = 0; j < 32; j++) m = part[j] < m ? part[j] : m;
     for (; k < n; k++) {
         const float v = a[k] + b[k];
         m = v < m ? v : m;
@@ -59,29 +55,28 @@ static float ock_min_of_sum(const float *a, const float *b, int n) {
 /* min over k of a[k] (n >= 1), grouped as in ock_min_of_sum. */
 OCK_VECTOR_FN
 static float ock_min(const float *a, int n) {
-    float m0[16], m1[16];
-    for (int j = 0; j < 16; j++) m0[j] = m1[j] = a[0];
+    float part[32];
+    for (int j = 0; j < 32; j++) part[j] = a[0];
     int k = 0;
     for (; k + 32 <= n; k += 32) {
-        for (int j = 0; j < 16; j++) m0[j] = a[k + j] < m0[j] ? a[k + j] : m0[j];
-        for (int j = 0; j < 16; j++) m1[j] = a[k + 16 + j] < m1[j] ? a[k + 16 + j] : m1[j];
+        for (int j = 0; j < 32; j++) part[j] = a[k + j] < part[j] ? a[k + j] : part[j];
     }
     float m = a[0];
-    for (int j = 0; j < 16; j++) {
-        m = m0[j] < m ? m0[j] : m;
-        m = m1[j] < m ? m1[j] : m;
-    }
+    for (int j = 0; j < 32; j++) m = part[j] < m ? part[j] : m;
     for (; k < n; k++) m = a[k] < m ? a[k] : m;
     return m;
 }
 
-/* out[j] = min of a[j], a[j + G], a[j + 2G], ... (j < G): the minimum of each of G interleaved groups. */
+#define OCK_SELECT_GROUPS 32
+
+/* out[j] = min of a[j], a[j + G], a[j + 2G], ... for j < G = OCK_SELECT_GROUPS (n >= G): the minimum of each of
+ * G interleaved groups. G is a compile-time constant so each step is a few whole vector operations. */
 OCK_VECTOR_FN
-static void ock_group_min(const float *a, int n, int G, float *out) {
-    for (int j = 0; j < G; j++) out[j] = a[j];
-    int i = G;
-    for (; i + G <= n; i += G) {
-        for (int j = 0; j < G; j++) out[j] = a[i + j] < out[j] ? a[i + j] : out[j];
+static void ock_group_min(const float *a, int n, float *out) {
+    for (int j = 0; j < OCK_SELECT_GROUPS; j++) out[j] = a[j];
+    int i = OCK_SELECT_GROUPS;
+    for (; i + OCK_SELECT_GROUPS <= n; i += OCK_SELECT_GROUPS) {
+        for (int j = 0; j < OCK_SELECT_GROUPS; j++) out[j] = a[i + j] < out[j] ? a[i + j] : out[j];
     }
     for (int j = 0; i + j < n; j++) out[j] = a[i + j] < out[j] ? a[i + j] : out[j];
 }
@@ -143,8 +138,6 @@ static inline int ock_insert_ranked(float v, int k, int T, float *score, int *in
     return count;
 }
 
-#define OCK_SELECT_GROUPS 32
-
 /* The T-th smallest of the OCK_SELECT_GROUPS values g (1 <= T <= OCK_SELECT_GROUPS), ties included: the largest
  * g[j] that has fewer than T values strictly below it. The counts are one vectorised pass per value, no branches. */
 OCK_VECTOR_FN
@@ -163,7 +156,8 @@ static float ock_kth_smallest_of_groups(const float *g, int T) {
     return theta;
 }
 
-/* The T smallest of values[0:n], ascending by (value, index), written to out_score/out_index; returns their count.
+/* The T smallest of values[0:n] (n <= 256), ascending by (value, index), written to out_score/out_index; returns
+ * their count.
  *
  * Inserting all n values into a sorted list costs an unpredictable branch per value. Instead: split the values into
  * G = 32 interleaved groups (j, j + G, j + 2G, ...) and take each group's minimum (one vector pass). The T-th
@@ -180,7 +174,7 @@ static int ock_select_smallest(const float *values, int n, int T, float *out_sco
         return count;
     }
     float group_min[OCK_SELECT_GROUPS];
-    ock_group_min(values, n, G, group_min);
+    ock_group_min(values, n, group_min);
     const float theta = ock_kth_smallest_of_groups(group_min, T);
     int groups[OCK_SELECT_GROUPS];
     int n_groups = 0;
@@ -188,17 +182,12 @@ static int ock_select_smallest(const float *values, int n, int T, float *out_sco
         groups[n_groups] = j;
         n_groups += group_min[j] <= theta;
     }
-    int survivors[512];
+    int survivors[256];  /* at most n <= 256 values survive */
     int n_survivors = 0;
     for (int g = 0; g < n_groups; g++) {
         for (int k = groups[g]; k < n; k += G) {
             survivors[n_survivors] = k;
             n_survivors += values[k] <= theta;
-            if (n_survivors == 512) {  /* only with massive ties at theta: rank what we have, continue */
-                for (int c = 0; c < n_survivors; c++)
-                    count = ock_insert_ranked(values[survivors[c]], survivors[c], T, out_score, out_index, count);
-                n_survivors = 0;
-            }
         }
     }
     for (int c = 0; c < n_survivors; c++)

@@ -98,7 +98,6 @@ class CodecTables:
     words_t      (M, S, C*K) float32  words_t[m, s, c*K + k] = codebooks[m, c, k, s]
     word_sqnorms (M, C*K) float32   ||codebooks[m, c, k]||^2
     pair_tables  (M, C(C-1)/2 * K * K) float32  2 codebooks[m,c,k] . codebooks[m,c',k'] for c < c' (empty for C = 1)
-    pair_rowmin  (M, C(C-1)/2 * K) float32  the minimum of each row of each pair table (prunes the beam search)
     """
 
     def __init__(self, layout: SubspaceLayout, rotation, codebooks):
@@ -121,10 +120,8 @@ class CodecTables:
         if pairs:
             stacked = np.stack(pairs, axis=1)  # (M, n_pairs, K, K)
             self.pair_tables = np.ascontiguousarray(stacked.reshape(M, -1), dtype=np.float32)
-            self.pair_rowmin = np.ascontiguousarray(stacked.min(axis=3).reshape(M, -1), dtype=np.float32)
         else:
             self.pair_tables = np.zeros((M, 1), dtype=np.float32)
-            self.pair_rowmin = np.zeros((M, 1), dtype=np.float32)
 
     def encode(self, X, beam_width, n_threads, prev_codes=None, rotated=False):
         """Beam-encode float32 rows; returns (codes uint8 (n, M*C), errors float32 (n,)).
@@ -139,7 +136,7 @@ class CodecTables:
         beam_width = min(beam_width, self.n_codewords)  # wider than K acts as K (and fits the kernel's int)
         with blas_single_thread():
             _kernels.encode_beam(X, _NO_ROTATION if rotated else self._encode_rot, self.words_t, self.word_sqnorms, self.pair_tables,
-                                 self.pair_rowmin, self.n_codebooks, self.n_codewords, beam_width, prev, codes, errors, n_threads)
+                                 self.n_codebooks, self.n_codewords, beam_width, prev, codes, errors, n_threads)
         return codes, errors
 
     def decode_rotated(self, codes, n_threads):
