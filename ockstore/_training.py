@@ -6,7 +6,6 @@ and a ``numpy.random.Generator``. See DESIGN.md section 3 for the method and ``q
 
 from __future__ import annotations
 
-import contextlib
 import sys
 import time
 from dataclasses import dataclass
@@ -15,8 +14,9 @@ import numpy as np
 import scipy.linalg
 
 from . import _kernels
+from ._blas import blas_single_thread
 
-__all__ = ["SubspaceLayout", "CodecTables", "TrainResult", "train", "blas_single_thread", "fit_scalar_quantizer"]
+__all__ = ["SubspaceLayout", "CodecTables", "TrainResult", "train", "fit_scalar_quantizer", "scalar_encode"]
 
 # Ridge added to the normal equations, relative to their mean diagonal (the mean count of a word). The matrix is
 # always singular for C >= 2 (adding a vector to every word of one codebook and subtracting it from another leaves
@@ -29,26 +29,6 @@ RIDGE = 1e-9
 INIT_ITER = 10
 # Training vectors per codeword used by that initial k-means (at most).
 INIT_SAMPLE_PER_WORD = 64
-
-_controller = None
-
-
-@contextlib.contextmanager
-def blas_single_thread():
-    """Run BLAS on one thread inside the block.
-
-    Our OpenMP loops call sgemm from every thread on their own chunk; a multi-threaded BLAS inside them would
-    oversubscribe the cores. With BLAS on one thread, the number of threads is set by n_threads alone and every
-    product is computed the same way whatever n_threads is, so results are bit-identical across thread counts.
-    """
-    global _controller
-    if _controller is None:
-        from threadpoolctl import ThreadpoolController
-
-        _controller = ThreadpoolController()
-    with _controller.limit(limits=1, user_api="blas"):
-        yield
-
 
 @dataclass(frozen=True)
 class SubspaceLayout:

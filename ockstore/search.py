@@ -30,11 +30,10 @@ returned, instead of reading outside the table.
 
 from __future__ import annotations
 
-import contextlib
-
 import numpy as np
 
 from . import _kernels
+from ._blas import blas_single_thread
 
 __all__ = ["QueryTables", "search_codes", "LUT_BYTES", "LUT_SLOTS"]
 
@@ -45,22 +44,6 @@ LUT_SLOTS = 256
 # Bounds the table memory of a search whatever the number of queries (the float64 intermediates of a batch take up to
 # four times as much, briefly), and is large enough that the kernel's groups of queries keep every thread busy.
 LUT_BYTES = 8 << 20
-
-
-_controller = None
-
-
-@contextlib.contextmanager
-def _blas_one_thread():
-    """BLAS on one thread inside the block: table products are tiny, and one thread keeps every query's table
-    bit-identical whatever the machine's BLAS threading (and honours n_threads=1)."""
-    global _controller
-    if _controller is None:
-        from threadpoolctl import ThreadpoolController
-
-        _controller = ThreadpoolController()
-    with _controller.limit(limits=1, user_api="blas"):
-        yield
 
 
 class QueryTables:
@@ -128,7 +111,7 @@ class QueryTables:
         """
         nq = Q.shape[0]
         M, C, K, S = self.n_subspaces, self.n_codebooks, self.n_codewords, self.sub_dim
-        with _blas_one_thread():
+        with blas_single_thread():
             z = self.rotated(Q, distance, n_threads)                      # (nq, M*S) float64
             zm = z.reshape(nq, M, 1, S)
             dots = (zm @ self.words_t)[:, :, 0, :]                       # (nq, M, C*K): z_m . d[m, c, k]

@@ -1,0 +1,27 @@
+"""BLAS thread control, shared by training, encoding and search (no input validation)."""
+
+from __future__ import annotations
+
+import contextlib
+
+__all__ = ["blas_single_thread"]
+
+_controller = None
+
+
+@contextlib.contextmanager
+def blas_single_thread():
+    """Run BLAS on one thread inside the block.
+
+    Our OpenMP loops call sgemm from every thread on their own chunk; a multi-threaded BLAS inside them would
+    oversubscribe the cores. With BLAS on one thread, the number of threads is set by n_threads alone and every
+    product is computed the same way whatever n_threads is, so results are bit-identical across thread counts.
+    The controller is created on first use, after the BLAS libraries it must find (numpy's, scipy's) are loaded.
+    """
+    global _controller
+    if _controller is None:
+        from threadpoolctl import ThreadpoolController
+
+        _controller = ThreadpoolController()
+    with _controller.limit(limits=1, user_api="blas"):
+        yield
