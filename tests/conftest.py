@@ -80,3 +80,21 @@ def sift_sample():
     for arr in (learn, base):
         arr.flags.writeable = False
     return learn, base
+
+
+@pytest.fixture(scope="session")
+def sift_full_learn():
+    """(learn, base): all 100,000 sift-real learn vectors and the first 50,000 base vectors, uint8."""
+    learn_path = SIFT / "sift_learn.bvecs.gz"
+    base_path = SIFT / "sift_base.bvecs.gz"
+    missing = [str(p) for p in (learn_path, base_path) if not p.is_file()]
+    if missing:
+        pytest.skip(f"sift-real data not found ({', '.join(missing)}); set OCKSTORE_DATA to the folder holding "
+                    "sift-real/")
+    from ockstore.datasets import read_vecs
+
+    learn = read_vecs(learn_path)
+    base = _first_rows(base_path, 50_000)
+    for arr in (learn, base):
+        arr.flags.writeable = False
+    return learn, base
