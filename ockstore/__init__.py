@@ -12,16 +12,16 @@ except ImportError as exc:  # pragma: no cover - exercised by hand on broken ins
         "Rebuild it with `pip install -e .` (or `python setup.py build_ext --inplace`) from the source folder."
     ) from exc
 
+__version__ = "0.1.0"  # before the imports below: index files record it (meta "library")
+
 from .errors import FormatError, NotFittedError
-from .index import Index
+from .index import Index, IndexWriter, build_index, load_quantizer, open_index, save_quantizer
 from .quantizers import CKM, ECKM, OCKM, PQ, Quantizer
 from . import datasets, evaluation
 
-__version__ = "0.1.0"
-
 __all__ = [
     "PQ", "CKM", "ECKM", "OCKM", "Quantizer",
-    "Index",
+    "Index", "IndexWriter", "build_index", "open_index", "save_quantizer", "load_quantizer",
     "FormatError", "NotFittedError",
     "datasets", "evaluation",
     "__version__",

@@ -1,0 +1,106 @@
+"""Make the golden index file of format version 1 and its expected search results, reproducibly.
+
+    python tools/make_golden_index.py [--out tests/data] [--check]
+
+Writes into ``--out`` (default: tests/data of this repository):
+
+    golden_v1.ock            OCKM, P=12, M=3, C=2, T=4, K=16 (48-bit codes), 200 vectors with user ids, u8 norms
+    golden_v1_queries.npy    (10, 12) float32 queries
+    golden_v1_adc_D.npy      (10, 10) float32 and golden_v1_adc_I.npy (10, 10) int64: the ADC results (k = 10)
+    golden_v1_sdc_D.npy      and golden_v1_sdc_I.npy: the SDC results
+
+Everything comes from one seeded NumPy Generator, trains and encodes on one thread, and the writer is canonical: a run
+on the same machine reproduces the same bytes (``--check`` regenerates into a temporary folder and compares). The
+queries are chosen among candidates so that the k + 1 nearest distances of each are separated by a relative gap of at
+least 1e-4: the expected neighbours then do not depend on the rounding of another machine. tests/test_index_file.py
+(test_golden_v1_file_I14) opens the committed file and compares: this pins format version 1 and its meaning
+(docs/FORMAT.md I14). Do not regenerate the committed files unless the format's major version changes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import filecmp
+import os
+import sys
+import tempfile
+
+import numpy as np
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if __name__ == "__main__":  # the repository's ockstore
+    sys.path.insert(0, REPO)
+
+import ockstore  # noqa: E402
+
+SEED = 20261122
+P, M, C, T, K = 12, 3, 2, 4, 16
+N_BASE, N_LEARN, N_QUERIES, N_CANDIDATES, TOP_K = 200, 1000, 10, 60, 10
+MIN_GAP = 1e-4
+FILES = ["golden_v1.ock", "golden_v1_queries.npy", "golden_v1_adc_D.npy", "golden_v1_adc_I.npy",
+         "golden_v1_sdc_D.npy", "golden_v1_sdc_I.npy"]
+
+
+def _separated(D):
+    """True when consecutive distances differ by at least MIN_GAP relative to their size."""
+    gaps = np.diff(D.astype(np.float64))
+    return bool((gaps >= MIN_GAP * np.maximum(1.0, np.abs(D[:-1]))).all())
+
+
+def make(out):
+    rng = np.random.default_rng(SEED)
+    centres = rng.normal(scale=3.0, size=(6, P))
+    scales = np.linspace(1.0, 0.2, P)
+
+    def draw(n):
+        return (centres[rng.integers(0, len(centres), size=n)] + rng.normal(size=(n, P)) * scales).astype(np.float32)
+
+    learn, base, candidates = draw(N_LEARN), draw(N_BASE), draw(N_CANDIDATES)
+    ids = rng.choice(10**12, size=N_BASE, replace=False).astype(np.int64)  # distinct, in random order
+    q = ockstore.OCKM(M, C, T, n_codewords=K, n_iter=10, seed=7, n_threads=1).fit(learn)
+    path = os.path.join(out, "golden_v1.ock")
+    ockstore.build_index(path, q, base, ids, norm_encoding="u8", n_threads=1,
+                         metadata={"generator": "tools/make_golden_index.py", "seed": SEED,
+                                   "purpose": "golden file of format version 1"})
+    chosen = []
+    with ockstore.open_index(path) as index:
+        index.verify()
+        for i in range(N_CANDIDATES):
+            ok = all(_separated(index.search(candidates[i], TOP_K + 1, distance=d, n_threads=1)[0])
+                     for d in ("adc", "sdc"))
+            if ok:
+                chosen.append(i)
+            if len(chosen) == N_QUERIES:
+                break
+        if len(chosen) < N_QUERIES:
+            raise SystemExit(f"only {len(chosen)} well-separated queries among {N_CANDIDATES} candidates")
+        Q = np.ascontiguousarray(candidates[chosen])
+        np.save(os.path.join(out, "golden_v1_queries.npy"), Q)
+        for distance in ("adc", "sdc"):
+            D, I = index.search(Q, TOP_K, distance=distance, n_threads=1)
+            np.save(os.path.join(out, f"golden_v1_{distance}_D.npy"), D)
+            np.save(os.path.join(out, f"golden_v1_{distance}_I.npy"), I)
+    return [os.path.join(out, name) for name in FILES]
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default=os.path.join(REPO, "tests", "data"), help="output folder")
+    parser.add_argument("--check", action="store_true",
+                        help="regenerate into a temporary folder and compare with the files in --out")
+    args = parser.parse_args(argv)
+    if args.check:
+        with tempfile.TemporaryDirectory() as tmp:
+            make(tmp)
+            different = [name for name in FILES
+                         if not filecmp.cmp(os.path.join(tmp, name), os.path.join(args.out, name), shallow=False)]
+        print("identical" if not different else f"different: {', '.join(different)}")
+        return 1 if different else 0
+    os.makedirs(args.out, exist_ok=True)
+    for path in make(args.out):
+        print(f"wrote {path} ({os.path.getsize(path)} bytes)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
