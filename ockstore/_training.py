@@ -68,6 +68,9 @@ class SubspaceLayout:
         return Zp[:, self.padded_columns]
 
 
+# Encodings of at most this many rows run on one thread.
+SMALL_ENCODE_ROWS = 256
+
 _NO_ROTATION = np.zeros((0, 0), dtype=np.float32)  # tells encode_beam that its input is already rotated and padded
 
 
@@ -114,6 +117,8 @@ class CodecTables:
         errors = np.empty(n, dtype=np.float32)
         prev = prev_codes if prev_codes is not None else np.zeros((0, 0), dtype=np.uint8)
         beam_width = min(beam_width, self.n_codewords)  # wider than K acts as K (and fits the kernel's int)
+        if n <= SMALL_ENCODE_ROWS:
+            n_threads = 1  # one or two kernel chunks: not worth waking other threads (results are the same)
         with blas_single_thread():
             _kernels.encode_beam(X, _NO_ROTATION if rotated else self._encode_rot, self.words_t, self.word_sqnorms, self.pair_tables,
                                  self.n_codebooks, self.n_codewords, beam_width, prev, codes, errors, n_threads)

@@ -45,6 +45,10 @@ LUT_SLOTS = 256
 # four times as much, briefly), and is large enough that the kernel's groups of queries keep every thread busy.
 LUT_BYTES = 8 << 20
 
+# Below this many (query, code) pairs a search runs on one thread: the scan takes well under a millisecond, less
+# than starting a parallel region costs on a busy machine.
+SMALL_SCAN_CODES = 1 << 17
+
 
 class QueryTables:
     """The arrays of a fitted quantizer that query tables are built from, in float64 (computed once per index).
@@ -173,6 +177,8 @@ def search_codes(tables, Q, k, codes, ids, *, distance="adc", norms=None, norm_c
     I = np.full((nq, k), -1, dtype=np.int64)
     if nq == 0 or kk == 0:
         return D, I
+    if nq * N < SMALL_SCAN_CODES:
+        n_threads = 1  # waking other threads costs more than scanning this few codes (results are the same)
     nf = norms if norms is not None else _EMPTY_F32
     nc = norm_codes if norm_codes is not None else _EMPTY_U8
     nl = norm_levels if norm_codes is not None else _EMPTY_F32
