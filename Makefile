@@ -43,7 +43,7 @@ bench-storage: $(VENV)/.bench
 	$(BIN)/python tools/bench_storage.py
 
 reproduce: $(VENV)/.bench
-	$(BIN)/python tools/reproduce_paper.py
+	$(BIN)/python tools/reproduce_paper.py --data ../shared/data/sift-real ../shared/data/minilm-real --out docs/
 
 clean:
 	rm -rf build ockstore/_kernels.c ockstore/*.so *.egg-info

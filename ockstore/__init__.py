@@ -15,13 +15,13 @@ except ImportError as exc:  # pragma: no cover - exercised by hand on broken ins
 __version__ = "0.1.0"  # before the imports below: index files record it (meta "library")
 
 from .errors import FormatError, NotFittedError
-from .index import Index, IndexWriter, build_index, load_quantizer, open_index, save_quantizer
+from .index import Index, IndexWriter, build_index, file_info, load_quantizer, open_index, save_quantizer
 from .quantizers import CKM, ECKM, OCKM, PQ, Quantizer
 from . import datasets, evaluation
 
 __all__ = [
     "PQ", "CKM", "ECKM", "OCKM", "Quantizer",
-    "Index", "IndexWriter", "build_index", "open_index", "save_quantizer", "load_quantizer",
+    "Index", "IndexWriter", "build_index", "open_index", "file_info", "save_quantizer", "load_quantizer",
     "FormatError", "NotFittedError",
     "datasets", "evaluation",
     "__version__",

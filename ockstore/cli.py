@@ -820,42 +820,13 @@ def _jsonable(v):
 
 
 def _file_info(path):
-    """info() of an index file; for a quantizer file, the same keys where they apply (no N, norm_encoding,
-    bytes_per_vector, has_ids) plus kind, code_size, iterations and the final training objective."""
+    """info() of an index file, or the description of a quantizer file (ockstore.file_info)."""
     import ockstore
-    from .errors import FormatError
 
-    try:
-        with ockstore.open_index(path) as index:
-            return index.info()
-    except FormatError as index_error:
-        try:
-            q = ockstore.load_quantizer(path)  # accepts quantizer files (and valid index files)
-        except FormatError:
-            raise index_error from None
-    # The container's version and user metadata: the public API exposes them for index files only (Index.info), so
-    # the header is read here through the storage layer (header only, no section data).
-    from . import storage
-
-    with storage.open_file(path) as mf:
-        major, minor = mf.version
-        user = mf.user
-    return {
-        "kind": "quantizer",
-        "P": int(q.dim),
-        "method": q.method,
-        "M": int(q.n_subspaces),
-        "C": int(q.n_codebooks),
-        "K": int(q.n_codewords),
-        "T": int(q.beam_width),
-        "bits": int(q.bits),
-        "code_size": int(q.code_size),
-        "iterations": int(len(q.objective_history) - 1),
-        "objective": float(q.objective_history[-1]),
-        "format_version": f"{major}.{minor}",
-        "metadata": user,
-        "path": os.fspath(path),
-    }
+    info = ockstore.file_info(path)
+    if info["kind"] == "index":
+        del info["kind"]  # `ockstore info` prints what Index.info() gives for an index
+    return info
 
 
 def cmd_info(args, out):

@@ -45,6 +45,7 @@ __all__ = [
     "open_index",
     "save_quantizer",
     "load_quantizer",
+    "file_info",
     "NORM_ENCODINGS",
     "DEFAULT_NORM_ENCODING",
     "BUILD_CHUNK",
@@ -959,3 +960,39 @@ def load_quantizer(path):
     with storage.open_file(path) as mf:
         _kind, quantizer, _vectors = _read(mf, (KIND_INDEX, KIND_QUANTIZER))
     return quantizer
+
+
+def file_info(path) -> dict:
+    """Describe an index file or a quantizer file without loading its vectors (every open-time check runs).
+
+    An index file gives ``open_index(path).info()`` plus ``kind: "index"``. A quantizer file gives kind
+    ("quantizer"), P, method, M, C, K, T, bits, code_size, iterations, objective (the last training objective),
+    format_version, metadata and path. Raises as :func:`open_index`.
+    """
+    with storage.open_file(path) as mf:
+        kind, quantizer, vectors = _read(mf, (KIND_INDEX, KIND_QUANTIZER))
+        major, minor = mf.version
+        common = {"format_version": f"{major}.{minor}", "metadata": storage._canonical(mf.user), "path": mf.path}
+        if kind == KIND_INDEX:
+            codes, norms, ids, encoding = vectors
+            index = Index(quantizer, codes, norms, ids, encoding)
+            try:
+                info = index.info()
+            finally:
+                index.close()
+            return {"kind": KIND_INDEX, **info, "has_ids": ids is not None, **common}
+    q = quantizer
+    return {
+        "kind": KIND_QUANTIZER,
+        "P": int(q.dim),
+        "method": q.method,
+        "M": int(q.n_subspaces),
+        "C": int(q.n_codebooks),
+        "K": int(q.n_codewords),
+        "T": int(q.beam_width),
+        "bits": int(q.bits),
+        "code_size": int(q.code_size),
+        "iterations": int(len(q.objective_history) - 1),
+        "objective": float(q.objective_history[-1]),
+        **common,
+    }

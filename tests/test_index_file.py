@@ -1178,3 +1178,28 @@ def test_golden_v1_file_I14(tmp_path):
     assert user == user0 and list(sections) == list(sections0)
     for name in sections:
         assert sections[name].tobytes() == sections0[name].tobytes(), name
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# file_info: describe either kind of file without loading its vectors
+
+
+def test_file_info_of_index_and_quantizer_files(tmp_path, quantizers, base):
+    q = quantizers["ockm"]
+    index_path, quantizer_path = tmp_path / "b.ock", tmp_path / "q.ock"
+    build_index(index_path, q, base, metadata={"source": "test"})
+    save_quantizer(quantizer_path, q, metadata={"note": "q"})
+    with open_index(index_path) as index:
+        expected = index.info()
+    info = ockstore.file_info(index_path)
+    assert info.pop("kind") == "index"
+    assert info == expected
+    qinfo = ockstore.file_info(quantizer_path)
+    assert qinfo["kind"] == "quantizer"
+    assert (qinfo["P"], qinfo["M"], qinfo["C"], qinfo["K"], qinfo["bits"]) == (P, 4, 2, 16, q.bits)
+    assert qinfo["iterations"] == len(q.objective_history) - 1
+    assert qinfo["objective"] == q.objective_history[-1]
+    assert qinfo["metadata"] == {"note": "q"} and qinfo["format_version"] == "1.0"
+    (tmp_path / "junk.ock").write_bytes(b"not an index" * 10)
+    with pytest.raises(FormatError):
+        ockstore.file_info(tmp_path / "junk.ock")
