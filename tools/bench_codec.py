@@ -25,22 +25,14 @@ import time
 import numpy as np
 
 import ockstore
+from _machine import core_count, cpu_model
 from ockstore import datasets
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def machine_description():
-    cpu = platform.processor() or "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} logical cores, Python {platform.python_version()}, numpy {np.__version__}"
+    return f"{cpu_model()}, {core_count()} cores, Python {platform.python_version()}, numpy {np.__version__}"
 
 
 def mean_sq_error(X, X_hat, chunk=100_000):

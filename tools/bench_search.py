@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import platform
 import sys
 import time
@@ -42,7 +41,8 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 import ockstore  # noqa: E402
-from ockstore.datasets import exact_knn, iter_vecs, load_texmex, read_vecs  # noqa: E402
+from _machine import core_count, cpu_model  # noqa: E402
+from ockstore.datasets import exact_knn, load_texmex  # noqa: E402
 from ockstore.evaluation import mean_overall_ratio, recall_at_r  # noqa: E402
 from ockstore.index import Index  # noqa: E402
 
@@ -51,19 +51,7 @@ K_SEARCH = 100
 
 # ---------------------------------------------------------------------------------------------------------- machine
 def machine_info():
-    model = platform.processor() or "unknown"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:
-        cores = os.cpu_count()
+    model, cores = cpu_model(), core_count()
     import faiss
 
     return {

@@ -48,6 +48,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _machine import core_count, cpu_model
+
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
@@ -83,19 +85,7 @@ def ru_maxrss_mb():
 
 
 def machine_info():
-    model = platform.processor() or "unknown"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:
-        cores = os.cpu_count()
+    model, cores = cpu_model(), core_count()
     mem = "?"
     try:
         with open("/proc/meminfo") as f:

@@ -45,6 +45,7 @@ if str(REPO) not in sys.path:
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle OpenMP threads sleep (shared machine); before the import
 
 import ockstore  # noqa: E402
+from _machine import core_count, cpu_model  # noqa: E402
 from ockstore import datasets, evaluation  # noqa: E402
 
 METHODS = ("PQ", "CKM", "ECKM", "OCKM")
@@ -63,19 +64,7 @@ def log(msg):
 
 # ---------------------------------------------------------------------------------------------------------- machine
 def machine_info():
-    cpu = platform.processor() or "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:
-        cores = os.cpu_count()
+    cpu, cores = cpu_model(), core_count()
     mem = None
     try:
         with open("/proc/meminfo") as f:
