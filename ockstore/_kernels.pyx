@@ -108,6 +108,25 @@ cdef void _scratch_free(BeamScratch *s) noexcept nogil:
     free(s)
 
 
+cdef const float *_level_row(int level, const float *unary, const float *pairs, const int *prefix, int C, int K,
+                             float *buf) noexcept nogil:
+    """For level >= 2 (C >= 3): buf[k] = unary_l[k] + the pair rows of every prefix word but the last; returns buf.
+
+    The last prefix word's pair row is added by the caller, fused with the minimum or the candidate ranking.
+    """
+    cdef const float *row = unary + <size_t>level * K
+    cdef const float *p
+    cdef int c, k
+    cdef size_t KK = <size_t>K * K
+    for k in range(K):
+        buf[k] = row[k]
+    for c in range(level - 1):
+        p = pairs + _pair_index(c, level, C) * KK + <size_t>prefix[c] * K
+        for k in range(K):
+            buf[k] += p[k]
+    return buf
+
+
 cdef void _descend(int level, float partial, const float *unary, const float *pairs, int C, int K, int T,
                    BeamScratch *s) noexcept nogil:
     """Explore level `level` below the prefix s.chosen[0:level] whose partial error is `partial`."""
@@ -119,14 +138,7 @@ cdef void _descend(int level, float partial, const float *unary, const float *pa
     cdef float m
     cdef size_t KK = <size_t>K * K
     if level >= 2:
-        # row[k] = unary_l[k] + the pair rows of all but the last chosen word (only for C >= 3).
-        for k in range(K):
-            buf[k] = row[k]
-        for c in range(level - 1):
-            p = pairs + _pair_index(c, level, C) * KK + <size_t>s.chosen[c] * K
-            for k in range(K):
-                buf[k] += p[k]
-        row = buf
+        row = _level_row(level, unary, pairs, s.chosen, C, K, buf)
     if level == 0 and C == 1:
         # PQ / CKM: the nearest word.
         m = ock_min(row, K)
@@ -160,22 +172,14 @@ cdef void _descend(int level, float partial, const float *unary, const float *pa
 cdef void _locate_last_word(const float *unary, const float *pairs, int C, int K, BeamScratch *s) noexcept nogil:
     """Find the last word of the best leaf: the first k whose score equals the minimum recorded for that leaf.
 
-    The score row is rebuilt exactly as _descend built it (same operands, same order), so the sums are equal.
+    The score row is rebuilt by the same _level_row as in _descend (same operands, same order): the sums are equal.
     """
     cdef int level = C - 1
     cdef const float *row = unary + <size_t>level * K
-    cdef float *buf = s.scores + <size_t>level * K
     cdef const float *p
-    cdef int c, k
     cdef size_t KK = <size_t>K * K
     if level >= 2:
-        for k in range(K):
-            buf[k] = row[k]
-        for c in range(level - 1):
-            p = pairs + _pair_index(c, level, C) * KK + <size_t>s.best_code[c] * K
-            for k in range(K):
-                buf[k] += p[k]
-        row = buf
+        row = _level_row(level, unary, pairs, s.best_code, C, K, s.scores + <size_t>level * K)
     p = pairs + _pair_index(level - 1, level, C) * KK + <size_t>s.best_code[level - 1] * K
     s.best_code[level] = ock_first_index_of_sum(row, p, K, s.best_last_min)
 

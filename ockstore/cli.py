@@ -18,7 +18,6 @@ import gzip
 import json
 import os
 import sys
-import tempfile
 import time
 import traceback
 
@@ -116,6 +115,11 @@ def _add_threads(p):
                    help="threads to use (default: all cores available to the process)")
 
 
+def _add_metadata(p):
+    p.add_argument("--metadata", nargs="+", action="extend", type=_metadata_item, default=[], metavar="KEY=VALUE",
+                   help="user metadata stored in the file (strings)")
+
+
 def _add_progress(p):
     g = p.add_mutually_exclusive_group()
     g.add_argument("-q", "--quiet", action="store_true",
@@ -177,8 +181,7 @@ Code size: M*C bytes per vector (C = 1 for pq and ckm). Default iterations: """ 
                    help="stop when an iteration lowers the objective by less than this fraction (default 1e-4)")
     p.add_argument("--seed", type=_int_type(0, "a non-negative integer"), default=0, help="random seed (default 0)")
     p.add_argument("--limit", type=_positive, default=None, metavar="N", help="train on the first N vectors only")
-    p.add_argument("--metadata", nargs="+", action="extend", type=_metadata_item, default=[], metavar="KEY=VALUE",
-                   help="user metadata stored in the file (strings)")
+    _add_metadata(p)
     p.add_argument("-v", "--verbose", action="store_true", help="print the objective of every iteration on stderr")
     _add_threads(p)
     p.set_defaults(func=cmd_train, subparser=p)
@@ -205,8 +208,7 @@ examples:
                         "integer .npy of shape (N,) or (N, 1)); default: 0..N-1")
     p.add_argument("--chunk-size", type=_positive, default=DEFAULT_CHUNK, metavar="CHUNK",
                    help=f"base vectors read and encoded per step (default {DEFAULT_CHUNK:,})")
-    p.add_argument("--metadata", nargs="+", action="extend", type=_metadata_item, default=[], metavar="KEY=VALUE",
-                   help="user metadata stored in the file (strings)")
+    _add_metadata(p)
     _add_threads(p)
     _add_progress(p)
     p.set_defaults(func=cmd_build, subparser=p)
@@ -515,33 +517,12 @@ def _check_output(path, what):
         raise CommandError(f"{what}: {path!r} is a directory")
 
 
-def _write_atomic(path, write):
-    """``write(fileobj)`` into a hidden temporary sibling of ``path``, fsync, rename over ``path``.
-
-    On any error (or interruption) the temporary file is removed and ``path`` is left as it was.
-    """
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
-    try:
-        mask = os.umask(0)
-        os.umask(mask)
-        os.fchmod(fd, 0o666 & ~mask)
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
 def _write_distances(path, D):
-    """float32 distances (they may hold +inf padding) as .npy or texmex .fvecs(.gz), atomically."""
+    """float32 distances (they may hold +inf padding, which write_vecs refuses) as .npy or texmex .fvecs(.gz),
+    atomically through the dataset writer's temporary-sibling-and-rename."""
     import numpy as np
+
+    from .datasets import _atomic_write as _write_atomic
 
     D = np.ascontiguousarray(D, dtype="<f4")
     low = path.lower()

@@ -335,19 +335,8 @@ class Index:
         file adds format_version (the file's, e.g. "1.0"), has_ids, metadata (the user dict, a copy) and path.
         """
         self._check_open()
-        q = self._quantizer
-        info = {
-            "N": len(self),
-            "P": int(q.dim),
-            "method": q.method,
-            "M": int(q.n_subspaces),
-            "C": int(q.n_codebooks),
-            "K": int(q.n_codewords),
-            "T": int(q.beam_width),
-            "bits": int(q.bits),
-            "norm_encoding": self._norm_encoding,
-            "bytes_per_vector": self.bytes_per_vector,
-        }
+        info = {"N": len(self), **_quantizer_summary(self._quantizer), "norm_encoding": self._norm_encoding,
+                "bytes_per_vector": self.bytes_per_vector}
         if self._file is not None:
             major, minor = self._file.version
             info["format_version"] = f"{major}.{minor}"
@@ -981,18 +970,17 @@ def file_info(path) -> dict:
             finally:
                 index.close()
             return {"kind": KIND_INDEX, **info, "has_ids": ids is not None, **common}
-    q = quantizer
     return {
         "kind": KIND_QUANTIZER,
-        "P": int(q.dim),
-        "method": q.method,
-        "M": int(q.n_subspaces),
-        "C": int(q.n_codebooks),
-        "K": int(q.n_codewords),
-        "T": int(q.beam_width),
-        "bits": int(q.bits),
-        "code_size": int(q.code_size),
-        "iterations": int(len(q.objective_history) - 1),
-        "objective": float(q.objective_history[-1]),
+        **_quantizer_summary(quantizer),
+        "code_size": int(quantizer.code_size),
+        "iterations": int(len(quantizer.objective_history) - 1),
+        "objective": float(quantizer.objective_history[-1]),
         **common,
     }
+
+
+def _quantizer_summary(q):
+    """P, method, M, C, K, T, bits of a fitted quantizer (the part of info() that describes the model)."""
+    return {"P": int(q.dim), "method": q.method, "M": int(q.n_subspaces), "C": int(q.n_codebooks),
+            "K": int(q.n_codewords), "T": int(q.beam_width), "bits": int(q.bits)}

@@ -59,6 +59,7 @@ class Quantizer:
     method = ""
     _learn_rotation = True
     _shared_codebook = False
+    _fixed_params = ()  # get_params() keys the method fixes (not constructor arguments, not shown by repr)
 
     def __init__(self, n_subspaces, n_codebooks, beam_width, *, n_codewords, n_iter, tol, seed, n_threads, verbose):
         self.n_subspaces = check_int(n_subspaces, "n_subspaces", min_value=1)
@@ -111,7 +112,8 @@ class Quantizer:
         return f"{type(self).__name__}({args})"
 
     def _public_params(self):
-        return self.get_params()
+        """The parameters this class's constructor takes (the others are fixed by the method)."""
+        return {k: v for k, v in self.get_params().items() if k not in self._fixed_params}
 
     # ------------------------------------------------------------------------------------------------ learned state
     @property
@@ -364,15 +366,11 @@ class PQ(Quantizer):
 
     method = "pq"
     _learn_rotation = False
+    _fixed_params = ("n_codebooks", "beam_width")
 
     def __init__(self, n_subspaces, *, n_codewords=256, n_iter=25, tol=1e-4, seed=0, n_threads=None, verbose=False):
         super().__init__(n_subspaces, 1, 1, n_codewords=n_codewords, n_iter=n_iter, tol=tol, seed=seed,
                          n_threads=n_threads, verbose=verbose)
-
-    def _public_params(self):
-        p = self.get_params()
-        del p["n_codebooks"], p["beam_width"]
-        return p
 
 
 class CKM(Quantizer):
@@ -382,15 +380,11 @@ class CKM(Quantizer):
     """
 
     method = "ckm"
+    _fixed_params = ("n_codebooks", "beam_width")
 
     def __init__(self, n_subspaces, *, n_codewords=256, n_iter=30, tol=1e-4, seed=0, n_threads=None, verbose=False):
         super().__init__(n_subspaces, 1, 1, n_codewords=n_codewords, n_iter=n_iter, tol=tol, seed=seed,
                          n_threads=n_threads, verbose=verbose)
-
-    def _public_params(self):
-        p = self.get_params()
-        del p["n_codebooks"], p["beam_width"]
-        return p
 
 
 class ECKM(Quantizer):
@@ -408,16 +402,12 @@ class ECKM(Quantizer):
 
     method = "eckm"
     _shared_codebook = True
+    _fixed_params = ("beam_width",)
 
     def __init__(self, n_subspaces, n_codebooks=2, *, n_codewords=256, n_iter=30, tol=1e-4, seed=0,
                  n_threads=None, verbose=False):
         super().__init__(n_subspaces, n_codebooks, 1, n_codewords=n_codewords, n_iter=n_iter, tol=tol, seed=seed,
                          n_threads=n_threads, verbose=verbose)
-
-    def _public_params(self):
-        p = self.get_params()
-        del p["beam_width"]
-        return p
 
 
 class OCKM(Quantizer):
