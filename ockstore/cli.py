@@ -478,18 +478,16 @@ def _read_ids(path):
             raise CommandError(f"{path}: not a valid .npy file of ids: {_one_line(exc)}") from None
     else:
         arr = datasets.read_vecs(path)
-    if arr.dtype.kind not in "iu" or arr.dtype.kind == "b":
-        raise CommandError(f"{path}: ids must be integers, got dtype {arr.dtype}")
     if arr.ndim == 2 and arr.shape[1] == 1:
         arr = arr[:, 0]
     if arr.ndim != 1:
         raise CommandError(f"{path}: ids must have shape (N,) or (N, 1), got {arr.shape}")
-    if arr.dtype == np.uint64 and arr.size and int(arr.max()) > np.iinfo(np.int64).max:
-        raise CommandError(f"{path}: ids above the int64 range")
-    arr = np.ascontiguousarray(arr, dtype=np.int64)
-    if arr.size and int(arr.min()) < 0:
-        raise CommandError(f"{path}: ids must be >= 0 (-1 means 'no result'), found {int(arr.min())}")
-    return arr
+    from ._validation import as_ids
+
+    try:
+        return as_ids(arr, arr.shape[0], "ids")  # the library's own checks: integer dtype, int64 range, >= 0
+    except (TypeError, ValueError) as exc:
+        raise CommandError(f"{path}: {exc}") from None
 
 
 def _output_kind(path):
@@ -510,11 +508,12 @@ def _distances_path(path):
 
 def _check_output(path, what):
     """The folder of an output file must exist and the path must not be a directory (checked before any work)."""
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise CommandError(f"{what}: folder does not exist: {folder!r}")
-    if os.path.isdir(path):
-        raise CommandError(f"{what}: {path!r} is a directory")
+    from ._validation import check_output_path
+
+    try:
+        check_output_path(path, what)
+    except (FileNotFoundError, ValueError) as exc:
+        raise CommandError(str(exc)) from None
 
 
 def _write_distances(path, D):

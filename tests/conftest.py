@@ -53,6 +53,17 @@ def mixture_queries():
     return gaussian_mixture(200, 10, seed=2)
 
 
+def _sift_paths():
+    """(learn, base) .bvecs.gz paths of sift-real; skips the test, saying where it looked, when they are absent."""
+    learn_path = SIFT / "sift_learn.bvecs.gz"
+    base_path = SIFT / "sift_base.bvecs.gz"
+    missing = [str(p) for p in (learn_path, base_path) if not p.is_file()]
+    if missing:
+        pytest.skip(f"sift-real data not found ({', '.join(missing)}); set OCKSTORE_DATA to the folder holding "
+                    "sift-real/")
+    return learn_path, base_path
+
+
 def _first_rows(path, n):
     from ockstore.datasets import iter_vecs
 
@@ -69,12 +80,7 @@ def sift_sample():
 
     Read once per test session (streamed from the .gz files, stopping after the sample).
     """
-    learn_path = SIFT / "sift_learn.bvecs.gz"
-    base_path = SIFT / "sift_base.bvecs.gz"
-    missing = [str(p) for p in (learn_path, base_path) if not p.is_file()]
-    if missing:
-        pytest.skip(f"sift-real data not found ({', '.join(missing)}); set OCKSTORE_DATA to the folder holding "
-                    "sift-real/")
+    learn_path, base_path = _sift_paths()
     learn = _first_rows(learn_path, SIFT_SAMPLE_ROWS)
     base = _first_rows(base_path, SIFT_SAMPLE_ROWS)
     for arr in (learn, base):
@@ -85,12 +91,7 @@ def sift_sample():
 @pytest.fixture(scope="session")
 def sift_full_learn():
     """(learn, base): all 100,000 sift-real learn vectors and the first 50,000 base vectors, uint8."""
-    learn_path = SIFT / "sift_learn.bvecs.gz"
-    base_path = SIFT / "sift_base.bvecs.gz"
-    missing = [str(p) for p in (learn_path, base_path) if not p.is_file()]
-    if missing:
-        pytest.skip(f"sift-real data not found ({', '.join(missing)}); set OCKSTORE_DATA to the folder holding "
-                    "sift-real/")
+    learn_path, base_path = _sift_paths()
     from ockstore.datasets import read_vecs
 
     learn = read_vecs(learn_path)
