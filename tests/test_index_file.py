@@ -12,7 +12,6 @@ import json
 import os
 import re
 import select
-import signal
 import struct
 import subprocess
 import sys
@@ -31,7 +30,7 @@ from ockstore import storage
 from ockstore.errors import FormatError, NotFittedError
 from ockstore.index import Index, IndexWriter, build_index, load_quantizer, open_index, save_quantizer
 
-from conftest import gaussian_mixture
+from conftest import gaussian_mixture, run_until_sigkill
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -1091,22 +1090,7 @@ def test_readers_see_old_or_new_file_while_it_is_replaced_I13(tmp_path, quantize
 def _run_kill_builder(quantizer_path, path, mode):
     proc = subprocess.Popen([sys.executable, str(HERE / "index_kill_builder.py"), str(quantizer_path), str(path),
                              mode], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=subprocess_env())
-    try:
-        if mode == "midway":
-            ready, _, _ = select.select([proc.stdout], [], [], 120)
-            assert ready, "the builder did not report in time"
-            line = proc.stdout.readline().strip()
-            assert line == "MIDWAY", (line, proc.stderr.read() if proc.poll() is not None else "")
-            proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    err = proc.stderr.read()
-    proc.stdout.close()
-    proc.stderr.close()
-    assert proc.returncode == -signal.SIGKILL, (proc.returncode, err)
+    run_until_sigkill(proc, kill_after_line="MIDWAY" if mode == "midway" else None, timeout=120)
 
 
 @pytest.mark.parametrize("mode", ["midway", "before-replace"])

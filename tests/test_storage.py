@@ -8,8 +8,6 @@ against the same hand-built bytes.
 import json
 import os
 import re
-import select
-import signal
 import stat
 import struct
 import subprocess
@@ -28,6 +26,7 @@ from hypothesis import strategies as st
 from ockstore import storage
 from ockstore.errors import FormatError
 from ockstore.storage import MAGIC, MAX_HEADER_BYTES, FileWriter, open_file
+from conftest import run_until_sigkill
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -1032,21 +1031,7 @@ def test_failure_while_writing_aborts_and_keeps_old_file_R21(tmp_path, monkeypat
 def _run_kill_writer(path, mode, *, kill_after_line=None):
     proc = subprocess.Popen([sys.executable, str(HERE / "storage_kill_writer.py"), str(path), mode],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=subprocess_env())
-    try:
-        if kill_after_line is not None:
-            ready, _, _ = select.select([proc.stdout], [], [], 60)
-            assert ready, "the writer did not report in time"
-            assert proc.stdout.readline().strip() == kill_after_line
-            proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    err = proc.stderr.read()
-    proc.stdout.close()
-    proc.stderr.close()
-    assert proc.returncode == -signal.SIGKILL, (proc.returncode, err)
+    run_until_sigkill(proc, kill_after_line=kill_after_line, timeout=60)
 
 
 @pytest.mark.parametrize("mode", ["midway", "before-fsync", "before-replace"])
