@@ -11,7 +11,7 @@ $(BIN)/python:
 	$(BIN)/python -m pip install -q --upgrade pip
 
 # Builds the Cython extension in place (editable install) with the test extras.
-$(STAMP): $(BIN)/python pyproject.toml setup.py ockstore/_kernels.pyx ockstore/_simd.h
+$(STAMP): $(BIN)/python pyproject.toml setup.py $(wildcard ockstore/*.pyx ockstore/*.pxd) ockstore/_simd.h
 	$(BIN)/python -m pip install -q -e '.[test]'
 	touch $(STAMP)
 
@@ -46,4 +46,4 @@ reproduce: $(VENV)/.bench
 	$(BIN)/python tools/reproduce_paper.py --data ../shared/data/sift-real ../shared/data/minilm-real --out docs/
 
 clean:
-	rm -rf build ockstore/_kernels.c ockstore/*.so *.egg-info
+	rm -rf build ockstore/_*_kernels.c ockstore/*.so *.egg-info

@@ -1,4 +1,5 @@
-"""Build the one compiled extension, ockstore._kernels, with OpenMP when the compiler supports it.
+"""Build the compiled extensions (ockstore._codec_kernels, ockstore._search_kernels), with OpenMP when the compiler
+supports it.
 
 Environment overrides:
   OCKSTORE_OPENMP=0      build without OpenMP (kernels then run on one thread)
@@ -52,20 +53,23 @@ class BuildExt(build_ext):
         super().build_extensions()
 
 
+# The compiled kernels: the codec (encoding, decoding, training products) and search (the scan with top-k).
 extensions = [
     Extension(
-        "ockstore._kernels",
-        ["ockstore/_kernels.pyx"],
+        f"ockstore.{name}",
+        [f"ockstore/{name}.pyx"],
         include_dirs=[np.get_include()],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_2_0_API_VERSION")],
     )
+    for name in ("_codec_kernels", "_search_kernels")
 ]
 
 setup(
     ext_modules=cythonize(
         extensions,
-        language_level=3,
-        compiler_directives={"boundscheck": False, "wraparound": False, "cdivision": True, "initializedcheck": False},
+        # The one place the kernels' compiler directives are set: they index only what the Python layers checked.
+        compiler_directives={"language_level": 3, "boundscheck": False, "wraparound": False, "cdivision": True,
+                             "initializedcheck": False},
     ),
     cmdclass={"build_ext": BuildExt},
 )

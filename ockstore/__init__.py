@@ -5,11 +5,12 @@ read-only through mmap, and search it with asymmetric (ADC) or symmetric (SDC) d
 """
 
 try:
-    from . import _kernels  # noqa: F401  (the compiled loops; nothing works without them)
+    from . import _codec_kernels, _search_kernels  # noqa: F401  (the compiled loops; nothing works without them)
 except ImportError as exc:  # pragma: no cover - exercised by hand on broken installs
     raise ImportError(
-        "ockstore's compiled extension (ockstore._kernels) is missing or broken: " f"{exc}. "
-        "Rebuild it with `pip install -e .` (or `python setup.py build_ext --inplace`) from the source folder."
+        "ockstore's compiled extensions (ockstore._codec_kernels, ockstore._search_kernels) are missing or broken: "
+        f"{exc}. "
+        "Rebuild them with `pip install -e .` (or `python setup.py build_ext --inplace`) from the source folder."
     ) from exc
 
 __version__ = "0.1.0"  # before the imports below: index files record it (meta "library")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.linalg
 
-from . import _kernels
+from . import _codec_kernels
 from ._blas import blas_single_thread
 
 __all__ = ["SubspaceLayout", "CodecTables", "TrainResult", "train", "fit_scalar_quantizer", "scalar_encode"]
@@ -120,14 +120,14 @@ class CodecTables:
         if n <= SMALL_ENCODE_ROWS:
             n_threads = 1  # one or two kernel chunks: not worth waking other threads (results are the same)
         with blas_single_thread():
-            _kernels.encode_beam(X, _NO_ROTATION if rotated else self._encode_rot, self.words_t, self.word_sqnorms, self.pair_tables,
+            _codec_kernels.encode_beam(X, _NO_ROTATION if rotated else self._encode_rot, self.words_t, self.word_sqnorms, self.pair_tables,
                                  self.n_codebooks, self.n_codewords, beam_width, prev, codes, errors, n_threads)
         return codes, errors
 
     def decode_rotated(self, codes, n_threads):
         """(n, M*S) float32 reconstructions in the rotated, padded space."""
         out = np.empty((codes.shape[0], self.rot_pad.shape[1]), dtype=np.float32)
-        _kernels.decode_rotated(codes, self.words, out, n_threads)
+        _codec_kernels.decode_rotated(codes, self.words, out, n_threads)
         return out
 
     def decode(self, codes, n_threads):
@@ -136,7 +136,7 @@ class CodecTables:
 
     def code_sqnorms(self, codes, n_threads):
         out = np.empty(codes.shape[0], dtype=np.float32)
-        _kernels.code_sqnorms(codes, self.word_sqnorms, self.pair_tables, self.n_codebooks, self.n_codewords,
+        _codec_kernels.code_sqnorms(codes, self.word_sqnorms, self.pair_tables, self.n_codebooks, self.n_codewords,
                               out, n_threads)
         return out
 
@@ -160,7 +160,7 @@ def _procrustes(X, Zhat, layout, n_threads):
     """The orthogonal R minimising ||X - Zhat R^T||_F: R = U V^T from the SVD of X^T Zhat (summed in float64)."""
     P = X.shape[1]
     A_padded = np.empty((P, Zhat.shape[1]), dtype=np.float64)
-    _kernels.accumulate_xty(X, Zhat, A_padded, n_threads)
+    _codec_kernels.accumulate_xty(X, Zhat, A_padded, n_threads)
     U, _, Vt = scipy.linalg.svd(A_padded[:, layout.padded_columns], lapack_driver="gesvd")
     return (U @ Vt).astype(np.float32)
 
@@ -169,7 +169,7 @@ def rotate(X, rot_pad, n_threads):
     """X @ rot_pad, (n, M*S) float32, by chunks of rows in parallel."""
     out = np.empty((X.shape[0], rot_pad.shape[1]), dtype=np.float32)
     with blas_single_thread():
-        _kernels.matmul_rows(X, rot_pad, out, n_threads)
+        _codec_kernels.matmul_rows(X, rot_pad, out, n_threads)
     return out
 
 
@@ -276,7 +276,7 @@ def _lloyd(Y, layout, words, n_iter, rng, n_threads):
         codes, _ = tables.encode(Y, 1, n_threads)
         gram = np.empty((M, K, K), dtype=np.float64)
         rhs = np.empty((M, K, S), dtype=np.float64)
-        _kernels.normal_equations(codes, Y, 1, K, gram, rhs, n_threads)
+        _codec_kernels.normal_equations(codes, Y, 1, K, gram, rhs, n_threads)
         new = np.empty_like(words)
         for m in range(M):
             counts = np.diag(gram[m])
@@ -298,12 +298,12 @@ def _update_rotation_and_codebooks(X, codes, tables, layout, learn_rotation, sha
     M, C, K, S = tables.words.shape
     rotation = None
     if learn_rotation:
-        _kernels.decode_rotated(codes, tables.words, Zhat, n_threads)
+        _codec_kernels.decode_rotated(codes, tables.words, Zhat, n_threads)
         rotation = _procrustes(X, Zhat, layout, n_threads)
-    _kernels.matmul_rows(X, layout.pad_rotation(rotation), Zp, n_threads)
+    _codec_kernels.matmul_rows(X, layout.pad_rotation(rotation), Zp, n_threads)
     gram = np.empty((M, C * K, C * K), dtype=np.float64)
     rhs = np.empty((M, C * K, S), dtype=np.float64)
-    _kernels.normal_equations(codes, Zp, C, K, gram, rhs, n_threads)
+    _codec_kernels.normal_equations(codes, Zp, C, K, gram, rhs, n_threads)
     words = np.empty((M, C, K, S), dtype=np.float64)
     used = np.empty((M, C, K), dtype=bool)
     for m in range(M):

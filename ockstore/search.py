@@ -13,7 +13,7 @@ R is orthogonal, so for a query q with z = R^T q (computed as z = q @ rot_pad):
 * C = 1 (PQ, CKM): the classic table lut[m*K + k] = ||z_m||^2 - 2 z_m . d[m, k] + ||d[m, k]||^2 = ||z_m - d[m, k]||^2
   holds everything; qconst = 0 and there is no norm term.
 
-The scan (``_kernels.adc_scan``) adds qconst + n_b + the W = M*C table entries of each code and keeps the k best
+The scan (``_search_kernels.adc_scan``) adds qconst + n_b + the W = M*C table entries of each code and keeps the k best
 (distance, id) pairs of each query, a smaller id winning a tie. SDC (symmetric distance) encodes the queries, and
 uses their reconstructions z_hat_q in place of z: the distance is then ||x_hat_q - x_hat||^2 (with the stored norm
 term of the base code).
@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _kernels
+from . import _search_kernels
 from ._blas import blas_single_thread
 
 __all__ = ["QueryTables", "search_codes", "LUT_BYTES", "LUT_SLOTS"]
@@ -191,7 +191,7 @@ def search_codes(tables, Q, k, codes, ids, *, distance="adc", norms=None, norm_c
         else:
             out_d = np.empty((stop - start, kk), dtype=np.float32)
             out_i = np.empty((stop - start, kk), dtype=np.int64)
-        _kernels.adc_scan(codes, luts, qconst, nf, nc, nl, ids if ids is not None else _EMPTY_I64, LUT_SLOTS,
+        _search_kernels.adc_scan(codes, luts, qconst, nf, nc, nl, ids if ids is not None else _EMPTY_I64, LUT_SLOTS,
                           out_d, out_i, n_threads)
         if kk != k:
             D[start:stop, :kk] = out_d

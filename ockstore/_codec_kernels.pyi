@@ -1,4 +1,4 @@
-"""Type stub of the compiled kernels (ockstore/_kernels.pyx). Arguments are C-contiguous arrays of the stated dtypes,
+"""Type stub of the compiled kernels (ockstore/_codec_kernels.pyx). Arguments are C-contiguous arrays of the stated dtypes,
 validated by the callers; outputs are preallocated by the caller and filled in place."""
 
 import numpy as np
@@ -22,8 +22,4 @@ def code_sqnorms(
 ) -> None: ...
 def normal_equations(
     codes: U8, Z: F32, n_codebooks: int, n_codewords: int, gram: F64, rhs: F64, n_threads: int,
-) -> None: ...
-def adc_scan(
-    codes: U8, luts: F32, qconst: F32, norms_f32: F32, norm_codes: U8, norm_levels: F32, ids: I64,
-    n_codewords: int, out_dist: F32, out_ids: I64, n_threads: int,
 ) -> None: ...
