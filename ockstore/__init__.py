@@ -13,17 +13,18 @@ except ImportError as exc:  # pragma: no cover - exercised by hand on broken ins
         "Rebuild them with `pip install -e .` (or `python setup.py build_ext --inplace`) from the source folder."
     ) from exc
 
-__version__ = "0.1.0"  # before the imports below: index files record it (meta "library")
-
+from ._version import __version__
 from .errors import FormatError, NotFittedError
-from .index import Index, IndexWriter, build_index, file_info, load_quantizer, open_index, save_quantizer
+from .index import Index
+from .indexfile.reader import file_info, load_quantizer, open_index
+from .indexfile.writer import IndexWriter, build_index, save_quantizer
 from .quantizers import CKM, ECKM, OCKM, PQ, Quantizer
-from . import datasets, evaluation
+from . import datasets, evaluation, paths
 
 __all__ = [
     "PQ", "CKM", "ECKM", "OCKM", "Quantizer",
     "Index", "IndexWriter", "build_index", "open_index", "file_info", "save_quantizer", "load_quantizer",
     "FormatError", "NotFittedError",
-    "datasets", "evaluation",
+    "datasets", "evaluation", "paths",
     "__version__",
 ]

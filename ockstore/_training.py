@@ -1,7 +1,7 @@
 """Training by coordinate descent: orthogonal Procrustes, least-squares codebooks, beam-search codes.
 
 No input validation here: callers pass C-contiguous float32 training vectors without NaN/inf, parameters in range,
-and a ``numpy.random.Generator``. See DESIGN.md section 3 for the method and ``quantizers.py`` for the public classes.
+and a ``numpy.random.Generator``. See docs/ARCHITECTURE.md ("The method") and ``quantizers.py`` for the public classes.
 """
 
 from __future__ import annotations
@@ -15,8 +15,9 @@ import scipy.linalg
 
 from . import _codec_kernels
 from ._blas import blas_single_thread
+from ._codec import CodecTables, SubspaceLayout, rotate
 
-__all__ = ["SubspaceLayout", "CodecTables", "TrainResult", "train", "fit_scalar_quantizer", "scalar_encode"]
+__all__ = ["TrainResult", "train"]
 
 # Ridge added to the normal equations, relative to their mean diagonal (the mean count of a word). The matrix is
 # always singular for C >= 2 (adding a vector to every word of one codebook and subtracting it from another leaves
@@ -29,116 +30,6 @@ RIDGE = 1e-9
 INIT_ITER = 10
 # Training vectors per codeword used by that initial k-means (at most).
 INIT_SAMPLE_PER_WORD = 64
-
-@dataclass(frozen=True)
-class SubspaceLayout:
-    """How the P rotated dimensions are split into M subspaces of at most S dimensions.
-
-    Any P works: subspace m holds ``sizes[m]`` consecutive rotated dimensions (P // M or P // M + 1 of them, the
-    larger ones first) and is zero-padded to S = ceil(P / M) dimensions, so every codebook is a K x S array whose
-    padding columns are zero.
-    """
-
-    dim: int
-    n_subspaces: int
-
-    @property
-    def sub_dim(self) -> int:
-        return -(-self.dim // self.n_subspaces)
-
-    @property
-    def sizes(self) -> np.ndarray:
-        base, extra = divmod(self.dim, self.n_subspaces)
-        return np.array([base + (1 if m < extra else 0) for m in range(self.n_subspaces)], dtype=np.int64)
-
-    @property
-    def padded_columns(self) -> np.ndarray:
-        """For each of the P rotated dims, its column in the padded M*S space."""
-        S = self.sub_dim
-        return np.concatenate([m * S + np.arange(size) for m, size in enumerate(self.sizes)])
-
-    def pad_rotation(self, rotation) -> np.ndarray:
-        """(P, M*S) float32: the rotation's columns placed in their subspace blocks, zero columns for padding."""
-        out = np.zeros((self.dim, self.n_subspaces * self.sub_dim), dtype=np.float32)
-        out[:, self.padded_columns] = np.eye(self.dim, dtype=np.float32) if rotation is None else rotation
-        return out
-
-    def unpad(self, Zp) -> np.ndarray:
-        """(n, M*S) -> (n, P): drop the padding columns."""
-        return Zp[:, self.padded_columns]
-
-
-# Encodings of at most this many rows run on one thread.
-SMALL_ENCODE_ROWS = 256
-
-_NO_ROTATION = np.zeros((0, 0), dtype=np.float32)  # tells encode_beam that its input is already rotated and padded
-
-
-class CodecTables:
-    """Arrays derived from a rotation and codebooks in the layouts the kernels want (computed once per model).
-
-    rot_pad      (P, M*S) float32   rotation with padding columns
-    words_t      (M, S, C*K) float32  words_t[m, s, c*K + k] = codebooks[m, c, k, s]
-    word_sqnorms (M, C*K) float32   ||codebooks[m, c, k]||^2
-    pair_tables  (M, C(C-1)/2 * K * K) float32  2 codebooks[m,c,k] . codebooks[m,c',k'] for c < c' (empty for C = 1)
-    """
-
-    def __init__(self, layout: SubspaceLayout, rotation, codebooks):
-        M, C, K, S = codebooks.shape
-        self.layout = layout
-        self.n_codebooks = C
-        self.n_codewords = K
-        self.rot_pad = layout.pad_rotation(rotation)
-        # Without a rotation and without padding, vectors are already in the kernel's layout: skip the product.
-        identity = rotation is None and layout.dim == layout.n_subspaces * layout.sub_dim
-        self._encode_rot = _NO_ROTATION if identity else self.rot_pad
-        self.words = np.ascontiguousarray(codebooks, dtype=np.float32)
-        self.words_t = np.ascontiguousarray(self.words.transpose(0, 3, 1, 2).reshape(M, S, C * K))
-        self.word_sqnorms = np.ascontiguousarray(np.einsum("mcks,mcks->mck", self.words, self.words).reshape(M, C * K))
-        pairs = [
-            2.0 * (self.words[:, c] @ self.words[:, c2].transpose(0, 2, 1))
-            for c in range(C)
-            for c2 in range(c + 1, C)
-        ]
-        if pairs:
-            stacked = np.stack(pairs, axis=1)  # (M, n_pairs, K, K)
-            self.pair_tables = np.ascontiguousarray(stacked.reshape(M, -1), dtype=np.float32)
-        else:
-            self.pair_tables = np.zeros((M, 1), dtype=np.float32)
-
-    def encode(self, X, beam_width, n_threads, prev_codes=None, rotated=False):
-        """Beam-encode float32 rows; returns (codes uint8 (n, M*C), errors float32 (n,)).
-
-        rotated=True: X is already X @ rot_pad, shape (n, M*S) (training computes it anyway), so it is used as is.
-        """
-        n = X.shape[0]
-        M = self.words.shape[0]
-        codes = np.empty((n, M * self.n_codebooks), dtype=np.uint8)
-        errors = np.empty(n, dtype=np.float32)
-        prev = prev_codes if prev_codes is not None else np.zeros((0, 0), dtype=np.uint8)
-        beam_width = min(beam_width, self.n_codewords)  # wider than K acts as K (and fits the kernel's int)
-        if n <= SMALL_ENCODE_ROWS:
-            n_threads = 1  # one or two kernel chunks: not worth waking other threads (results are the same)
-        with blas_single_thread():
-            _codec_kernels.encode_beam(X, _NO_ROTATION if rotated else self._encode_rot, self.words_t, self.word_sqnorms, self.pair_tables,
-                                 self.n_codebooks, self.n_codewords, beam_width, prev, codes, errors, n_threads)
-        return codes, errors
-
-    def decode_rotated(self, codes, n_threads):
-        """(n, M*S) float32 reconstructions in the rotated, padded space."""
-        out = np.empty((codes.shape[0], self.rot_pad.shape[1]), dtype=np.float32)
-        _codec_kernels.decode_rotated(codes, self.words, out, n_threads)
-        return out
-
-    def decode(self, codes, n_threads):
-        """(n, P) float32 reconstructions in the input space: x_hat = R z_hat."""
-        return self.decode_rotated(codes, n_threads) @ self.rot_pad.T
-
-    def code_sqnorms(self, codes, n_threads):
-        out = np.empty(codes.shape[0], dtype=np.float32)
-        _codec_kernels.code_sqnorms(codes, self.word_sqnorms, self.pair_tables, self.n_codebooks, self.n_codewords,
-                              out, n_threads)
-        return out
 
 
 @dataclass
@@ -164,13 +55,6 @@ def _procrustes(X, Zhat, layout, n_threads):
     U, _, Vt = scipy.linalg.svd(A_padded[:, layout.padded_columns], lapack_driver="gesvd")
     return (U @ Vt).astype(np.float32)
 
-
-def rotate(X, rot_pad, n_threads):
-    """X @ rot_pad, (n, M*S) float32, by chunks of rows in parallel."""
-    out = np.empty((X.shape[0], rot_pad.shape[1]), dtype=np.float32)
-    with blas_single_thread():
-        _codec_kernels.matmul_rows(X, rot_pad, out, n_threads)
-    return out
 
 
 def _solve_codebooks(gram, rhs, C, K, shared):
@@ -375,35 +259,3 @@ def train(X, *, n_subspaces, n_codebooks, n_codewords, beam_width, n_iter, tol, 
                 break
     _log(verbose, f"{name} stopped: {stop_reason}")
     return TrainResult(rotation, tables.words, codes, errors, np.array(history, dtype=np.float64), stop_reason)
-
-
-def fit_scalar_quantizer(values, n_levels=256, n_iter=100):
-    """Levels of a one-dimensional k-means (Lloyd) quantizer for ``values``, sorted ascending, float32.
-
-    Initialised at evenly spaced quantiles; each step assigns every value to its nearest level (cut points halfway
-    between levels) and moves each level to the mean of its values. Levels left without values keep their place.
-    """
-    v = np.sort(np.asarray(values, dtype=np.float64))
-    if v.size == 0:
-        return np.zeros(n_levels, dtype=np.float32)
-    levels = np.quantile(v, (np.arange(n_levels) + 0.5) / n_levels)
-    prefix = np.concatenate([[0.0], np.cumsum(v)])
-    for _ in range(n_iter):
-        cuts = np.searchsorted(v, (levels[1:] + levels[:-1]) / 2, side="right")
-        bounds = np.concatenate([[0], cuts, [v.size]])
-        counts = np.diff(bounds)
-        sums = prefix[bounds[1:]] - prefix[bounds[:-1]]
-        new = levels.copy()
-        filled = counts > 0
-        new[filled] = sums[filled] / counts[filled]
-        new.sort()
-        if np.array_equal(new, levels):
-            break
-        levels = new
-    return levels.astype(np.float32)
-
-
-def scalar_encode(values, levels):
-    """Index of the nearest level (levels sorted ascending) as uint8; ties go to the lower level."""
-    cuts = (levels[1:].astype(np.float64) + levels[:-1]) / 2
-    return np.searchsorted(cuts, np.asarray(values, dtype=np.float64), side="left").astype(np.uint8)

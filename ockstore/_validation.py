@@ -1,4 +1,4 @@
-"""The one place where public inputs are checked and converted (DESIGN.md section 6).
+"""The one place where public inputs are checked and converted (docs/ARCHITECTURE.md, "Conventions").
 
 Everything past these helpers trusts its input: C-contiguous float32 vectors without NaN/inf, integers in range.
 Messages name the parameter as it is spelled in the public signature and say what was expected.
@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import numbers
 import os
-import stat
 
 import numpy as np
 
@@ -23,8 +22,6 @@ __all__ = [
     "resolve_n_threads",
     "as_codes",
     "as_ids",
-    "check_regular_file",
-    "check_output_path",
 ]
 
 
@@ -173,52 +170,36 @@ def as_codes(codes, name, width, n_codewords):
     return np.ascontiguousarray(arr, dtype=np.uint8), was_1d
 
 
-def as_ids(ids, n, name="ids"):
-    """Check user ids: integers of shape (n,), none negative; returns C-contiguous int64."""
-    arr = np.asarray(ids) if not isinstance(ids, np.ndarray) else ids
+def as_ids(ids, name="ids", *, n=None, matrix=False, missing_ok=False, values=True):
+    """The one check of ids: integers in the int64 range, none negative; returns C-contiguous int64.
+
+    Parameters
+    ----------
+    ids : array-like
+        Shape (n,); with ``matrix=True`` shape (n_queries, k), a 1-D array being one row.
+    n : int or None
+        The required length (rows for a matrix); None accepts any.
+    missing_ok : bool
+        Accept -1, which means "no result" in search results (user ids are never negative).
+    values : bool
+        False checks only the dtype and shape and returns the array as it is (a large memory map stays unread, to be
+        checked chunk by chunk with values=True).
+    """
+    arr = ids if isinstance(ids, np.ndarray) else np.asarray(ids)
     if arr.dtype.kind == "b" or arr.dtype.kind not in "iu":
         raise TypeError(f"{name} must be an integer array, got dtype {arr.dtype}")
-    if arr.ndim != 1 or arr.shape[0] != n:
-        raise ValueError(f"{name} must have shape ({n},) to match the vectors, got {arr.shape}")
+    if matrix and arr.ndim == 1:
+        arr = arr.reshape(1, -1)
+    if arr.ndim != (2 if matrix else 1) or (n is not None and arr.shape[0] != n):
+        expected = f"({'n_queries' if n is None else n}, k)" if matrix else f"({'n' if n is None else n},)"
+        raise ValueError(f"{name} must have shape {expected}" + (" to match the vectors" if n is not None else "")
+                         + f", got {np.shape(ids)}")
+    if not values:
+        return arr
     if arr.dtype == np.uint64 and arr.size and int(arr.max()) > np.iinfo(np.int64).max:
         raise ValueError(f"{name} holds values above the int64 range")
     out = np.ascontiguousarray(arr, dtype=np.int64)
-    if out.size and int(out.min()) < 0:
-        raise ValueError(f"{name} must be >= 0 (-1 means 'no result'), found {int(out.min())}")
+    lowest = -1 if missing_ok else 0
+    if out.size and int(out.min()) < lowest:
+        raise ValueError(f"{name} must be >= {lowest} (-1 means 'no result'), found {int(out.min())}")
     return out
-
-
-def check_regular_file(path, name="path"):
-    """Return ``os.fspath(path)`` for an existing regular file; anything else raises without opening it.
-
-    FIFOs, devices and directories are refused by ``stat`` alone, so a FIFO never blocks the caller.
-    """
-    if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"{name} must be a str or os.PathLike, got {type(path).__name__}")
-    path = os.fspath(path)
-    if isinstance(path, bytes):
-        path = os.fsdecode(path)
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        raise FileNotFoundError(f"{name}: no such file: {path!r}") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise ValueError(f"{name}: {path!r} is not a regular file")
-    return path
-
-
-def check_output_path(path, name="path"):
-    """Return ``os.fspath(path)`` for a file to be written: its folder must exist and it must not be a directory."""
-    if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"{name} must be a str or os.PathLike, got {type(path).__name__}")
-    path = os.fspath(path)
-    if isinstance(path, bytes):
-        path = os.fsdecode(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise FileNotFoundError(f"{name}: folder does not exist: {folder!r}")
-    if os.path.isdir(path):
-        raise ValueError(f"{name}: {path!r} is a directory")
-    if os.path.exists(path) and not stat.S_ISREG(os.stat(path).st_mode):
-        raise ValueError(f"{name}: {path!r} exists and is not a regular file")
-    return path

@@ -7,6 +7,7 @@ Definitions follow the OCKM paper and its predecessors:
   for each query the mean over i = 1..k of ‖q − r_i‖ / ‖q − r*_i‖, where r_i is the i-th of the k returned points
   re-sorted by true distance and r*_i the exact i-th neighbour; averaged over queries. 1.0 is perfect.
 * **distortion** — the mean squared reconstruction error per vector.
+* **exact k-NN** — the ground truth itself, by brute force (``exact_knn``).
 
 Everything is computed in float64 from the original vectors.
 """
@@ -15,26 +16,21 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validation import as_vectors, check_int
+from ._validation import as_ids, as_vectors, check_int
 
-__all__ = ["recall_at_r", "mean_overall_ratio", "distortion"]
+__all__ = ["recall_at_r", "mean_overall_ratio", "distortion", "exact_knn"]
 
 # Rows of float64 gathered per block by mean_overall_ratio (queries × 2k × dim): about 32 MB.
 _BLOCK_ELEMS = 1 << 22
 
+# exact_knn keeps a (queries × (k + base block)) float64 distance block: about 32 MB at this many elements.
+_KNN_BLOCK_ELEMS = 1 << 22
+_KNN_BASE_BLOCK = 16384
+
 
 def _as_id_matrix(ids, name):
-    """Integer ids of shape (nq, k) (a 1-D array is one query); returns int64 2-D."""
-    arr = np.asarray(ids) if not isinstance(ids, np.ndarray) else ids
-    if arr.dtype.kind == "b" or arr.dtype.kind not in "iu":
-        raise TypeError(f"{name} must be an integer array of ids, got dtype {arr.dtype}")
-    if arr.ndim == 1:
-        arr = arr.reshape(1, -1)
-    if arr.ndim != 2:
-        raise ValueError(f"{name} must have shape (n_queries, k), got {np.shape(ids)}")
-    if arr.dtype == np.uint64 and arr.size and int(arr.max()) > np.iinfo(np.int64).max:
-        raise ValueError(f"{name} holds values above the int64 range")
-    return np.asarray(arr, dtype=np.int64)
+    """Integer ids of shape (nq, k) (a 1-D array is one query), -1 meaning "no result"; returns int64 2-D."""
+    return as_ids(ids, name, matrix=True, missing_ok=True)
 
 
 def _check_same_queries(a, a_name, b, b_name):
@@ -215,3 +211,97 @@ def distortion(X, X_reconstructed):
         diff = a - b
         total += float(np.einsum("ij,ij->", diff, diff))
     return total / n
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# exact nearest neighbours
+
+
+def _topk_positions(dist, k):
+    """Column positions of the ``k`` smallest entries of each row, by (distance, column); ``k`` ≤ columns.
+
+    The caller orders columns so that a smaller column means a smaller id among equal distances.
+    """
+    b, m = dist.shape
+    if k >= m:
+        return np.argsort(dist, axis=1, kind="stable")
+    kth = np.partition(dist, k - 1, axis=1)[:, k - 1]
+    mask = dist <= kth[:, None]
+    counts = mask.sum(axis=1)
+    out = np.empty((b, k), dtype=np.intp)
+    regular = np.flatnonzero(counts == k)
+    if regular.size:  # the usual case: exactly k candidates, no tie at the k-th place
+        cols = np.nonzero(mask[regular])[1].reshape(regular.size, k)
+        order = np.argsort(np.take_along_axis(dist[regular], cols, axis=1), axis=1, kind="stable")
+        out[regular] = np.take_along_axis(cols, order, axis=1)
+    for r in np.flatnonzero(counts != k):  # ties at the k-th distance: keep the smallest columns
+        cols = np.flatnonzero(mask[r])
+        out[r] = cols[np.argsort(dist[r, cols], kind="stable")[:k]]
+    return out
+
+
+def _float64_block(arr, name):
+    out = np.asarray(arr, dtype=np.float64)
+    if not np.isfinite(out).all():
+        raise ValueError(f"{name} contains NaN or infinite values")
+    return out
+
+
+def exact_knn(queries, base, k):
+    """Exact k nearest neighbours by brute force, in float64, with ties broken by the smaller base index.
+
+    Queries come first, as in Faiss's ``knn(xq, xb, k)``.
+
+    Parameters
+    ----------
+    queries : array-like of shape (n_queries, dim), or (dim,) for one query
+    base : array-like of shape (n_base, dim)
+        Any real numeric dtype; may be a large memory-mapped array (read block by block).
+    k : int
+        ≥ 1. When ``k > n_base`` the missing neighbours are padded with distance ``inf`` and id −1.
+
+    Returns
+    -------
+    distances : ndarray of shape (n_queries, k), dtype float64
+        Squared L2 distances, nondecreasing along each row.
+    ids : ndarray of shape (n_queries, k), dtype int64
+        Base row indices, nearest first. A 1-D query gives two arrays of shape (k,).
+
+    Notes
+    -----
+    Distances are ‖q‖² − 2 q·b + ‖b‖² with one float64 matrix product per block (clipped at 0). For integer data
+    whose squared norms stay below 2**53 (uint8 SIFT, small integers) every term is exact, so the result is exactly
+    the integer ground truth; for float data the rounding is ~1e-16 relative, so only near-ties that close can be
+    ordered differently from a direct Σ(q−b)². Memory is bounded by blocks of about ``_KNN_BLOCK_ELEMS`` float64
+    distances, whatever the sizes.
+    """
+    base, _ = as_vectors(base, "base", convert=False)
+    queries, was_1d = as_vectors(queries, "queries", dim=base.shape[1], convert=False)
+    k = check_int(k, "k", min_value=1)
+    nq, nb = queries.shape[0], base.shape[0]
+    D = np.full((nq, k), np.inf)
+    I = np.full((nq, k), -1, dtype=np.int64)
+    bb = max(1, min(nb, _KNN_BASE_BLOCK))
+    bq = max(1, _KNN_BLOCK_ELEMS // (bb + k))
+    kk = min(k, nb)
+    for q0 in range(0, nq, bq):
+        q = _float64_block(queries[q0 : q0 + bq], "queries")
+        qn = np.einsum("ij,ij->i", q, q)
+        best_d = np.empty((len(q), 0))
+        best_i = np.empty((len(q), 0), dtype=np.int64)
+        for b0 in range(0, nb, bb):
+            b = _float64_block(base[b0 : b0 + bb], "base")
+            dist = qn[:, None] - 2.0 * (q @ b.T) + np.einsum("ij,ij->i", b, b)[None, :]
+            np.maximum(dist, 0.0, out=dist)
+            # best columns first (sorted by (distance, id), all ids smaller than this block's), then the block in id
+            # order: column order is id order among equal distances.
+            cand_d = np.concatenate([best_d, dist], axis=1)
+            cand_i = np.concatenate([best_i, np.broadcast_to(np.arange(b0, b0 + len(b)), dist.shape)], axis=1)
+            pos = _topk_positions(cand_d, min(kk, cand_d.shape[1]))
+            best_d = np.take_along_axis(cand_d, pos, axis=1)
+            best_i = np.take_along_axis(cand_i, pos, axis=1)
+        D[q0 : q0 + len(q), : best_d.shape[1]] = best_d
+        I[q0 : q0 + len(q), : best_i.shape[1]] = best_i
+    if was_1d:
+        return D[0], I[0]
+    return D, I

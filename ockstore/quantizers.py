@@ -15,22 +15,18 @@ A code is M*C bytes (K <= 256): byte m*C + c is the index of the word of codeboo
 
 from __future__ import annotations
 
+import functools
+import inspect
+
 import numpy as np
 
 from . import _training
-from ._training import CodecTables, SubspaceLayout
-from ._validation import (
-    as_codes,
-    as_vectors,
-    check_bool,
-    check_float,
-    check_int,
-    resolve_n_threads,
-    to_float32_rows,
-)
+from ._codec import CodecTables, SubspaceLayout, fit_scalar_quantizer
+from ._params import PARAMETERS, STORED_PARAMETERS
+from ._validation import as_codes, as_vectors, resolve_n_threads, to_float32_rows
 from .errors import NotFittedError
 
-__all__ = ["PQ", "CKM", "ECKM", "OCKM", "Quantizer", "quantizer_from_state"]
+__all__ = ["PQ", "CKM", "ECKM", "OCKM", "Quantizer", "METHODS", "PARAMETERS", "quantizer_from_state"]
 
 # Rows converted to float32 and encoded per step in encode/decode/distortion: bounds the temporary memory of a call
 # (a float32 copy of this many rows plus its tables) whatever the number of rows given.
@@ -56,23 +52,18 @@ class Quantizer:
         indexes that store the norm term in one byte.
     """
 
-    method = ""
+    method = ""  # the method's name in files and on the command line
     _learn_rotation = True
     _shared_codebook = False
-    _fixed_params = ()  # get_params() keys the method fixes (not constructor arguments, not shown by repr)
+    _fixed = {}  # parameters the method fixes (not constructor arguments): PQ and CKM have one codebook, no beam
 
-    def __init__(self, n_subspaces, n_codebooks, beam_width, *, n_codewords, n_iter, tol, seed, n_threads, verbose):
-        self.n_subspaces = check_int(n_subspaces, "n_subspaces", min_value=1)
-        self.n_codebooks = check_int(n_codebooks, "n_codebooks", min_value=1, max_value=64)
-        self.beam_width = check_int(beam_width, "beam_width", min_value=1)
-        self.n_codewords = check_int(n_codewords, "n_codewords", min_value=2, max_value=256)
-        self.n_iter = check_int(n_iter, "n_iter", min_value=1)
-        self.tol = check_float(tol, "tol", min_value=0.0)
-        if seed is not None and not isinstance(seed, np.random.Generator):
-            seed = check_int(seed, "seed", min_value=0)
-        self.seed = seed
-        self.n_threads = None if n_threads is None else resolve_n_threads(n_threads)
-        self.verbose = check_bool(verbose, "verbose")
+    def _init(self, arguments):
+        """Check and keep the constructor's arguments (``locals()`` of a subclass's ``__init__``)."""
+        for name, value in arguments.items():
+            if name != "self":
+                setattr(self, name, PARAMETERS[name].check(value))
+        for name, value in self._fixed.items():
+            setattr(self, name, value)
         self._reset()
 
     def _reset(self):
@@ -95,25 +86,50 @@ class Quantizer:
         """Bits per encoded vector as stored: 8 * code_size."""
         return 8 * self.code_size
 
-    def get_params(self) -> dict:
-        """The constructor's arguments (those that define the model, not n_threads or verbose)."""
-        return {
-            "n_subspaces": self.n_subspaces,
-            "n_codebooks": self.n_codebooks,
-            "beam_width": self.beam_width,
-            "n_codewords": self.n_codewords,
-            "n_iter": self.n_iter,
-            "tol": self.tol,
-            "seed": self.seed if not isinstance(self.seed, np.random.Generator) else None,
-        }
+    @classmethod
+    @functools.cache
+    def _param_names(cls):
+        """The constructor's argument names, in signature order (scikit-learn's convention)."""
+        return tuple(name for name in inspect.signature(cls.__init__).parameters if name != "self")
+
+    def get_params(self, deep=True) -> dict:
+        """The constructor's arguments, exactly: ``type(q)(**q.get_params())`` is an unfitted copy of ``q``.
+
+        ``deep`` is accepted for scikit-learn compatibility (a quantizer holds no sub-estimators).
+        """
+        return {name: getattr(self, name) for name in self._param_names()}
+
+    def set_params(self, **params):
+        """Set constructor arguments (checked as the constructor checks them); returns self.
+
+        Changing a parameter that shapes the model (n_subspaces, n_codebooks, n_codewords) discards a fitted model:
+        the quantizer must be fitted again. Others (beam_width, n_iter, tol, seed, n_threads, verbose) keep it;
+        beam_width then applies to later encodings.
+        """
+        names = self._param_names()
+        unknown = [name for name in params if name not in names]
+        if unknown:
+            raise ValueError(f"{unknown[0]!r} is not a parameter of {type(self).__name__}; its parameters are "
+                             f"{', '.join(names)}")
+        checked = {name: PARAMETERS[name].check(value) for name, value in params.items()}
+        reshaped = any(PARAMETERS[name].structural and value != getattr(self, name)
+                       for name, value in checked.items())
+        for name, value in checked.items():
+            setattr(self, name, value)
+        if reshaped:
+            self._reset()
+        return self
+
+    def _stored_params(self) -> dict:
+        """The model's parameters as files store them (docs/FORMAT.md 11.1); a Generator seed is stored as None."""
+        params = {name: getattr(self, name) for name in STORED_PARAMETERS}
+        if isinstance(params["seed"], np.random.Generator):
+            params["seed"] = None
+        return params
 
     def __repr__(self):
-        args = ", ".join(f"{k}={v!r}" for k, v in self._public_params().items())
+        args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items())
         return f"{type(self).__name__}({args})"
-
-    def _public_params(self):
-        """The parameters this class's constructor takes (the others are fixed by the method)."""
-        return {k: v for k, v in self.get_params().items() if k not in self._fixed_params}
 
     # ------------------------------------------------------------------------------------------------ learned state
     @property
@@ -167,7 +183,7 @@ class Quantizer:
     def __eq__(self, other):
         if type(other) is not type(self):
             return NotImplemented
-        if self.get_params() != other.get_params() or self.dim != other.dim:
+        if self._stored_params() != other._stored_params() or self.dim != other.dim:
             return False
         if self.is_fitted != other.is_fitted:
             return False
@@ -234,7 +250,7 @@ class Quantizer:
         self._set_learned(result.rotation, result.codebooks, result.objective_history, None)
         if self.n_codebooks > 1:
             norms = self._tables.code_sqnorms(result.codes, self._threads())
-            self._norm_levels = _training.fit_scalar_quantizer(norms, 256)
+            self._norm_levels = fit_scalar_quantizer(norms, 256)
         self.stop_reason = result.stop_reason
         return self
 
@@ -334,7 +350,7 @@ class Quantizer:
     def _get_state(self):
         """(params, arrays) describing the model completely; arrays absent when not learned are omitted."""
         self._check_fitted()
-        params = {"method": self.method, "dim": self.dim, **self.get_params()}
+        params = {"method": self.method, "dim": self.dim, **self._stored_params()}
         arrays = {"codebooks": self._codebooks, "objective_history": self._history}
         if self._rotation is not None:
             arrays["rotation"] = self._rotation
@@ -353,7 +369,8 @@ class PQ(Quantizer):
     n_codewords : int, default 256
         K, 2..256 words per codebook.
     n_iter : int, default 25
-        Maximum number of k-means (Lloyd) iterations.
+        Maximum number of k-means (Lloyd) iterations. Why 25: Lloyd's iterations are cheap (one nearest-word
+        encoding each) and on SIFT the objective changes by less than 0.05% per iteration by then.
     tol : float, default 1e-4
         Stop when an iteration lowers the objective by less than this fraction.
     seed : int, numpy.random.Generator or None, default 0
@@ -366,25 +383,26 @@ class PQ(Quantizer):
 
     method = "pq"
     _learn_rotation = False
-    _fixed_params = ("n_codebooks", "beam_width")
+    _fixed = {"n_codebooks": 1, "beam_width": 1}
 
     def __init__(self, n_subspaces, *, n_codewords=256, n_iter=25, tol=1e-4, seed=0, n_threads=None, verbose=False):
-        super().__init__(n_subspaces, 1, 1, n_codewords=n_codewords, n_iter=n_iter, tol=tol, seed=seed,
-                         n_threads=n_threads, verbose=verbose)
+        self._init(locals())
 
 
 class CKM(Quantizer):
     """Cartesian k-means (= non-parametric OPQ): a learned rotation R, then k-means per subspace (C = 1).
 
-    Parameters as for PQ; ``n_iter`` (default 30) counts iterations of (Procrustes, codebooks, codes).
+    Parameters as for PQ. ``n_iter`` (default 30) counts iterations of (Procrustes, codebooks, codes). Why 30 and not
+    PQ's 25: the rotation keeps improving the objective longer than k-means alone does (on SIFT 64-bit codes it still
+    falls by ~0.1% per iteration at 25), and an iteration costs little more than PQ's (a nearest-word encoding plus a
+    P x P SVD).
     """
 
     method = "ckm"
-    _fixed_params = ("n_codebooks", "beam_width")
+    _fixed = {"n_codebooks": 1, "beam_width": 1}
 
     def __init__(self, n_subspaces, *, n_codewords=256, n_iter=30, tol=1e-4, seed=0, n_threads=None, verbose=False):
-        super().__init__(n_subspaces, 1, 1, n_codewords=n_codewords, n_iter=n_iter, tol=tol, seed=seed,
-                         n_threads=n_threads, verbose=verbose)
+        self._init(locals())
 
 
 class ECKM(Quantizer):
@@ -397,17 +415,16 @@ class ECKM(Quantizer):
         M, 1..P.
     n_codebooks : int, default 2
         C, the number of words summed per subspace. A code has M*C bytes.
-    Other parameters as for CKM.
+    Other parameters as for CKM (``n_iter`` default 30 for the same reason: greedy encoding is cheap).
     """
 
     method = "eckm"
     _shared_codebook = True
-    _fixed_params = ("beam_width",)
+    _fixed = {"beam_width": 1}
 
     def __init__(self, n_subspaces, n_codebooks=2, *, n_codewords=256, n_iter=30, tol=1e-4, seed=0,
                  n_threads=None, verbose=False):
-        super().__init__(n_subspaces, n_codebooks, 1, n_codewords=n_codewords, n_iter=n_iter, tol=tol, seed=seed,
-                         n_threads=n_threads, verbose=verbose)
+        self._init(locals())
 
 
 class OCKM(Quantizer):
@@ -426,8 +443,10 @@ class OCKM(Quantizer):
     n_codewords : int, default 256
         K, 2..256 words per codebook.
     n_iter : int, default 25
-        Maximum number of iterations of (Procrustes, codebooks, codes). Each costs about one encoding of the
-        training set; on SIFT the objective still falls by ~0.07% per iteration at 25.
+        Maximum number of iterations of (Procrustes, codebooks, codes). Why 25, fewer than CKM's 30: an iteration
+        costs a beam encoding of the training set (about T times a nearest-word encoding), and 25 keeps training
+        at half the time of Faiss's product residual quantizer on SIFT while the objective falls by only ~0.07% per
+        iteration there.
     tol : float, default 1e-4
         Stop when an iteration lowers the objective by less than this fraction.
     seed, n_threads, verbose
@@ -438,24 +457,21 @@ class OCKM(Quantizer):
 
     def __init__(self, n_subspaces, n_codebooks=2, beam_width=10, *, n_codewords=256, n_iter=25, tol=1e-4, seed=0,
                  n_threads=None, verbose=False):
-        super().__init__(n_subspaces, n_codebooks, beam_width, n_codewords=n_codewords, n_iter=n_iter, tol=tol,
-                         seed=seed, n_threads=n_threads, verbose=verbose)
+        self._init(locals())
 
 
-_METHODS = {cls.method: cls for cls in (PQ, CKM, ECKM, OCKM)}
+# The method registry: a method's name (in files, on the command line) -> its class.
+METHODS = {cls.method: cls for cls in (PQ, CKM, ECKM, OCKM)}
 
 
 def quantizer_from_state(params: dict, arrays: dict) -> Quantizer:
-    """Rebuild a fitted quantizer from ``Quantizer._get_state()`` output (as stored in an index file).
+    """Rebuild a fitted quantizer from ``Quantizer._get_state()`` output (as stored in an index file): ``params``
+    holds "method", "dim" and the stored parameters; the method's fixed parameters are not read.
 
     No validation of shapes here: the storage layer checks the file, the index layer checks what it hands over.
     """
-    cls = _METHODS[params["method"]]
-    q = cls.__new__(cls)
-    Quantizer.__init__(
-        q, params["n_subspaces"], params["n_codebooks"], params["beam_width"], n_codewords=params["n_codewords"],
-        n_iter=params["n_iter"], tol=params["tol"], seed=params["seed"], n_threads=None, verbose=False,
-    )
+    cls = METHODS[params["method"]]
+    q = cls(**{name: params[name] for name in cls._param_names() if name in params})
     q.dim = params["dim"]
     q._set_learned(arrays.get("rotation"), arrays["codebooks"], arrays["objective_history"],
                    arrays.get("norm_levels"))

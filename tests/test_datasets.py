@@ -13,10 +13,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ockstore import datasets
+from ockstore import datasets, evaluation, vecfiles
 from ockstore.datasets import (
     count_vecs,
-    exact_knn,
     iter_vecs,
     load_hdf5,
     load_texmex,
@@ -25,6 +24,7 @@ from ockstore.datasets import (
     write_vecs,
 )
 from ockstore.errors import FormatError
+from ockstore.evaluation import exact_knn
 
 REPO = Path(__file__).resolve().parents[1]
 DATA_ROOT = Path(os.environ.get("OCKSTORE_DATA", REPO.parent / "shared" / "data"))
@@ -122,7 +122,7 @@ def test_npy_zero_rows(tmp_path):
 
 def test_gzip_blocks_smaller_than_records_and_chunks(tmp_path, monkeypatch):
     """Exercise block boundaries of the gzip reader: blocks of 2 records (5-d float32, 24-byte records)."""
-    monkeypatch.setattr(datasets, "_BLOCK_BYTES", 2 * 24 + 5)
+    monkeypatch.setattr(vecfiles, "_BLOCK_BYTES", 2 * 24 + 5)
     X = _sample("fvecs", n=11, d=5)
     path = tmp_path / "x.fvecs.gz"
     write_vecs(path, X)
@@ -282,7 +282,7 @@ def test_empty_file(tmp_path, name):
         assert name in str(exc.value) and "byte offset 0" in str(exc.value)
 
 
-@pytest.mark.parametrize("dim", [0, -3, datasets.MAX_DIM + 1])
+@pytest.mark.parametrize("dim", [0, -3, vecfiles.MAX_DIM + 1])
 def test_bad_dimension(tmp_path, dim):
     path = tmp_path / "d.fvecs"
     path.write_bytes(struct.pack("<i", dim) + b"\0" * 64)
@@ -370,23 +370,23 @@ def _brute_force(base, queries, k):
 def test_exact_knn_hand_case():
     base = np.array([[0.0], [1.0], [3.0], [-1.0], [1.0]])
     # distances to 0.9: 0.81, 0.01, 4.41, 3.61, 0.01 → ids 1 and 4 tie, then 0, 3, 2
-    D, I = exact_knn(base, [[0.9]], 5)
+    D, I = exact_knn([[0.9]], base, 5)
     np.testing.assert_array_equal(I, [[1, 4, 0, 3, 2]])
     np.testing.assert_allclose(D, [[0.01, 0.01, 0.81, 3.61, 4.41]])
-    D1, I1 = exact_knn(base, [0.9], 2)  # one 1-D query: 1-D results
+    D1, I1 = exact_knn([0.9], base, 2)  # one 1-D query: 1-D results
     assert I1.shape == (2,) and I1.tolist() == [1, 4]
-    D7, I7 = exact_knn(base, [[0.9]], 7)  # k > n_base: padding
+    D7, I7 = exact_knn([[0.9]], base, 7)  # k > n_base: padding
     assert I7[0, 5:].tolist() == [-1, -1] and np.isinf(D7[0, 5:]).all()
 
 
 def test_exact_knn_ties_across_blocks(monkeypatch):
     """Small blocks and many exact ties (integer data): ties must go to the smaller index, as brute force."""
-    monkeypatch.setattr(datasets, "_KNN_BASE_BLOCK", 7)
-    monkeypatch.setattr(datasets, "_KNN_BLOCK_ELEMS", 40)
+    monkeypatch.setattr(evaluation, "_KNN_BASE_BLOCK", 7)
+    monkeypatch.setattr(evaluation, "_KNN_BLOCK_ELEMS", 40)
     rng = np.random.default_rng(3)
     base = rng.integers(0, 3, size=(60, 2)).astype(np.uint8)
     queries = rng.integers(0, 3, size=(9, 2))
-    D, I = exact_knn(base, queries, 13)
+    D, I = exact_knn(queries, base, 13)
     Dr, Ir = _brute_force(base, queries, 13)
     np.testing.assert_array_equal(I, Ir)
     np.testing.assert_array_equal(D, Dr)
@@ -394,11 +394,11 @@ def test_exact_knn_ties_across_blocks(monkeypatch):
 
 def test_exact_knn_checks():
     with pytest.raises(ValueError, match="queries has dimension 3, expected 2"):
-        exact_knn(np.zeros((4, 2)), np.zeros((1, 3)), 1)
+        exact_knn(np.zeros((1, 3)), np.zeros((4, 2)), 1)
     with pytest.raises(ValueError, match="k must be >= 1"):
-        exact_knn(np.zeros((4, 2)), np.zeros((1, 2)), 0)
+        exact_knn(np.zeros((1, 2)), np.zeros((4, 2)), 0)
     with pytest.raises(ValueError, match="base contains NaN"):
-        exact_knn(np.array([[np.nan, 0.0]]), np.zeros((1, 2)), 1)
+        exact_knn(np.zeros((1, 2)), np.array([[np.nan, 0.0]]), 1)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -435,7 +435,7 @@ def test_synthetic_checks():
 
 def test_load_texmex_tmp_folder(tmp_path):
     learn, base, query = _sample("fvecs", 30, 4, 1), _sample("fvecs", 40, 4, 2), _sample("fvecs", 5, 4, 3)
-    _, gt = exact_knn(base, query, 3)
+    _, gt = exact_knn(query, base, 3)
     write_vecs(tmp_path / "toy_learn.fvecs", learn)
     write_vecs(tmp_path / "toy_base.fvecs.gz", base)
     np.save(tmp_path / "toy_query.npy", query)
@@ -486,7 +486,7 @@ def test_hdf5(tmp_path):
     h5py = pytest.importorskip("h5py", reason="h5py (the optional extra ockstore[hdf5]) is not installed")
     train = _sample("fvecs", 30, 4, 1)
     test = _sample("fvecs", 6, 4, 2)
-    D, I = exact_knn(train, test, 5)
+    D, I = exact_knn(test, train, 5)
     path = tmp_path / "toy-4-euclidean.hdf5"
     with h5py.File(path, "w") as f:
         f.create_dataset("train", data=train)

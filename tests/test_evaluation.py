@@ -8,8 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ockstore.datasets import exact_knn
-from ockstore.evaluation import distortion, mean_overall_ratio, recall_at_r
+from ockstore.evaluation import distortion, exact_knn, mean_overall_ratio, recall_at_r
 
 # ----------------------------------------------------------------------------------------------------------------
 # recall@R
@@ -121,7 +120,7 @@ def test_ratio_perfect_retrieval_is_one():
     rng = np.random.default_rng(0)
     base = rng.normal(size=(200, 8))
     queries = rng.normal(size=(10, 8))
-    _, gt = exact_knn(base, queries, 10)
+    _, gt = exact_knn(queries, base, 10)
     assert mean_overall_ratio(queries, base, gt, gt, 10) == pytest.approx(1.0, abs=1e-12)
     # reversed order is the same set: re-sorting by true distance makes it perfect too
     assert mean_overall_ratio(queries, base, gt[:, ::-1], gt, 10) == pytest.approx(1.0, abs=1e-12)
@@ -134,7 +133,7 @@ def test_ratio_reads_only_needed_rows_of_a_memmap(tmp_path):
     np.save(path, base)
     mm = np.load(path, mmap_mode="r")
     queries = rng.integers(0, 256, size=(4, 16)).astype(np.uint8)
-    _, gt = exact_knn(base, queries, 5)
+    _, gt = exact_knn(queries, base, 5)
     ret = (gt + 1) % 500
     assert mean_overall_ratio(queries, mm, ret, gt, 5) == mean_overall_ratio(queries, base, ret, gt, 5)
 
@@ -173,7 +172,7 @@ def test_ratio_is_at_least_one(n_base, dim, n_queries, k, seed):
     rng = np.random.default_rng(seed)
     base = rng.integers(-3, 4, size=(n_base, dim)).astype(np.float32)
     queries = rng.integers(-3, 4, size=(n_queries, dim)).astype(np.float32)
-    _, gt = exact_knn(base, queries, k)
+    _, gt = exact_knn(queries, base, k)
     ret = np.array([rng.choice(n_base, size=k, replace=False) for _ in range(n_queries)])
     try:
         ratio = mean_overall_ratio(queries, base, ret, gt, k)

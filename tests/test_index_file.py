@@ -25,10 +25,10 @@ import numpy as np
 import pytest
 
 import ockstore
-from ockstore import index as index_module
 from ockstore import storage
 from ockstore.errors import FormatError, NotFittedError
-from ockstore.index import Index, IndexWriter, build_index, load_quantizer, open_index, save_quantizer
+from ockstore import Index, IndexWriter, build_index, load_quantizer, open_index, save_quantizer
+from ockstore.indexfile import schema as index_schema
 
 from conftest import gaussian_mixture, run_until_sigkill
 
@@ -536,7 +536,7 @@ def test_oversized_metadata_refused_before_writing_I11(tmp_path, quantizers, bas
     """I11: metadata that cannot fit in the header is a ValueError when the writer is created, before any work;
     metadata just below the limit is stored."""
     q = quantizers["pq"]
-    limit = storage.MAX_HEADER_BYTES - index_module._HEADER_MARGIN
+    limit = storage.MAX_HEADER_BYTES - index_schema.HEADER_MARGIN
     with pytest.raises(ValueError, match="metadata takes"):
         IndexWriter(tmp_path / "x.ock", q, metadata={"blob": bytes(limit)})
     with pytest.raises(ValueError, match="metadata takes"):
@@ -631,7 +631,7 @@ def _sparse_index(path, n_rows, q):
     small = [("rotation", q.rotation), ("codebooks", q.codebooks), ("objective_history", q.objective_history),
              ("norm_levels", q.norm_levels)]
     big = [("codes", "<u1", (n_rows, q.code_size)), ("norms", "<u1", (n_rows,))]
-    meta = index_module._quantizer_meta("index", q)
+    meta = index_schema.quantizer_meta("index", q)
     meta.update(ntotal=n_rows, norm_encoding="u8", has_ids=False)
     length = 0
     while True:
@@ -696,7 +696,7 @@ def test_open_time_independent_of_n_I9(tmp_path, quantizers):
     q = quantizers["ockm"]
     paths = {}
     for n in (10, 2_000_000):
-        meta = index_module._quantizer_meta("index", q)
+        meta = index_schema.quantizer_meta("index", q)
         meta.update(ntotal=n, norm_encoding="u8", has_ids=False)
         sections = {"rotation": q.rotation, "codebooks": q.codebooks, "objective_history": q.objective_history,
                     "norm_levels": q.norm_levels, "codes": np.zeros((n, 8), "<u1"), "norms": np.zeros(n, "<u1")}

@@ -17,7 +17,7 @@ import pytest
 import reference as ref
 from conftest import REPO, gaussian_mixture
 from ockstore import CKM, ECKM, OCKM, PQ, NotFittedError
-from ockstore._training import CodecTables, SubspaceLayout
+from ockstore._codec import CodecTables, SubspaceLayout
 from ockstore.quantizers import quantizer_from_state
 
 METHODS = {

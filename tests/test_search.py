@@ -15,10 +15,11 @@ import pytest
 
 import ockstore
 from ockstore import index as index_module
+from ockstore import _encoding
 from ockstore import search as search_module
 from ockstore.datasets import synthetic
 from ockstore.errors import NotFittedError
-from ockstore.index import Index
+from ockstore import Index
 
 P = 20
 N = 2600  # > 2048 codes: one query on 2 threads is split over blocks of codes (per-thread heaps, then merged)
@@ -136,7 +137,7 @@ def test_more_threads_than_cores_or_queries(indexes, data, name, enc):
 @pytest.mark.parametrize("name", ["pq", "ockm"])
 def test_default_norm_encoding(quantizers, data, name):
     index = Index.from_vectors(quantizers[name], data[1][:10])
-    assert index.norm_encoding == ("none" if name == "pq" else index_module.DEFAULT_NORM_ENCODING)
+    assert index.norm_encoding == ("none" if name == "pq" else _encoding.DEFAULT_NORM_ENCODING)
 
 
 def test_u8_distances_approximate_f32(indexes, data):
@@ -336,7 +337,7 @@ def test_build_in_chunks(quantizers, data, monkeypatch):
     """Encoding step by step (BUILD_CHUNK rows at a time) gives the same index as one step."""
     q = quantizers["ockm"]
     whole = Index.from_vectors(q, data[1], norm_encoding="u8")
-    monkeypatch.setattr(index_module, "BUILD_CHUNK", 333)
+    monkeypatch.setattr(index_module, "BUILD_CHUNK", 333)  # Index.from_vectors reads it from its module
     parts = Index.from_vectors(q, data[1].astype(np.float64), norm_encoding="u8")
     np.testing.assert_array_equal(whole.codes, parts.codes)
     np.testing.assert_array_equal(whole.norms, parts.norms)

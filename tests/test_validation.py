@@ -1,4 +1,5 @@
-"""Unit tests of ockstore._validation: the one place where public inputs are checked and converted (DESIGN.md 6)."""
+"""Unit tests of ockstore._validation (the one place where public inputs are checked and converted) and of the path
+rules of ockstore.paths (docs/ARCHITECTURE.md, "Conventions")."""
 
 from __future__ import annotations
 
@@ -17,12 +18,12 @@ from ockstore._validation import (
     check_choice,
     check_float,
     check_int,
-    check_output_path,
-    check_regular_file,
     check_vectors_dtype,
     resolve_n_threads,
     to_float32_rows,
 )
+from ockstore.paths import check_input_file as check_regular_file
+from ockstore.paths import check_output_file as check_output_path
 
 
 def _returns_within(fn, seconds=5.0):
@@ -267,14 +268,14 @@ def test_as_codes_type_errors(codes):
 
 # ------------------------------------------------------------------------------------------------------- as_ids
 def test_as_ids():
-    out = as_ids([5, 0, 5, 2**40], 4)
+    out = as_ids([5, 0, 5, 2**40], n=4)
     assert out.dtype == np.int64 and out.flags.c_contiguous
     np.testing.assert_array_equal(out, [5, 0, 5, 2**40])   # duplicates allowed
-    out = as_ids(np.array([3, 1], dtype=">u4"), 2)
+    out = as_ids(np.array([3, 1], dtype=">u4"), n=2)
     np.testing.assert_array_equal(out, [3, 1])
-    assert as_ids(np.zeros(0, dtype=np.int32), 0).shape == (0,)
+    assert as_ids(np.zeros(0, dtype=np.int32), n=0).shape == (0,)
     big = np.array([np.iinfo(np.int64).max], dtype=np.uint64)
-    assert as_ids(big, 1)[0] == np.iinfo(np.int64).max
+    assert as_ids(big, n=1)[0] == np.iinfo(np.int64).max
 
 
 @pytest.mark.parametrize("ids, n, exc, pattern", [
@@ -288,7 +289,7 @@ def test_as_ids():
 ])
 def test_as_ids_errors(ids, n, exc, pattern):
     with pytest.raises(exc, match=pattern):
-        as_ids(ids, n, "my_ids")
+        as_ids(ids, "my_ids", n=n)
 
 
 # ------------------------------------------------------------------------------------------- check_regular_file

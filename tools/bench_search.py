@@ -42,9 +42,10 @@ if str(REPO) not in sys.path:
 
 import ockstore  # noqa: E402
 from _machine import core_count, cpu_model  # noqa: E402
-from ockstore.datasets import exact_knn, load_texmex  # noqa: E402
+from ockstore.datasets import load_texmex  # noqa: E402
+from ockstore.evaluation import exact_knn  # noqa: E402
 from ockstore.evaluation import mean_overall_ratio, recall_at_r  # noqa: E402
-from ockstore.index import Index  # noqa: E402
+from ockstore import Index  # noqa: E402
 
 K_SEARCH = 100
 
@@ -82,7 +83,7 @@ def load_data(folder, n_queries, base_limit, learn_limit=None):
             if have >= base_limit:
                 break
         base = np.ascontiguousarray(np.concatenate(chunks))
-        gt_d, gt = exact_knn(base, query, K_SEARCH)  # the file's ground truth is for the whole base
+        gt_d, gt = exact_knn(query, base, K_SEARCH)  # the file's ground truth is for the whole base
     print(f"data: {ds.name}: learn {learn.shape}, base {base.shape}, queries {query.shape} "
           f"(loaded in {time.perf_counter() - t0:.1f}s)", flush=True)
     return learn, base, query, gt, gt_d

@@ -5,7 +5,7 @@
 (ockstore must be importable: installed, or ``PYTHONPATH=.`` from the repository root.)
 
 Takes the first 10,000 rows of sift_learn, the first 20,000 of sift_base and the first 200 of sift_query, computes
-their exact top-100 ground truth over those 20,000 base vectors (ockstore.datasets.exact_knn, checked again with
+their exact top-100 ground truth over those 20,000 base vectors (ockstore.evaluation.exact_knn, checked again with
 int64 arithmetic), and writes demo_{learn,base,query}.bvecs.gz, demo_groundtruth.ivecs.gz (gzip level 9, mtime 0:
 the same input always gives the same bytes) and a README.md with provenance and sha256 sums.
 """
@@ -20,7 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ockstore.datasets import exact_knn, iter_vecs, write_vecs
+from ockstore.datasets import iter_vecs, write_vecs
+from ockstore.evaluation import exact_knn
 
 REPO = Path(__file__).resolve().parents[1]
 N_LEARN, N_BASE, N_QUERY, K = 10_000, 20_000, 200, 100
@@ -78,7 +79,7 @@ seconds.
 - learn = rows 0..{l1} of `sift_learn.bvecs.gz`, base = rows 0..{b1} of `sift_base.bvecs.gz`, query = rows
   0..{q1} of `sift_query.bvecs.gz` (0-based, in file order).
 - ground truth = exact squared-L2 top-{k} of each query over these {nb} base vectors (0-based indices into
-  demo_base, nearest first, ties broken by the smaller index), computed with `ockstore.datasets.exact_knn` in
+  demo_base, nearest first, ties broken by the smaller index), computed with `ockstore.evaluation.exact_knn` in
   float64 (exact for uint8 data) and checked again with int64 arithmetic. It is **not** a slice of
   `sift_groundtruth.ivecs.gz`, which indexes the full 1M base.
 - texmex format (int32 dimension, then the components), gzip level 9 with mtime 0 and no file name, so rerunning
@@ -117,7 +118,7 @@ def main(argv=None):
     learn = first_rows(args.source / SOURCE_FILES["learn"], N_LEARN)
     base = first_rows(args.source / SOURCE_FILES["base"], N_BASE)
     query = first_rows(args.source / SOURCE_FILES["query"], N_QUERY)
-    _, gt = exact_knn(base, query, K)
+    _, gt = exact_knn(query, base, K)
     check_groundtruth(base, query, gt)
 
     outputs = [

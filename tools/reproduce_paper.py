@@ -106,7 +106,7 @@ def load(folder, n_queries, quick):
             if have >= 100_000:
                 break
         base = np.ascontiguousarray(np.concatenate(parts)[:100_000])
-        _, gt = datasets.exact_knn(base, query, 100)
+        _, gt = evaluation.exact_knn(query, base, 100)
     else:
         base = np.ascontiguousarray(ds.base, dtype=np.float32)
         gt = np.ascontiguousarray(ds.groundtruth[:n_queries])

@@ -1,0 +1,303 @@
+"""The subcommands of ``ockstore``: each takes the parsed arguments and the output stream, returns an exit status.
+
+Only ockstore's public API is used here. Errors are raised, not printed: ``ockstore.cli.main`` turns them into the
+one-line message and the exit status of docs/ARCHITECTURE.md ("Command line").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import numpy as np
+
+import ockstore
+from ockstore import evaluation, paths, vecfiles
+from ockstore.errors import FormatError
+from ockstore.quantizers import METHODS
+
+from .output import (
+    distances_path, fmt_bytes, jsonable, print_info, print_results, write_distances, write_ids,
+)
+from .parser import DEFAULT_CHUNK, QUANTIZER_OPTIONS
+from .progress import Progress, progress_enabled, rate_text
+
+__all__ = ["CommandError", "COMMANDS"]
+
+# Queries searched per call when a progress bar is shown: a query gets the same results alone or in a batch, so
+# searching in slices only changes how often the bar moves.
+SEARCH_BATCH = 1024
+
+
+class CommandError(Exception):
+    """A data error detected by the command itself (message printed as is, exit status 1)."""
+
+
+# ---------------------------------------------------------------------------------------------------- file helpers
+def _read_vectors(path, what, limit=None):
+    """Vectors of a file (its own dtype), the first ``limit`` rows when given (reading no further)."""
+    if limit is None:
+        X = vecfiles.read_vecs(path)
+    else:
+        parts, have = [], 0
+        chunks = vecfiles.iter_vecs(path, chunk_size=min(limit, DEFAULT_CHUNK))
+        try:
+            for chunk in chunks:
+                parts.append(chunk[: limit - have])
+                have += len(parts[-1])
+                if have >= limit:
+                    break
+        finally:
+            close = getattr(chunks, "close", None)
+            if close is not None:
+                close()
+        X = parts[0] if len(parts) == 1 else np.concatenate(parts)
+    if X.dtype.kind not in "iuf":
+        raise CommandError(f"{path}: {what} must be numeric vectors, got dtype {X.dtype}")
+    return X
+
+
+def _check_dim(path, what, dim, expected, owner):
+    if dim != expected:
+        raise CommandError(f"{path}: {what} have dimension {dim}, but {owner} expects {expected}")
+
+
+def _check_output(path, what):
+    """The folder of an output file must exist and the path must not be a directory (checked before any work)."""
+    try:
+        paths.check_output_file(path, what)
+    except (FileNotFoundError, ValueError) as exc:
+        raise CommandError(str(exc)) from None
+
+
+def _open_index(path):
+    """open_index, with a clearer message when the file is a quantizer file (a common slip on the command line)."""
+    try:
+        return ockstore.open_index(path)
+    except FormatError as exc:
+        try:
+            ockstore.load_quantizer(path)
+        except (FormatError, OSError, ValueError):
+            raise exc from None
+        raise CommandError(f"{os.fspath(path)}: a quantizer file, not an index file; make an index with "
+                           f"'ockstore build {os.fspath(path)} BASE_FILE -o INDEX_FILE'") from None
+
+
+
+# -------------------------------------------------------------------------------------------------------- commands
+def train(args, out):
+    _check_output(args.output, "-o/--output")
+    cls = METHODS[args.method]
+    given = {parameter: getattr(args, dest) for dest, (_flag, parameter) in QUANTIZER_OPTIONS.items()
+             if getattr(args, dest) is not None}  # the others: the class's own defaults
+    q = cls(args.subspaces, **given, n_threads=args.threads, verbose=args.verbose)
+
+    t0 = time.perf_counter()
+    X = _read_vectors(args.learn, "learn vectors", args.limit)
+    t_read = time.perf_counter() - t0
+    n, dim = X.shape
+    t0 = time.perf_counter()
+    q.fit(X)
+    t_fit = time.perf_counter() - t0
+    meta = dict(args.metadata)
+    ockstore.save_quantizer(args.output, q, metadata=meta or None)
+    hist = q.objective_history
+    params = f"M={q.n_subspaces}"
+    if "n_codebooks" in q.get_params():
+        params += f" C={q.n_codebooks}"
+    if "beam_width" in q.get_params():
+        params += f" T={q.beam_width}"
+    params += f" K={q.n_codewords}"
+    print(f"trained {type(q).__name__} {params} ({q.bits} bits) on {n:,} vectors of dim {dim} in "
+          f"{t_fit:.1f} s (read {t_read:.1f} s)", file=out)
+    print(f"{len(hist) - 1} iterations ({q.stop_reason}); objective (mean squared error): "
+          f"{hist[0]:.6g} at init -> {hist[-1]:.6g} final", file=out)
+    print(f"wrote {args.output}", file=out)
+    return 0
+
+
+def build(args, out):
+    _check_output(args.output, "-o/--output")
+    q = ockstore.load_quantizer(args.quantizer)
+    ids = vecfiles.read_ids(args.ids) if args.ids is not None else None
+    show = progress_enabled(args)
+    total = None
+    if show or ids is not None:
+        total, dim = vecfiles.count_vecs(args.base)
+        _check_dim(args.base, "base vectors", dim, q.dim, f"the quantizer of {args.quantizer}")
+        if ids is not None and len(ids) != total:
+            raise CommandError(f"{args.ids}: {len(ids):,} ids for {total:,} base vectors in {args.base}")
+    chunks = vecfiles.iter_vecs(args.base, chunk_size=args.chunk_size)
+    meta = dict(args.metadata)
+    t0 = time.perf_counter()
+    bar = Progress(total, "build", enabled=show)
+    done = 0
+    try:
+        with ockstore.IndexWriter(args.output, q, norm_encoding=args.norm_encoding, metadata=meta or None,
+                                  n_threads=args.threads) as writer:
+            for chunk in chunks:
+                if chunk.shape[1] != q.dim:
+                    _check_dim(args.base, "base vectors", chunk.shape[1], q.dim, f"the quantizer of {args.quantizer}")
+                stop = done + chunk.shape[0]
+                if ids is not None and stop > len(ids):
+                    raise CommandError(f"{args.ids}: {len(ids):,} ids, but {args.base} has more base vectors")
+                writer.add(chunk, ids=None if ids is None else ids[done:stop])
+                done = stop
+                bar.update(chunk.shape[0])
+            if ids is not None and done != len(ids):
+                raise CommandError(f"{args.ids}: {len(ids):,} ids for {done:,} base vectors in {args.base}")
+            n = writer.ntotal
+    except BaseException:
+        bar.abort()
+        raise
+    bar.close()
+    elapsed = time.perf_counter() - t0
+    size = os.path.getsize(args.output)
+    with ockstore.open_index(args.output) as index:
+        info = index.info()
+    rate = n / elapsed if elapsed > 0 else float("inf")
+    norm = {"u8": " + 1 norm byte", "f32": " + 4 norm bytes"}.get(info["norm_encoding"], "")
+    print(f"wrote {args.output}: {n:,} vectors, {info['method'].upper()} {info['bits']} bits, "
+          f"{info['bytes_per_vector']} bytes/vector ({info['M'] * info['C']} code bytes{norm}), "
+          f"{fmt_bytes(size)}, {elapsed:.1f} s ({rate_text(rate)} vectors/s)", file=out)
+    return 0
+
+
+def _search_all(index, Q, k, distance, threads, show, label="search"):
+    """Search every query, in slices of SEARCH_BATCH when a progress bar is shown; returns (D, I, seconds)."""
+    nq = Q.shape[0]
+    t0 = time.perf_counter()
+    if not show or nq <= SEARCH_BATCH:
+        D, I = index.search(Q, k, distance=distance, n_threads=threads)
+        return D, I, time.perf_counter() - t0
+    D = np.empty((nq, k), dtype=np.float32)
+    I = np.empty((nq, k), dtype=np.int64)
+    bar = Progress(nq, label, unit="queries", enabled=True)
+    try:
+        for s in range(0, nq, SEARCH_BATCH):
+            D[s:s + SEARCH_BATCH], I[s:s + SEARCH_BATCH] = index.search(Q[s:s + SEARCH_BATCH], k,
+                                                                        distance=distance, n_threads=threads)
+            bar.update(min(SEARCH_BATCH, nq - s))
+    except BaseException:
+        bar.abort()
+        raise
+    bar.close()
+    return D, I, time.perf_counter() - t0
+
+
+def _load_queries(args, index, path):
+    Q = _read_vectors(path, "queries", args.limit)
+    _check_dim(path, "queries", Q.shape[1], index.dim, f"the index {args.index}")
+    if Q.shape[0] == 0:
+        raise CommandError(f"{path}: no queries (the file holds zero vectors)")
+    return Q
+
+
+def search(args, out):
+    if args.output is not None:
+        _check_output(args.output, "-o/--output")
+    with _open_index(args.index) as index:
+        Q = _load_queries(args, index, args.queries)
+        D, I, elapsed = _search_all(index, Q, args.k, args.distance, args.threads, progress_enabled(args))
+    nq = Q.shape[0]
+    if args.output is None:
+        print_results(out, D, I)
+        return 0
+    write_ids(args.output, I)
+    written = [args.output]
+    if args.distances:
+        dpath = distances_path(args.output)
+        write_distances(dpath, D)
+        written.append(dpath)
+    ms = 1000.0 * elapsed / nq if nq else 0.0
+    print(f"searched {nq:,} queries, k={args.k}, {args.distance} in {elapsed:.2f} s ({ms:.3f} ms/query); wrote "
+          + " and ".join(written), file=out)
+    return 0
+
+
+
+
+
+
+def _file_info(path):
+    """info() of an index file, or the description of a quantizer file (ockstore.file_info)."""
+    info = ockstore.file_info(path)
+    if info["kind"] == "index":
+        del info["kind"]  # `ockstore info` prints what Index.info() gives for an index
+    return info
+
+
+def info(args, out):
+    described = _file_info(args.file)
+    if args.json:
+        print(json.dumps(jsonable(described), indent=2, sort_keys=False), file=out)
+    else:
+        print_info(out, described)
+    return 0
+
+
+def verify(args, out):
+    with _open_index(args.index) as index:
+        index.verify()
+        n = index.ntotal
+    print(f"ok: {n:,} vectors ({args.index})", file=out)
+    return 0
+
+
+def evaluate(args, out):
+    with _open_index(args.index) as index:
+        info = index.info()
+        Q = _load_queries(args, index, args.queries)
+        gt = _read_vectors(args.groundtruth, "ground truth", args.limit)
+        if gt.dtype.kind not in "iu":
+            raise CommandError(f"{args.groundtruth}: ground truth must hold integer ids (.ivecs), got {gt.dtype}")
+        if gt.shape[0] != Q.shape[0]:
+            raise CommandError(f"{args.groundtruth}: {gt.shape[0]:,} ground-truth rows for {Q.shape[0]:,} queries "
+                               f"in {args.queries}")
+        if gt.size and int(gt[:, 0].min()) < 0:
+            raise CommandError(f"{args.groundtruth}: column 0 must hold the nearest neighbour's id (>= 0)")
+        base = None
+        if args.base is not None:
+            base = vecfiles.read_vecs(args.base)
+            _check_dim(args.base, "base vectors", base.shape[1], index.dim, f"the index {args.index}")
+            if base.shape[0] != info["N"]:
+                raise CommandError(f"{args.base}: {base.shape[0]:,} base vectors, but the index holds "
+                                   f"{info['N']:,}: the mean overall ratio needs the base the index was built from")
+        D, I, elapsed = _search_all(index, Q, args.k, args.distance, args.threads, progress_enabled(args))
+    nq = Q.shape[0]
+    result = {"index": args.index, "method": info["method"], "bits": info["bits"], "N": info["N"], "queries": nq,
+              "k": args.k, "distance": args.distance}
+    for r in args.recalls:
+        result[f"recall@{r}"] = evaluation.recall_at_r(I, gt, r)
+    if base is not None:
+        if int(I[:, :10].min()) < 0:
+            raise CommandError("the index holds fewer than 10 vectors: no mean overall ratio at 10")
+        if gt.shape[1] < 10:
+            raise CommandError(f"{args.groundtruth}: {gt.shape[1]} neighbours per query; the mean overall ratio at "
+                               "10 needs at least 10")
+        if int(I.max()) >= base.shape[0]:
+            raise CommandError(f"{args.index}: ids are not base row numbers (the index has user ids?)")
+        result["mean_overall_ratio@10"] = evaluation.mean_overall_ratio(Q, base, I, gt, 10)
+    result["ms_per_query"] = 1000.0 * elapsed / nq
+    result["threads"] = args.threads
+    if args.json:
+        print(json.dumps(result, indent=2), file=out)
+        return 0
+    print(f"index:    {args.index} ({info['method'].upper()}, {info['bits']} bits, {info['N']:,} vectors)", file=out)
+    print(f"queries:  {nq:,} from {args.queries}, k={args.k}, {args.distance}", file=out)
+    width = max(len(f"recall@{r}") for r in args.recalls)
+    width = max(width, len("ms/query"), len("MOR@10") if base is not None else 0)
+    for r in args.recalls:
+        print(f"{f'recall@{r}':<{width}}  {result[f'recall@{r}']:.4f}", file=out)
+    if base is not None:
+        print(f"{'MOR@10':<{width}}  {result['mean_overall_ratio@10']:.4f}   (mean overall ratio at 10; 1 is exact)",
+              file=out)
+    threads = "all cores" if args.threads is None else f"{args.threads} thread{'s' if args.threads > 1 else ''}"
+    print(f"{'ms/query':<{width}}  {result['ms_per_query']:.3f}   ({nq:,} queries in {elapsed:.2f} s, {threads})",
+          file=out)
+    return 0
+
+
+# The subcommands by name (argparse's ``args.command``).
+COMMANDS = {"train": train, "build": build, "search": search, "info": info, "verify": verify, "eval": evaluate}

@@ -1,0 +1,320 @@
+"""The argument parser of the ``ockstore`` command: subcommands, options, and the checks that need several options
+together (all usage errors: exit status 2 with argparse's usage line).
+
+The quantizer options are checked by the library's own parameter rules (``ockstore.quantizers.PARAMETERS``), and a
+method takes exactly the options its class's constructor takes (``ockstore.quantizers.METHODS``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import os
+import sys
+import textwrap
+
+import ockstore
+from ockstore.quantizers import METHODS, PARAMETERS
+
+from . import output
+
+__all__ = ["build_parser", "check_args", "PROG", "VECTOR_FILES", "QUANTIZER_OPTIONS", "DEFAULT_CHUNK"]
+
+PROG = "ockstore"
+
+# Vector and id files the command reads (the extensions ockstore.vecfiles understands).
+VECTOR_FILES = ".fvecs, .bvecs, .ivecs (each optionally .gz) or .npy"
+
+# Default rows per step when reading a base file (memory bounded by the chunk, not by N).
+DEFAULT_CHUNK = 100_000
+
+# The quantizer options of `ockstore train`: destination -> (the option as messages name it, the constructor argument
+# it sets). The command passes exactly the options given; the class's own defaults apply to the others.
+QUANTIZER_OPTIONS = {"codebooks": ("--codebooks/-C", "n_codebooks"), "beam": ("--beam/-T", "beam_width"),
+                     "codewords": ("--codewords/-K", "n_codewords"), "iterations": ("--iterations", "n_iter"),
+                     "tol": ("--tol", "tol"), "seed": ("--seed", "seed")}
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Keep the hand-wrapped descriptions and examples; show defaults only where the help text says so."""
+
+    def __init__(self, prog):
+        super().__init__(prog, max_help_position=32, width=min(110, _terminal_width()))
+
+
+def _terminal_width():
+    try:
+        return os.get_terminal_size(sys.stderr.fileno()).columns
+    except (OSError, ValueError, AttributeError):
+        return 100
+
+
+def _wrap(text, width=100):
+    """A help description wrapped to ``width`` columns (the formatter keeps the examples' own line breaks)."""
+    return textwrap.fill(text, width)
+
+
+def _defaults(parameter):
+    """'pq 25, ckm 30, ...': each method's default for a constructor argument, read from its signature."""
+    return ", ".join(f"{name} {inspect.signature(cls).parameters[parameter].default}"
+                     for name, cls in METHODS.items() if parameter in inspect.signature(cls).parameters)
+
+
+def _param_type(parameter, parse=int):
+    """An argparse type: the text parsed, then checked by the library's rule for ``parameter``."""
+    rule = PARAMETERS[parameter]
+
+    def check(text):
+        try:
+            return rule.check(parse(text))
+        except (TypeError, ValueError):
+            raise argparse.ArgumentTypeError(f"expected {rule.describe()}, got {text!r}") from None
+
+    check.__name__ = rule.kind
+    return check
+
+
+def _int_type(min_value, what="an integer"):
+    def parse(text):
+        try:
+            value = int(text, 10)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if value < min_value:
+            raise argparse.ArgumentTypeError(f"expected {what} >= {min_value}, got {value}")
+        return value
+
+    parse.__name__ = "integer"
+    return parse
+
+
+def _metadata_item(text):
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, value
+
+
+_positive = _int_type(1, "a positive integer")
+
+
+def _add_threads(p):
+    p.add_argument("--threads", type=_param_type("n_threads"), default=None, metavar="N",
+                   help="threads to use (default: all cores available to the process)")
+
+
+def _add_metadata(p):
+    p.add_argument("--metadata", nargs="+", action="extend", type=_metadata_item, default=[], metavar="KEY=VALUE",
+                   help="user metadata stored in the file (strings)")
+
+
+def _add_progress(p):
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("-q", "--quiet", action="store_true",
+                   help="no progress bar (errors are still reported on stderr)")
+    g.add_argument("--progress", action="store_true",
+                   help="show the progress bar even when stderr is not a terminal")
+
+
+
+def build_parser():
+    """The argument parser of the ``ockstore`` command (exposed for documentation and tests)."""
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        formatter_class=_Formatter,
+        description=_wrap("Build, store and search compact-code vector indexes with Optimized Cartesian K-Means (OCKM) "
+                    "and its baselines PQ, CKM and ECKM."),
+        epilog="""\
+example:
+  ockstore train sift_learn.bvecs.gz -o sift.ockq --method ockm --subspaces 4 --codebooks 2
+  ockstore build sift.ockq sift_base.bvecs.gz -o sift.ock
+  ockstore eval sift.ock sift_query.bvecs.gz sift_groundtruth.ivecs.gz --recalls 1 10 100
+
+Run 'ockstore COMMAND --help' for the options of a command. Vector files: """ + VECTOR_FILES + """.
+Exit status: 0 success, 1 data or format error (one line on stderr), 2 usage error, 130 interrupted.""",
+    )
+    parser.add_argument("--version", action="version", version=f"{PROG} {ockstore.__version__}")
+    parser.add_argument("--debug", action="store_true", help="show the full traceback of an error")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
+    sub.required = True
+
+    # ---------------------------------------------------------------------------------------------------- train
+    p = sub.add_parser(
+        "train", formatter_class=_Formatter, help="train a quantizer on a learn set and save it",
+        description=_wrap("Train a quantizer (PQ, CKM, ECKM or OCKM) on the vectors of LEARN_FILE and save it to "
+                    "QUANTIZER_FILE. Prints the final objective (mean squared reconstruction error) and the time."),
+        epilog="""\
+examples:
+  # 64-bit OCKM codes: M=4 subspaces x C=2 codebooks of K=256 words, beam T=10
+  ockstore train sift_learn.bvecs.gz -o sift.ockq --method ockm --subspaces 4 --codebooks 2 --beam 10
+  # 64-bit PQ codes on the first 50,000 learn vectors
+  ockstore train sift_learn.bvecs.gz -o pq.ockq --method pq --subspaces 8 --limit 50000
+
+Code size: M*C bytes per vector (C = 1 for pq and ckm). Default iterations: """ + _defaults("n_iter") + ".",
+    )
+    p.add_argument("learn", metavar="LEARN_FILE", help=f"training vectors ({VECTOR_FILES})")
+    p.add_argument("-o", "--output", required=True, metavar="QUANTIZER_FILE", help="the quantizer file to write")
+    p.add_argument("--method", required=True, choices=tuple(METHODS), help="the quantizer")
+    p.add_argument("--subspaces", "-M", required=True, type=_param_type("n_subspaces"), metavar="M",
+                   help="M, subspaces (1..dim)")
+    p.add_argument("--codebooks", "-C", type=_param_type("n_codebooks"), default=None, metavar="C",
+                   help=f"C, codebooks per subspace (default: {_defaults('n_codebooks')}; pq and ckm use 1)")
+    p.add_argument("--beam", "-T", type=_param_type("beam_width"), default=None, metavar="T",
+                   help=f"T, beam width of the encoder (default: {_defaults('beam_width')})")
+    p.add_argument("--codewords", "-K", type=_param_type("n_codewords"), default=None, metavar="K",
+                   help="K, words per codebook, 2..256 (default 256)")
+    p.add_argument("--iterations", type=_param_type("n_iter"), default=None, metavar="N",
+                   help="maximum training iterations (default: the method's own, see below)")
+    p.add_argument("--tol", type=_param_type("tol", float), default=None,
+                   help="stop when an iteration lowers the objective by less than this fraction (default 1e-4)")
+    p.add_argument("--seed", type=_param_type("seed"), default=None, help="random seed (default 0)")
+    p.add_argument("--limit", type=_positive, default=None, metavar="N", help="train on the first N vectors only")
+    _add_metadata(p)
+    p.add_argument("-v", "--verbose", action="store_true", help="print the objective of every iteration on stderr")
+    _add_threads(p)
+    p.set_defaults(subparser=p)
+
+    # ---------------------------------------------------------------------------------------------------- build
+    p = sub.add_parser(
+        "build", formatter_class=_Formatter, help="encode a base with a quantizer into an index file",
+        description=_wrap("Encode the vectors of BASE_FILE with the quantizer of QUANTIZER_FILE (a quantizer file or an "
+                    "index file) and write the index file INDEX_FILE. The base is streamed CHUNK rows at a time: "
+                    "memory stays bounded by the chunk size. The file appears under its name only when complete."),
+        epilog="""\
+examples:
+  ockstore build sift.ockq sift_base.bvecs.gz -o sift.ock
+  ockstore build sift.ockq base.npy -o base.ock --ids base_ids.npy --norm-encoding f32 --metadata source=photos""",
+    )
+    p.add_argument("quantizer", metavar="QUANTIZER_FILE", help="a quantizer file (ockstore train) or an index file")
+    p.add_argument("base", metavar="BASE_FILE", help=f"the vectors to index ({VECTOR_FILES})")
+    p.add_argument("-o", "--output", required=True, metavar="INDEX_FILE", help="the index file to write")
+    p.add_argument("--norm-encoding", choices=("u8", "f32"), default=None,
+                   help="how the norm term of C >= 2 codes is stored: one byte (u8, the default) or float32 (f32); "
+                        "not used by pq and ckm")
+    p.add_argument("--ids", default=None, metavar="IDS_FILE",
+                   help="one non-negative integer id per base vector, in base order (.ivecs with dimension 1, or an "
+                        "integer .npy of shape (N,) or (N, 1)); default: 0..N-1")
+    p.add_argument("--chunk-size", type=_positive, default=DEFAULT_CHUNK, metavar="CHUNK",
+                   help=f"base vectors read and encoded per step (default {DEFAULT_CHUNK:,})")
+    _add_metadata(p)
+    _add_threads(p)
+    _add_progress(p)
+    p.set_defaults(subparser=p)
+
+    # --------------------------------------------------------------------------------------------------- search
+    p = sub.add_parser(
+        "search", formatter_class=_Formatter, help="search an index file for the k nearest neighbours of queries",
+        description=_wrap("Search INDEX_FILE for the K nearest neighbours of every vector of QUERY_FILE. With -o the ids "
+                    "are written to a file (.ivecs, .ivecs.gz or .npy; -1 where fewer than K vectors exist); "
+                    "without it they are printed, a few lines per query."),
+        epilog="""\
+examples:
+  ockstore search sift.ock sift_query.bvecs.gz -k 10 --limit 3
+  ockstore search sift.ock sift_query.bvecs.gz -k 100 -o neighbours.ivecs --distances   # + neighbours.dist.fvecs
+  ockstore search sift.ock queries.npy -k 100 --distance sdc -o neighbours.npy           # + neighbours.dist.npy
+Distances are squared L2 (ADC: from the query to each reconstruction; SDC: between reconstructions).""",
+    )
+    p.add_argument("index", metavar="INDEX_FILE")
+    p.add_argument("queries", metavar="QUERY_FILE", help=f"query vectors ({VECTOR_FILES})")
+    p.add_argument("-k", type=_positive, required=True, metavar="K", help="neighbours per query")
+    p.add_argument("--distance", choices=("adc", "sdc"), default="adc", help="adc (default) or sdc")
+    p.add_argument("-o", "--output", default=None, metavar="OUT",
+                   help="write the ids to OUT (.ivecs, .ivecs.gz or .npy) instead of printing them")
+    p.add_argument("--distances", action="store_true",
+                   help="with -o, also write the distances beside it: OUT's stem + .dist.fvecs (or .dist.npy)")
+    p.add_argument("--limit", type=_positive, default=None, metavar="N", help="search the first N queries only")
+    _add_threads(p)
+    _add_progress(p)
+    p.set_defaults(subparser=p)
+
+    # ----------------------------------------------------------------------------------------------------- info
+    p = sub.add_parser(
+        "info", formatter_class=_Formatter, help="describe an index or quantizer file",
+        description=_wrap("Print what an index file (or a quantizer file) holds: method, parameters, sizes, format "
+                    "version, metadata. Reads the header only: constant time whatever the size of the index."),
+        epilog="""\
+examples:
+  ockstore info sift.ock
+  ockstore info sift.ockq --json""",
+    )
+    p.add_argument("file", metavar="FILE", help="an index file or a quantizer file")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of aligned lines")
+    p.set_defaults(subparser=p)
+
+    # --------------------------------------------------------------------------------------------------- verify
+    p = sub.add_parser(
+        "verify", formatter_class=_Formatter, help="read a whole index file and check it",
+        description=_wrap("Read every byte of INDEX_FILE and check it: checksums, codes within range, finite values. "
+                    "Prints 'ok' and the number of vectors, or exits with status 1 and the reason."),
+        epilog="""\
+example:
+  ockstore verify sift.ock && echo intact""",
+    )
+    p.add_argument("index", metavar="INDEX_FILE")
+    p.set_defaults(subparser=p)
+
+    # ----------------------------------------------------------------------------------------------------- eval
+    p = sub.add_parser(
+        "eval", formatter_class=_Formatter, help="measure recall (and mean overall ratio) against ground truth",
+        description=_wrap("Search INDEX_FILE with the queries of QUERY_FILE and compare with the exact neighbours of "
+                    "GROUNDTRUTH_FILE (.ivecs: row i holds the base row numbers of query i's neighbours, nearest "
+                    "first). recall@R is the fraction of queries whose true nearest neighbour is among the first R "
+                    "results. With --base, also the mean overall ratio at 10 (1.0 is perfect). The index's ids must "
+                    "be base row numbers (indexes built without --ids)."),
+        epilog="""\
+examples:
+  ockstore eval sift.ock sift_query.bvecs.gz sift_groundtruth.ivecs.gz
+  ockstore eval sift.ock sift_query.bvecs.gz sift_groundtruth.ivecs.gz --recalls 1 10 100 1000 -k 1000 \\
+      --distance sdc --base sift_base.bvecs.gz""",
+    )
+    p.add_argument("index", metavar="INDEX_FILE")
+    p.add_argument("queries", metavar="QUERY_FILE")
+    p.add_argument("groundtruth", metavar="GROUNDTRUTH_FILE")
+    p.add_argument("-k", type=_positive, default=100, metavar="K", help="results per query (default 100)")
+    p.add_argument("--recalls", type=_positive, nargs="+", default=None, metavar="R",
+                   help="the R of recall@R, each <= K (default: 1 10 100, those <= K)")
+    p.add_argument("--distance", choices=("adc", "sdc"), default="adc", help="adc (default) or sdc")
+    p.add_argument("--base", default=None, metavar="BASE_FILE",
+                   help="the base vectors the index was built from, for the mean overall ratio at 10 (needs K >= 10)")
+    p.add_argument("--limit", type=_positive, default=None, metavar="N", help="use the first N queries only")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of aligned lines")
+    _add_threads(p)
+    _add_progress(p)
+    p.set_defaults(subparser=p)
+    return parser
+
+
+def check_args(args):
+    """Checks that need several arguments together; failures are usage errors (exit 2)."""
+    sub = args.subparser  # the subcommand's parser: its usage line goes with the message
+    if args.command == "train":
+        accepted = inspect.signature(METHODS[args.method]).parameters
+        for dest, (flag, parameter) in QUANTIZER_OPTIONS.items():
+            if getattr(args, dest) is not None and parameter not in accepted:
+                sub.error(f"argument {flag}: method {args.method} has no {parameter} "
+                          f"({METHODS[args.method].__name__} takes {', '.join(accepted)})")
+        _check_metadata(sub, args.metadata)
+    elif args.command == "build":
+        _check_metadata(sub, args.metadata)
+    elif args.command == "search":
+        if args.output is not None and output.output_kind(args.output) is None:
+            sub.error(f"argument -o/--output: {args.output!r} must end in .ivecs, .ivecs.gz or .npy")
+        if args.distances and args.output is None:
+            sub.error("argument --distances: needs -o/--output (distances are written beside the ids)")
+    elif args.command == "eval":
+        if args.recalls is None:
+            args.recalls = [r for r in (1, 10, 100) if r <= args.k] or [args.k]
+        too_big = [r for r in args.recalls if r > args.k]
+        if too_big:
+            sub.error(f"argument --recalls: {too_big[0]} is larger than -k {args.k}")
+        if args.base is not None and args.k < 10:
+            sub.error(f"argument --base: the mean overall ratio at 10 needs -k >= 10, got -k {args.k}")
+
+
+def _check_metadata(sub, items):
+    seen = set()
+    for key, _ in items:
+        if key in seen:
+            sub.error(f"argument --metadata: key {key!r} given twice")
+        seen.add(key)
+

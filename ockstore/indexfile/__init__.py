@@ -1,0 +1,9 @@
+"""Index and quantizer files: what an ockstore index keeps in the container of ``ockstore.storage`` (docs/FORMAT.md
+section 11, rules I1-I14).
+
+    schema.py   the meta map and section table: writing them, and the open-time checks of a file
+    writer.py   IndexWriter (streaming, bounded memory, atomic), build_index, save_quantizer
+    reader.py   open_index (read-only mmap, O(1) in N), load_quantizer, file_info
+
+The public names are re-exported by ``ockstore`` itself.
+"""

@@ -1,0 +1,86 @@
+"""Reading index and quantizer files: open_index (read-only mmap, O(1) in N), load_quantizer, file_info
+(docs/FORMAT.md section 11.4)."""
+
+from __future__ import annotations
+
+from .. import storage
+from ..index import Index, _quantizer_summary
+from .schema import KIND_INDEX, KIND_QUANTIZER, read_file
+
+__all__ = ["open_index", "load_quantizer", "file_info"]
+
+
+def open_index(path):
+    """Open an index file read-only: O(1) in N (the header and the small sections are read; codes, norms and ids
+    are views of a read-only memory map, read by searches as they scan).
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+
+    Returns
+    -------
+    Index
+        Searchable at once; close it (or use ``with``) to release the file. Its arrays are read-only. The file may
+        be replaced while open (the index keeps reading the old contents).
+
+    Raises
+    ------
+    FileNotFoundError
+        No file at ``path``.
+    ValueError
+        ``path`` is not a regular file (refused without opening it: a FIFO does not block).
+    FormatError
+        The file breaks a rule of docs/FORMAT.md (container or index layer), or is a quantizer file; the message
+        names the file, the check and the section. Values of the large sections are checked by ``Index.verify()``.
+    """
+    mf = storage.open_file(path)
+    try:
+        _kind, quantizer, (codes, norms, ids, encoding) = read_file(mf, (KIND_INDEX,))
+        index = Index(quantizer, codes, norms, ids, encoding, _resource=mf)
+    except BaseException:
+        mf.close()
+        raise
+    index._file = mf
+    index._metadata = mf.user
+    return index
+
+
+def load_quantizer(path):
+    """Load the fitted quantizer of a quantizer file (written by :func:`save_quantizer`) or of an index file.
+
+    Raises FileNotFoundError, ValueError (not a regular file) or FormatError, as :func:`open_index`. The file is
+    closed before this returns: the quantizer holds copies of its arrays.
+    """
+    with storage.open_file(path) as mf:
+        _kind, quantizer, _vectors = read_file(mf, (KIND_INDEX, KIND_QUANTIZER))
+    return quantizer
+
+
+def file_info(path) -> dict:
+    """Describe an index file or a quantizer file without loading its vectors (every open-time check runs).
+
+    An index file gives ``open_index(path).info()`` plus ``kind: "index"``. A quantizer file gives kind
+    ("quantizer"), P, method, M, C, K, T, bits, code_size, iterations, objective (the last training objective),
+    format_version, metadata and path. Raises as :func:`open_index`.
+    """
+    with storage.open_file(path) as mf:
+        kind, quantizer, vectors = read_file(mf, (KIND_INDEX, KIND_QUANTIZER))
+        major, minor = mf.version
+        common = {"format_version": f"{major}.{minor}", "metadata": storage.canonical_metadata(mf.user), "path": mf.path}
+        if kind == KIND_INDEX:
+            codes, norms, ids, encoding = vectors
+            index = Index(quantizer, codes, norms, ids, encoding)
+            try:
+                info = index.info()
+            finally:
+                index.close()
+            return {"kind": KIND_INDEX, **info, "has_ids": ids is not None, **common}
+    return {
+        "kind": KIND_QUANTIZER,
+        **_quantizer_summary(quantizer),
+        "code_size": int(quantizer.code_size),
+        "iterations": int(len(quantizer.objective_history) - 1),
+        "objective": float(quantizer.objective_history[-1]),
+        **common,
+    }

@@ -1,0 +1,248 @@
+"""The index layer's schema of a container file: its meta map and its sections (docs/FORMAT.md section 11).
+
+Writing: ``quantizer_meta`` and ``put_quantizer_sections`` give what every index or quantizer file holds about its
+model; ``check_user_metadata`` refuses metadata a header cannot hold before anything is written. Reading:
+``read_file`` runs every open-time check of section 11.4 on an opened container, in order, as a straight line of
+early returns, each failure a FormatError naming the check and the meta key or section. The rule numbers (I1, I2,
+...) are those of docs/FORMAT.md section 12.
+"""
+
+from __future__ import annotations
+
+import msgpack
+import numpy as np
+
+from .. import storage
+from .._codec import SubspaceLayout
+from .._encoding import NORM_DTYPES, NORM_ENCODINGS
+from .._version import __version__
+from .._params import STORED_PARAMETERS
+from ..quantizers import METHODS, PARAMETERS, quantizer_from_state
+
+__all__ = ["KIND_INDEX", "KIND_QUANTIZER", "HEADER_MARGIN", "check_user_metadata", "quantizer_meta",
+           "put_quantizer_sections", "read_file"]
+
+# docs/FORMAT.md section 11: the values of meta "kind" and the number of levels of the one-byte norm quantizer.
+KIND_INDEX = "index"
+KIND_QUANTIZER = "quantizer"
+N_NORM_LEVELS = 256
+
+# The header holds the user metadata plus the index's own meta and section list, which take well under 1 KiB (eight
+# params, seven section entries, every int at most 9 bytes packed). User metadata is refused up front when it leaves
+# less than this margin, so that a long build cannot fail at its very end because of its metadata (I11).
+HEADER_MARGIN = 4096
+
+# The ``library`` string of the files this layer writes (I9): the package and its version, no timestamp.
+LIBRARY = f"ockstore {__version__}"
+
+
+# ====================================================================================================================
+# writing
+
+
+def check_user_metadata(metadata, name="metadata"):
+    """A canonical copy of the user metadata (None means {}), checked as the container will check it (R24:
+    TypeError) and small enough to leave room for the index's own header (I11: ValueError). Nothing is written."""
+    if metadata is None:
+        return {}
+    storage.check_metadata(metadata, name)
+    user = storage.canonical_metadata(metadata)  # a copy: later changes by the caller do not reach the file
+    size = len(msgpack.packb(user, use_bin_type=True))
+    if size > storage.MAX_HEADER_BYTES - HEADER_MARGIN:
+        raise ValueError(f"{name} takes {size} bytes packed; at most {storage.MAX_HEADER_BYTES - HEADER_MARGIN} "
+                         f"fit in a file header (MAX_HEADER_BYTES = {storage.MAX_HEADER_BYTES} less {HEADER_MARGIN} "
+                         "for the index's own entries): store large data elsewhere")
+    return user
+
+
+def quantizer_meta(kind, quantizer):
+    """The meta map of a quantizer or index file (I1, I2, I9), as Python scalars."""
+    params = {"dim": int(quantizer.dim), **quantizer._stored_params()}
+    return {"kind": kind, "library": LIBRARY, "method": quantizer.method, "params": params}
+
+
+def put_quantizer_sections(writer, quantizer):
+    """rotation (not for PQ), codebooks, objective_history, norm_levels (C >= 2), in this order (I4, I5)."""
+    if quantizer.rotation is not None:
+        writer.put("rotation", np.ascontiguousarray(quantizer.rotation, dtype="<f4"))
+    writer.put("codebooks", np.ascontiguousarray(quantizer.codebooks, dtype="<f4"))
+    writer.put("objective_history", np.ascontiguousarray(quantizer.objective_history, dtype="<f8"))
+    if quantizer.norm_levels is not None:
+        writer.put("norm_levels", np.ascontiguousarray(quantizer.norm_levels, dtype="<f4"))
+
+
+
+# ====================================================================================================================
+# reading (docs/FORMAT.md section 11.4; a straight line of early returns, each a FormatError)
+
+
+def _short(value):
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+class _Reader:
+    """The index-layer checks of one opened container, in the order of docs/FORMAT.md section 11.4."""
+
+    def __init__(self, mf):
+        self.mf = mf
+        self.path = mf.path
+        self.meta = mf.meta
+
+    def fail(self, check, detail):
+        return storage.format_error(self.path, check, detail)
+
+    # ---- meta (I1-I3)
+
+    def kind(self, accepted):
+        kind = self.meta.get("kind")
+        if type(kind) is not str:
+            raise self.fail("bad meta", f"meta 'kind' = {_short(kind)}, expected a str: is this an ockstore index "
+                                        "or quantizer file?")
+        if kind not in (KIND_INDEX, KIND_QUANTIZER):
+            raise self.fail("unknown kind", f"meta 'kind' = {_short(kind)}, expected 'index' or 'quantizer'")
+        if kind not in accepted:
+            raise self.fail("wrong kind", f"the file holds a {kind}, not an index (meta 'kind' = {kind!r}); "
+                                          "load it with ockstore.load_quantizer")
+        return kind
+
+    def _int(self, where, value, lo, hi=None):
+        if type(value) is not int or value < lo or (hi is not None and value > hi):
+            expected = f"an int >= {lo}" if hi is None else f"an int in {lo}..{hi}"
+            raise self.fail("bad meta", f"{where} = {_short(value)}, expected {expected}")
+        return value
+
+    def params(self):
+        """meta 'method' and 'params' (I2), checked by the rules of the quantizers' own parameters; returns the params
+        for quantizer_from_state (with 'method' and 'dim')."""
+        method = self.meta.get("method")
+        if type(method) is not str or method not in METHODS:
+            raise self.fail("bad meta", f"meta 'method' = {_short(method)}, expected one of "
+                                        f"{', '.join(repr(m) for m in METHODS)}")
+        params = self.meta.get("params")
+        if not isinstance(params, dict):
+            raise self.fail("bad meta", f"meta 'params' = {_short(params)}, expected a map")
+        for key in ("dim", *STORED_PARAMETERS):
+            if key not in params:
+                raise self.fail("bad meta", f"meta 'params' has no key {key!r}")
+        p = {"method": method, "dim": self._int("meta 'params'['dim']", params["dim"], 1)}
+        for name in STORED_PARAMETERS:
+            try:
+                p[name] = PARAMETERS[name].check(params[name])
+            except (TypeError, ValueError):
+                raise self.fail("bad meta", f"meta 'params'[{name!r}] = {_short(params[name])}, expected "
+                                            f"{PARAMETERS[name].describe()}") from None
+        if p["n_subspaces"] > p["dim"]:
+            raise self.fail("bad meta", f"meta 'params'['n_subspaces'] = {p['n_subspaces']}, expected at most "
+                                        f"'dim' = {p['dim']}")
+        for name, value in METHODS[method]._fixed.items():
+            if p[name] != value:
+                raise self.fail("bad meta", f"meta 'params': method {method!r} has {name} = {value}, "
+                                            f"got {p[name]}")
+        return p
+
+    def index_meta(self, p):
+        """meta 'ntotal', 'norm_encoding', 'has_ids' of an index file (I3)."""
+        ntotal = self._int("meta 'ntotal'", self.meta.get("ntotal"), 0)
+        encoding = self.meta.get("norm_encoding")
+        if type(encoding) is not str or encoding not in NORM_ENCODINGS:
+            raise self.fail("bad meta", f"meta 'norm_encoding' = {_short(encoding)}, expected 'f32', 'u8' or 'none'")
+        if (p["n_codebooks"] == 1) != (encoding == "none"):
+            expected = "'none'" if p["n_codebooks"] == 1 else "'f32' or 'u8'"
+            raise self.fail("bad meta", f"meta 'norm_encoding' = {encoding!r} with n_codebooks = {p['n_codebooks']}, "
+                                        f"expected {expected}")
+        has_ids = self.meta.get("has_ids")
+        if type(has_ids) is not bool:
+            raise self.fail("bad meta", f"meta 'has_ids' = {_short(has_ids)}, expected true or false")
+        return ntotal, encoding, has_ids
+
+    # ---- sections (I4, I5)
+
+    def section(self, name, dtype, shape, rows=None):
+        """The view of a required section of exactly ``dtype`` and ``shape`` (None in ``shape``: any length >= 1);
+        ``rows``: the row count meta 'ntotal' gives."""
+        if name not in self.mf.sections:
+            raise self.fail("missing section", f"section {name!r} is required in this file")
+        info = self.mf.section_info(name)
+        if info["dtype"] != dtype:
+            raise self.fail("bad section dtype", f"section {name!r}: dtype {info['dtype']!r}, expected {dtype!r}")
+        got = info["shape"]
+        if rows is not None and len(got) == len(shape) and got[0] != rows:
+            raise self.fail("row count mismatch", f"section {name!r}: {got[0]} rows, meta 'ntotal' is {rows}")
+        if len(got) != len(shape) or any(want is not None and g != want for g, want in zip(got, shape)) or (
+                None in shape and got[shape.index(None)] < 1):
+            want = "[" + ", ".join("n >= 1" if d is None else str(d) for d in shape) + "]"
+            raise self.fail("bad section shape", f"section {name!r}: shape {list(got)}, expected {want}")
+        return self.mf.sections[name]
+
+    def absent(self, name, why):
+        if name in self.mf.sections:
+            raise self.fail("unexpected section", f"section {name!r} must not be present: {why}")
+
+    def quantizer_sections(self, p):
+        """The small sections, checked (I4-I6); returns the arrays for quantizer_from_state, as copies."""
+        P, M, C, K = p["dim"], p["n_subspaces"], p["n_codebooks"], p["n_codewords"]
+        S = -(-P // M)
+        views = {}
+        if p["method"] == "pq":
+            self.absent("rotation", "method 'pq' has no rotation")
+        else:
+            views["rotation"] = self.section("rotation", "<f4", (P, P))
+        views["codebooks"] = self.section("codebooks", "<f4", (M, C, K, S))
+        views["objective_history"] = self.section("objective_history", "<f8", (None,))
+        if C == 1:
+            self.absent("norm_levels", "n_codebooks = 1 has no norm term")
+        else:
+            views["norm_levels"] = self.section("norm_levels", "<f4", (N_NORM_LEVELS,))
+        arrays = {name: np.array(view) for name, view in views.items()}  # copies: the model outlives the mapping
+        # I6: values of the small sections.
+        for name, arr in arrays.items():
+            if not np.isfinite(arr).all():
+                raise self.fail("non-finite values", f"section {name!r} holds NaN or infinite values")
+        sizes = SubspaceLayout(P, M).sizes
+        for m in range(M):
+            if arrays["codebooks"][m, :, :, sizes[m]:].any():
+                raise self.fail("non-zero codebook padding",
+                                f"section 'codebooks': subspace {m} has {sizes[m]} dimensions, but its words have "
+                                f"non-zero values in columns {sizes[m]}..{S - 1}")
+        if C > 1 and (np.diff(arrays["norm_levels"]) < 0).any():
+            raise self.fail("unsorted norm levels", "section 'norm_levels' is not in ascending order")
+        return arrays
+
+    def index_sections(self, p, ntotal, encoding, has_ids):
+        """Views of codes, norms, ids (I4, I5); their values are checked by Index.verify (I7)."""
+        codes = self.section("codes", "<u1", (ntotal, p["n_subspaces"] * p["n_codebooks"]), rows=ntotal)
+        norms = ids = None
+        if encoding == "none":
+            self.absent("norms", "meta 'norm_encoding' is 'none'")
+        else:
+            norms = self.section("norms", NORM_DTYPES[encoding], (ntotal,), rows=ntotal)
+        if has_ids:
+            ids = self.section("ids", "<i8", (ntotal,), rows=ntotal)
+        else:
+            self.absent("ids", "meta 'has_ids' is false")
+        return codes, norms, ids
+
+    def for_quantizer_file(self):
+        for name in ("codes", "norms", "ids"):
+            self.absent(name, "a quantizer file holds no vectors")
+
+
+def read_file(mf, accepted):
+    """Run every open-time check of docs/FORMAT.md section 11.4 on an opened container; returns
+    (kind, quantizer, (codes, norms, ids, norm_encoding) or None)."""
+    reader = _Reader(mf)
+    kind = reader.kind(accepted)
+    p = reader.params()
+    index_meta = reader.index_meta(p) if kind == KIND_INDEX else None
+    arrays = reader.quantizer_sections(p)
+    if kind == KIND_INDEX:
+        ntotal, encoding, has_ids = index_meta
+        codes, norms, ids = reader.index_sections(p, ntotal, encoding, has_ids)
+        vectors = (codes, norms, ids, encoding)
+    else:
+        reader.for_quantizer_file()
+        vectors = None
+    quantizer = quantizer_from_state(p, arrays)
+    return kind, quantizer, vectors
+

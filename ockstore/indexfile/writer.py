@@ -1,0 +1,237 @@
+"""Writing index and quantizer files: IndexWriter (streaming, memory bounded by the chunk, atomic), build_index,
+save_quantizer (docs/FORMAT.md sections 11.5 and 12)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import storage
+from .._encoding import NORM_DTYPES, check_fitted_quantizer, encode_rows, resolve_norm_encoding
+from .._validation import as_ids, as_vectors, check_int, resolve_n_threads
+from ..quantizers import quantizer_from_state
+from .schema import KIND_INDEX, KIND_QUANTIZER, check_user_metadata, put_quantizer_sections, quantizer_meta
+
+__all__ = ["IndexWriter", "build_index", "save_quantizer"]
+
+
+class IndexWriter:
+    """Build an index file from chunks of vectors, with memory bounded by the chunk, not by N.
+
+    Each :meth:`add` encodes its chunk and appends the codes (and norm terms, and ids) to hidden temporary sibling
+    files; :meth:`close` writes the index file and renames it into place atomically (docs/FORMAT.md R21): until then
+    nothing appears under ``path``, and an existing file there is untouched. Used as a context manager, leaving the
+    block normally closes (commits); leaving it with an exception aborts (no file under ``path``, an older file there
+    untouched, temporary files removed). A writer closed without any ``add`` writes a valid empty index.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The index file to write; its folder must exist.
+    quantizer : fitted PQ, CKM, ECKM or OCKM
+        Its model is captured when the writer is created (refitting it afterwards does not affect this file).
+    norm_encoding : "u8", "f32", "none" or None
+        As for :meth:`Index.from_vectors`: None means "u8" for C >= 2 and "none" for C = 1.
+    metadata : dict or None
+        User metadata stored in the file (str keys; None, bool, int, float, str, bytes, lists and dicts of these).
+        TypeError for other values, ValueError when it would not fit in the header (about 16 MiB), both raised here,
+        before anything is written.
+    n_threads : int or None
+        Threads for encoding; None means all cores.
+
+    Attributes
+    ----------
+    ntotal : int
+        Vectors added so far (still readable after close).
+    path : str
+    closed : bool
+
+    Any other use after :meth:`close` or :meth:`abort` raises ValueError. A writer garbage-collected without
+    :meth:`close` writes nothing (its temporary files are removed). Not thread-safe: one writer, one thread.
+    """
+
+    def __init__(self, path, quantizer, *, norm_encoding=None, metadata=None, n_threads=None):
+        quantizer = check_fitted_quantizer(quantizer)
+        self._norm_encoding = resolve_norm_encoding(quantizer, norm_encoding)
+        self._user = check_user_metadata(metadata)
+        self._threads = resolve_n_threads(n_threads)
+        params, arrays = quantizer._get_state()
+        # A private quantizer over the same (read-only) arrays: a refit of the caller's object replaces its arrays,
+        # so it cannot mix two models in one file.
+        self._quantizer = quantizer_from_state(params, arrays)
+        self._state = "open"  # "open", "committed" or "aborted"
+        self._ntotal = 0
+        self._has_ids = None  # decided by the first add
+        writer = storage.FileWriter(path)  # checks the path; creates nothing yet
+        put_quantizer_sections(writer, self._quantizer)
+        writer.declare_growing("codes", "<u1", (self._quantizer.code_size,))
+        if self._norm_encoding != "none":
+            writer.declare_growing("norms", NORM_DTYPES[self._norm_encoding])
+        self._writer = writer
+
+    # ---- attributes
+
+    @property
+    def path(self) -> str:
+        return self._writer.path
+
+    @property
+    def ntotal(self) -> int:
+        """The number of vectors added so far."""
+        return self._ntotal
+
+    @property
+    def closed(self) -> bool:
+        return self._state != "open"
+
+    @property
+    def norm_encoding(self) -> str:
+        return self._norm_encoding
+
+    def __repr__(self):
+        return f"<IndexWriter {self.path!r} {self._state}, {self._ntotal} vectors>"
+
+    def __enter__(self):
+        self._check_open()
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None:
+            self.abort()
+        elif self._state == "open":
+            self.close()
+        return False
+
+    def _check_open(self):
+        if self._state != "open":
+            what = "closed" if self._state == "committed" else "aborted"
+            raise ValueError(f"I/O operation on a {what} IndexWriter ({self.path!r})")
+
+    # ---- building
+
+    def add(self, X, ids=None):
+        """Encode a chunk of vectors and append it.
+
+        Parameters
+        ----------
+        X : array-like of shape (n, P) or (P,)
+            Any real numeric dtype, converted to float32 step by step; n may be 0. NaN/inf raise ValueError.
+        ids : array-like of shape (n,), integers >= 0 (int64 range), or None
+            Either every add gives ids or none does (ValueError naming ids otherwise); without ids, vectors are
+            numbered 0..N-1 in the order they were added.
+
+        A chunk that is refused (ValueError or TypeError) leaves the writer as it was: nothing of it is appended
+        and further chunks can be added.
+        """
+        self._check_open()
+        X, _ = as_vectors(X, "X", self._quantizer.dim, convert=False)
+        n = X.shape[0]
+        if ids is not None:
+            if not isinstance(ids, np.ndarray) and np.size(ids) == 0:
+                ids = np.empty(np.shape(ids), dtype=np.int64)  # an empty list has no integer dtype of its own
+            ids = as_ids(ids, "ids", n=n)
+        self._check_ids_given(ids is not None)
+        # encode_rows checks every value before anything is appended
+        codes, norms = encode_rows(self._quantizer, X, self._norm_encoding, self._threads)
+        self._append(codes, norms, ids)
+
+    def _check_ids_given(self, given):
+        if self._has_ids is not None and given != self._has_ids:
+            if given:
+                raise ValueError("ids: earlier chunks were added without ids; give ids with every chunk or with none")
+            raise ValueError("ids: earlier chunks were added with ids; give ids with every chunk or with none")
+
+    def _append(self, codes, norms, ids):
+        """Append checked rows: codes (n, M*C) uint8, norms (n,) of the norm dtype or None, ids (n,) int64 or None.
+        No input validation beyond the consistency of ids with earlier chunks."""
+        self._check_open()
+        self._check_ids_given(ids is not None)
+        if self._has_ids is None:
+            self._has_ids = ids is not None
+            if self._has_ids:
+                self._writer.declare_growing("ids", "<i8")
+        try:
+            self._writer.append("codes", codes)
+            if norms is not None:
+                self._writer.append("norms", norms)
+            if ids is not None:
+                self._writer.append("ids", ids)
+        except BaseException:
+            self.abort()  # the sections may now disagree on their row counts: this writer cannot go on
+            raise
+        self._ntotal += codes.shape[0]
+
+    # ---- finishing
+
+    def close(self):
+        """Write the index file and put it in place atomically. Idempotent after success; ValueError after abort.
+
+        An error while writing aborts the writer (nothing under ``path``, an older file there untouched) and
+        propagates.
+        """
+        if self._state == "committed":
+            return
+        self._check_open()
+        meta = quantizer_meta(KIND_INDEX, self._quantizer)
+        meta.update(ntotal=self._ntotal, norm_encoding=self._norm_encoding, has_ids=bool(self._has_ids))
+        try:
+            self._writer.commit(meta, self._user)
+        except BaseException:
+            self.abort()
+            raise
+        self._state = "committed"
+
+    def abort(self):
+        """Discard everything: temporary files removed, nothing written under ``path``. Idempotent; a no-op after
+        a successful close."""
+        if self._state != "open":
+            return
+        self._state = "aborted"
+        self._writer.abort()
+
+
+def build_index(path, quantizer, X, ids=None, *, norm_encoding=None, metadata=None, n_threads=None,
+                chunk_size=100_000):
+    """Encode a whole base into an index file in one call (an IndexWriter fed ``chunk_size`` rows at a time).
+
+    Parameters
+    ----------
+    path, quantizer, norm_encoding, metadata, n_threads
+        As for :class:`IndexWriter`.
+    X : array-like of shape (N, P)
+        Any real numeric dtype; a np.memmap (or any ndarray) is read ``chunk_size`` rows at a time, so memory stays
+        bounded by the chunk (other array-likes are converted to an ndarray first).
+    ids : array-like of shape (N,), integers >= 0, or None
+    chunk_size : int >= 1
+        Rows encoded per step. The file does not depend on it.
+
+    Writes atomically: on any error nothing appears under ``path`` and an older file there is untouched.
+    """
+    chunk_size = check_int(chunk_size, "chunk_size", min_value=1)
+    quantizer = check_fitted_quantizer(quantizer)
+    X, _ = as_vectors(X, "X", quantizer.dim, convert=False)
+    N = X.shape[0]
+    if ids is not None:
+        ids = as_ids(ids, "ids", n=N, values=False)  # values are checked chunk by chunk by add()
+    with IndexWriter(path, quantizer, norm_encoding=norm_encoding, metadata=metadata, n_threads=n_threads) as w:
+        for start in range(0, max(N, 1), chunk_size):  # once with zero rows when N == 0: ids given -> has_ids
+            stop = min(N, start + chunk_size)
+            w.add(X[start:stop], None if ids is None else ids[start:stop])
+
+
+def save_quantizer(path, quantizer, *, metadata=None):
+    """Write a fitted quantizer to a file of kind "quantizer" (the container of docs/FORMAT.md, no vector sections),
+    atomically.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+    quantizer : fitted PQ, CKM, ECKM or OCKM
+    metadata : dict or None
+        User metadata, as for :class:`IndexWriter`.
+    """
+    quantizer = check_fitted_quantizer(quantizer)
+    user = check_user_metadata(metadata)
+    with storage.FileWriter(path) as writer:
+        put_quantizer_sections(writer, quantizer)
+        writer.commit(quantizer_meta(KIND_QUANTIZER, quantizer), user)
+
