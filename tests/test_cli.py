@@ -1,17 +1,26 @@
-"""The ``ockstore`` command, run as a subprocess (``python -m ockstore``) on small synthetic data.
+"""The ``ockstore`` command on small synthetic data, run in-process.
+
+``run(ARGS)`` calls ``ockstore.cli.main(ARGS)`` with stdout and stderr redirected and returns what the process would
+have given (exit status, stdout, stderr); argparse's ``SystemExit`` (a usage error, ``--help``, ``--version``)
+becomes the exit status. Only ``test_entry_point_end_to_end`` starts processes: it runs the installed console script
+and ``python -m ockstore`` to check that both work and give the same exit statuses and stderr end to end.
 
 Success paths are checked against the Python API (the ids a search writes equal ``open_index(...).search(...)``, the
 recall eval prints equals ``evaluation.recall_at_r``, ``info --json`` equals ``info()``); every failure must follow
-DESIGN.md section 6: exit 1 with exactly one line on stderr and no traceback for a data or format error, exit 2 with
-argparse's usage line for a usage error, the traceback only with ``--debug``.
+the exit-status rules of docs/ARCHITECTURE.md: exit 1 with exactly one line on stderr and no traceback for a data or
+format error, exit 2 with argparse's usage line for a usage error, the traceback only with ``--debug``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
+import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -28,16 +37,62 @@ TRAIN_ARGS = ["--method", "ockm", "--subspaces", "4", "--codebooks", "2", "--bea
               "--iterations", "3"]
 
 
-def run(*args, check=None, env_extra=None):
-    """Run ``python -m ockstore ARGS``; returns the CompletedProcess (text). ``check``: the expected exit status."""
+def _exit_status(code, stderr):
+    """The status of a process that ends with ``sys.exit(code)``: None is 0, a non-integer is printed and 1."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=stderr)
+    return 1
+
+
+def _warning_to_stderr(message, category, filename, lineno, file=None, line=None):
+    sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+
+def run(*args, check=None):
+    """``ockstore ARGS`` in this process: ``cli.main`` with stdout and stderr redirected to StringIO buffers.
+
+    Returns a CompletedProcess (text). ``check``: the expected exit status. What a separate process would see:
+    - the streams are not terminals (StringIO.isatty() is False, fileno() fails), as with the pipes of a subprocess:
+      no progress bar unless --progress, help wrapped at the default width;
+    - ``SystemExit`` (usage errors, --help, --version) is turned into the exit status, as the interpreter does;
+    - warnings are written to the captured stderr (with Python's default filters, not pytest's), so that a stray
+      warning still breaks the "exactly one line on stderr" checks instead of going to pytest's summary.
+    Any other exception is a bug in the command (a process would print its traceback and exit 1): it propagates
+    and fails the test with its traceback. Environment variables read at startup (OMP_NUM_THREADS,
+    OMP_WAIT_POLICY) are those of the test process; results do not depend on the number of threads.
+    """
+    argv = [str(a) for a in args]
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), warnings.catch_warnings():
+        warnings.resetwarnings()
+        for category in (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning):
+            warnings.simplefilter("ignore", category)
+        warnings.showwarning = _warning_to_stderr
+        try:
+            code = cli.main(argv)
+        except SystemExit as exc:
+            code = exc.code
+        status = _exit_status(code, err)
+    proc = subprocess.CompletedProcess(["ockstore", *argv], status, out.getvalue(), err.getvalue())
+    if check is not None:
+        assert proc.returncode == check, (proc.returncode, proc.stdout, proc.stderr)
+    return proc
+
+
+def run_process(command, *args, check=None):
+    """Run ``COMMAND ARGS`` (an entry point of the command) as a real process; returns the CompletedProcess (text).
+
+    The environment: this checkout first on PYTHONPATH, OpenMP on two passive threads (a shared two-core machine).
+    """
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     env["OMP_NUM_THREADS"] = "2"
-    if env_extra:
-        env.update(env_extra)
-    proc = subprocess.run([sys.executable, "-m", "ockstore", *map(str, args)], capture_output=True, text=True,
-                          env=env, timeout=120, stdin=subprocess.DEVNULL)
+    proc = subprocess.run([*command, *map(str, args)], capture_output=True, text=True, env=env, timeout=120,
+                          stdin=subprocess.DEVNULL)
     if check is not None:
         assert proc.returncode == check, (proc.returncode, proc.stdout, proc.stderr)
     return proc
@@ -185,7 +240,7 @@ def test_build_with_ids_metadata_and_progress(data, tmp_path):
         out = tmp_path / f"with_ids_{ids_path.suffix[1:]}.ock"
         proc = run("build", data["q"], data["base"], "-o", out, "--ids", ids_path, "--norm-encoding", "f32",
                    "--metadata", "source=test", "n=3", "--chunk-size", "700", "--progress", check=0)
-        assert "vectors/s" in proc.stderr and "100.0%" in proc.stderr  # the bar, forced on a pipe
+        assert "vectors/s" in proc.stderr and "100.0%" in proc.stderr  # the bar, forced on a non-terminal
         with ockstore.open_index(out) as index:
             info = index.info()
             assert info["has_ids"] and info["norm_encoding"] == "f32" and info["N"] == 3000
@@ -195,7 +250,7 @@ def test_build_with_ids_metadata_and_progress(data, tmp_path):
 
 def test_build_progress_only_on_a_terminal_or_when_asked(data, tmp_path):
     proc = run("build", data["q"], data["base"], "-o", tmp_path / "a.ock", check=0)
-    assert proc.stderr == ""  # stderr is a pipe here: no bar
+    assert proc.stderr == ""  # stderr is not a terminal here: no bar
     proc = run("build", data["q"], data["base"], "-o", tmp_path / "b.ock", "-q", check=0)
     assert proc.stderr == ""
     assert (tmp_path / "a.ock").read_bytes() == (tmp_path / "b.ock").read_bytes()
@@ -390,20 +445,47 @@ def test_debug_shows_the_traceback(bad_files):
     assert proc.stderr.strip().splitlines()[-1].startswith("ockstore: error: ")
 
 
-def test_keyboard_interrupt_is_one_line_and_130(monkeypatch, capsys, data):
+def test_keyboard_interrupt_is_one_line_and_130(monkeypatch, data):
     def interrupted(args, out):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(cli, "cmd_info", interrupted)
-    assert cli.main(["info", str(data["index"])]) == 130
-    err = capsys.readouterr().err
-    assert err.strip().splitlines() == ["ockstore: interrupted"]
+    proc = run("info", data["index"], check=130)
+    assert proc.stderr.strip().splitlines() == ["ockstore: interrupted"]
 
 
-def test_os_errors_are_one_line(monkeypatch, capsys, data):
+def test_os_errors_are_one_line(monkeypatch, data):
     def denied(args, out):
         raise PermissionError(13, "Permission denied", "locked.ock")
 
     monkeypatch.setattr(cli, "cmd_verify", denied)
-    assert cli.main(["verify", str(data["index"])]) == 1
-    assert capsys.readouterr().err == "ockstore: error: Permission denied: 'locked.ock'\n"
+    proc = run("verify", data["index"], check=1)
+    assert proc.stderr == "ockstore: error: Permission denied: 'locked.ock'\n"
+
+
+# -------------------------------------------------------------------------------------------- real entry points
+def _entry_point(name):
+    """The command line of an entry point: the console script installed beside this interpreter (.venv/bin/ockstore
+    with `make install`), or `python -m ockstore`."""
+    if name == "python -m":
+        return [sys.executable, "-m", "ockstore"]
+    script = shutil.which("ockstore", path=str(Path(sys.executable).parent))
+    if script is None:
+        pytest.skip(f"no ockstore console script in {Path(sys.executable).parent} (package not installed there)")
+    return [script]
+
+
+@pytest.mark.parametrize("entry", ["console script", "python -m"])
+def test_entry_point_end_to_end(entry, data, bad_files):
+    """The real processes: success, data error, usage error and --debug, with their exit statuses and stderr."""
+    command = _entry_point(entry)
+    proc = run_process(command, "info", data["index"], "--json", check=0)
+    with ockstore.open_index(data["index"]) as index:
+        assert json.loads(proc.stdout) == json.loads(json.dumps(index.info()))
+    assert proc.stderr == ""
+    assert_data_error(run_process(command, "verify", bad_files["garbage"]), "garbage.ock")
+    assert_usage_error(run_process(command, "search", data["index"], data["query"]), "-k")
+    proc = run_process(command, "--debug", "info", bad_files["garbage"])
+    assert proc.returncode == 1
+    assert "Traceback" in proc.stderr and "FormatError" in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("ockstore: error: ")
