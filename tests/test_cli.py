@@ -449,7 +449,7 @@ def test_keyboard_interrupt_is_one_line_and_130(monkeypatch, data):
     def interrupted(args, out):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(cli, "cmd_info", interrupted)
+    monkeypatch.setitem(cli.commands.COMMANDS, "info", interrupted)
     proc = run("info", data["index"], check=130)
     assert proc.stderr.strip().splitlines() == ["ockstore: interrupted"]
 
@@ -458,7 +458,7 @@ def test_os_errors_are_one_line(monkeypatch, data):
     def denied(args, out):
         raise PermissionError(13, "Permission denied", "locked.ock")
 
-    monkeypatch.setattr(cli, "cmd_verify", denied)
+    monkeypatch.setitem(cli.commands.COMMANDS, "verify", denied)
     proc = run("verify", data["index"], check=1)
     assert proc.stderr == "ockstore: error: Permission denied: 'locked.ock'\n"
 

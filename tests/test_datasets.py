@@ -474,7 +474,7 @@ def test_load_texmex_errors(tmp_path):
 
 
 def test_dataset_from_arrays_checks():
-    with pytest.raises(TypeError, match="groundtruth must hold integer ids"):
+    with pytest.raises(TypeError, match="groundtruth must be an integer array"):
         datasets.Dataset("x", learn=np.ones((2, 2)), base=np.ones((2, 2)), query=np.ones((1, 2)),
                          groundtruth=np.zeros((1, 1)))
     with pytest.raises(TypeError, match="learn must hold real numbers"):

@@ -215,6 +215,7 @@ class FileWriter:
                     position = entry["offset"] + entry["length"]
                 if f.tell() != position:  # pragma: no cover - an internal invariant
                     raise RuntimeError(f"wrote {f.tell()} bytes, the header describes {position}")
+                self._release()  # the spill files are copied: a crash from here on leaves none of them behind
         except BaseException:
             self.abort()
             raise
