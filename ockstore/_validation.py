@@ -18,6 +18,7 @@ __all__ = [
     "check_int",
     "check_float",
     "check_choice",
+    "check_k",
     "check_bool",
     "resolve_n_threads",
     "as_codes",
@@ -56,7 +57,8 @@ def to_float32_rows(arr, name):
 
     No input validation beyond these value checks: ``arr`` must already have passed ``check_vectors_dtype``.
     """
-    out = np.ascontiguousarray(arr, dtype=np.float32)
+    with np.errstate(over="ignore"):  # values beyond float32 become inf: reported below as too large
+        out = np.ascontiguousarray(arr, dtype=np.float32)
     if out.size:
         lo, hi = out.min(), out.max()  # NaN propagates, so one test covers NaN, inf and magnitude
         if not (lo >= -MAX_ABS_VALUE and hi <= MAX_ABS_VALUE):
@@ -141,6 +143,22 @@ def check_choice(value, name, choices):
         expected = " or ".join(repr(c) for c in choices)
         raise ValueError(f"{name} must be {expected}, got {value!r}")
     return value
+
+
+# Results beyond the number of vectors are padding; a k above max(N, MAX_PADDED_K) is refused rather than answered
+# with that much padding (k = 2**40 would ask for terabytes of it). The kernels' heaps are indexed by a C int.
+MAX_PADDED_K = 1 << 16
+MAX_K = 2**31 - 1
+
+
+def check_k(k, n_rows, name="k"):
+    """``k`` as an int: 1 <= k <= max(n_rows, MAX_PADDED_K) and k <= MAX_K; results past n_rows are padding."""
+    k = check_int(k, name, min_value=1)
+    if k > min(MAX_K, max(n_rows, MAX_PADDED_K)):
+        raise ValueError(f"{name} = {k} is too large: the index holds {n_rows} vectors and at most "
+                         f"{max(MAX_PADDED_K, min(n_rows, MAX_K))} results per query can be asked for (results past "
+                         f"the last vector are padding)")
+    return k
 
 
 def resolve_n_threads(n_threads):

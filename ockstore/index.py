@@ -15,7 +15,7 @@ from . import storage
 from ._encoding import (
     BUILD_CHUNK, NORM_DTYPES, NORM_ENCODINGS, check_fitted_quantizer, encode_rows, resolve_norm_encoding,
 )
-from ._validation import as_ids, as_vectors, check_choice, check_int, resolve_n_threads
+from ._validation import as_ids, as_vectors, check_choice, check_k, resolve_n_threads
 
 __all__ = ["Index"]
 
@@ -324,7 +324,8 @@ class Index:
         Q : array-like of shape (nq, P) or (P,)
             Queries, any real numeric dtype (converted once to float32); NaN/inf raise ValueError.
         k : int >= 1
-            Results per query; past the N-th, results are (inf, -1).
+            Results per query; past the N-th, results are (inf, -1). At most max(N, 65536): a larger k would only ask
+            for padding and raises ValueError.
         distance : "adc" or "sdc"
             "adc" (asymmetric): distance from the query itself to each reconstruction. "sdc" (symmetric): from the
             query's own reconstruction (the query is encoded first) to each reconstruction.
@@ -341,7 +342,7 @@ class Index:
             searched alone or in a batch.
         """
         self._check_open()
-        k = check_int(k, "k", min_value=1)
+        k = check_k(k, len(self))
         distance = check_choice(distance, "distance", ("adc", "sdc"))
         threads = resolve_n_threads(n_threads)
         Q, was_1d = as_vectors(Q, "Q", self._quantizer.dim)
