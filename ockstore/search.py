@@ -1,7 +1,7 @@
 """Query tables and the exhaustive ADC / SDC k-nearest-neighbour scan over compact codes.
 
 A fitted quantizer approximates a base vector as x_hat = R z_hat, where z_hat (the rotated, zero-padded
-reconstruction, M*S dims) is the sum over subspaces m and codebooks c of the words d[m, c, b_mc] (DESIGN.md section 3).
+reconstruction, M*S dims) is the sum over subspaces m and codebooks c of the words d[m, c, b_mc] (docs/ARCHITECTURE.md, "The method").
 R is orthogonal, so for a query q with z = R^T q (computed as z = q @ rot_pad):
 
     ||q - x_hat||^2 = ||z||^2 - 2 sum_m sum_c z_m . d[m, c, b_mc] + ||z_hat||^2

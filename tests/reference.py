@@ -1,4 +1,4 @@
-"""Plain NumPy oracles for ockstore's compiled loops (DESIGN.md section 3).
+"""Plain NumPy oracles for ockstore's compiled loops (docs/ARCHITECTURE.md, "The method").
 
 Everything here is written for clarity, not speed, in float64, and shares no code with the package: the layout of
 the rotated space is re-derived from its description in ``SubspaceLayout`` (subspace m holds P // M or P // M + 1

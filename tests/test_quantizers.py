@@ -1,5 +1,5 @@
 """Tests of PQ, CKM, ECKM and OCKM: the beam encoder against NumPy oracles, training, determinism, decode and
-distortion, the paper's theorems on real data, and the public boundary's input checks (DESIGN.md sections 3 and 6).
+distortion, the paper's theorems on real data, and the public boundary's input checks (docs/ARCHITECTURE.md, "The method" and "Conventions").
 
 The oracles live in ``tests/reference.py``; they share no code with the package.
 """
@@ -327,7 +327,7 @@ def test_tol_and_n_iter_bound_training(method, mixture):
 
 
 def test_ockm_with_one_codebook_is_ckm(mixture, mixture_queries):
-    """CKM is the OCKM loop with C = 1 (DESIGN 3): same seed, same model arrays, same codes."""
+    """CKM is the OCKM loop with C = 1 (docs/ARCHITECTURE.md, "The method"): same seed, same model arrays, same codes."""
     a = CKM(3, n_codewords=16, n_iter=4, seed=2).fit(mixture)
     b = OCKM(3, 1, 10, n_codewords=16, n_iter=4, seed=2).fit(mixture)
     np.testing.assert_array_equal(a.rotation, b.rotation)
@@ -495,7 +495,7 @@ def test_beam_width_above_n_codewords_acts_as_n_codewords(mixture, mixture_queri
 
 
 def test_beam_width_beyond_int32_acts_as_n_codewords(mixture, mixture_queries):
-    """DESIGN 6: beam_width >= 1, values above K act as K. A Python int above 2**31 - 1 must not overflow."""
+    """docs/ARCHITECTURE.md, "Conventions": beam_width >= 1, values above K act as K. A Python int above 2**31 - 1 must not overflow."""
     a = OCKM(3, 2, 16, n_codewords=16, n_iter=2, seed=0).fit(mixture)
     b = OCKM(3, 2, 2**31, n_codewords=16, n_iter=2, seed=0).fit(mixture)
     np.testing.assert_array_equal(b.encode(mixture_queries), a.encode(mixture_queries))

@@ -1,4 +1,4 @@
-"""Tests of the file container (ockstore/storage.py) against its specification, docs/FORMAT.md.
+"""Tests of the file container (the package ockstore/storage/) against its specification, docs/FORMAT.md.
 
 Every rule R1-R24 of the specification is cited by at least one test below (in its name or docstring). Corrupt files
 are built by hand with struct + msgpack (``hand_file``), independently of the writer; the writer's output is checked
