@@ -26,12 +26,12 @@ cdef extern from "_simd.h" nogil:
     int ock_first_index(const float *a, int n, float target)
     float ock_sum_of_squares(const float *a, int n)
 
-# Vectors per encoding task. Large enough that each sgemm call runs near peak (the tables of one chunk are
-# ENCODE_CHUNK x C*K floats: 256 KiB for C*K = 512, which stays in L2 next to the pair tables of one subspace),
-# small enough that two threads get balanced work on small inputs. Results do not depend on it and never on the
-# number of threads: every chunk is computed the same way whichever thread runs it.
-DEF ENCODE_CHUNK = 128
-DEF PRODUCT_CHUNK = 1024
+cdef enum:
+    # Vectors per encoding task. Large enough that each sgemm call runs near peak (the tables of one chunk are
+    # ENCODE_CHUNK x C*K floats: 256 KiB for C*K = 512, which stays in L2 next to the pair tables of one subspace),
+    # small enough that two threads get balanced work on small inputs. Results do not depend on it and never on the
+    # number of threads: every chunk is computed the same way whichever thread runs it.
+    ENCODE_CHUNK = 128
 
 # --------------------------------------------------------------------------------------------------------------------
 # Beam encoding of one subvector.
@@ -277,10 +277,14 @@ def encode_beam(const float[:, ::1] X,               # IN (n, P)
 # --------------------------------------------------------------------------------------------------------------------
 # Products over many rows, in parallel, with results independent of the number of threads.
 
-# Rows per sgemm call in matmul_rows and accumulate_xty: PRODUCT_CHUNK (defined above).
-# accumulate_xty sums X^T Y over this many fixed slices of rows, each in float64 and in row order, then adds the
-# slices in order: the result is the same for any number of threads, and memory is SLICES * P * Q doubles.
-DEF XTY_SLICES = 8
+cdef enum:
+    # Rows per sgemm call in matmul_rows and accumulate_xty: enough rows that each call runs near BLAS peak, few
+    # enough that a training set splits into many tasks for the threads. The chunks are fixed row ranges, so which
+    # thread computes one never changes its result.
+    PRODUCT_CHUNK = 1024
+    # accumulate_xty sums X^T Y over this many fixed slices of rows, each in float64 and in row order, then adds the
+    # slices in order: the result is the same for any number of threads, and memory is SLICES * P * Q doubles.
+    XTY_SLICES = 8
 
 
 def matmul_rows(const float[:, ::1] X,      # IN (n, P)

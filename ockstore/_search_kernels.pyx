@@ -11,9 +11,10 @@ from libc.stdint cimport int64_t, uint8_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy
 
-# Codes per scan block. A block's codes (SCAN_BLOCK * W bytes) and its norm terms stay in L1/L2 while every query of
-# a group scans them, so a batch reads each code from memory once per group instead of once per query.
-DEF SCAN_BLOCK = 2048
+cdef enum:
+    # Codes per scan block. A block's codes (SCAN_BLOCK * W bytes) and its norm terms stay in L1/L2 while every query
+    # of a group scans them, so a batch reads each code from memory once per group instead of once per query.
+    SCAN_BLOCK = 2048
 
 # --------------------------------------------------------------------------------------------------------------------
 # ADC scan with top-k.
