@@ -108,7 +108,6 @@ cdef void _descend(int level, float partial, const float *unary, const float *pa
     cdef const float *row = unary + <size_t>level * K
     cdef float *buf = s.scores + <size_t>level * K
     cdef const float *last
-    cdef const float *p
     cdef int c, k, t, count, p_index
     cdef float m
     cdef size_t KK = <size_t>K * K
@@ -181,8 +180,8 @@ cdef void _encode_chunk(const float *X, int n, int P, const float *rot_pad, cons
     cdef int CK = C * K
     cdef int W = M * C
     cdef size_t pair_stride = <size_t>(C * (C - 1) // 2) * K * K
-    cdef int i, m, c, s_
-    cdef float zz, new_error, old_error, v
+    cdef int i, m, c
+    cdef float zz, new_error, old_error
     cdef float *g
     cdef const float *z
     # zbuf (n x MS) = X (n x P) @ rot_pad (P x MS): the rotated, zero-padded vectors. Without a rotation (rot_pad
@@ -315,7 +314,7 @@ def accumulate_xty(const float[:, ::1] X,   # IN (n, P)
     cdef int P = X.shape[1]
     cdef int Q = Y.shape[1]
     cdef Py_ssize_t slice_rows = (n + XTY_SLICES - 1) // XTY_SLICES
-    cdef int sl, count, rows_here
+    cdef int sl, rows_here
     cdef Py_ssize_t start, stop, j, PQ = <Py_ssize_t>P * Q
     cdef double *acc = <double *>malloc(XTY_SLICES * PQ * sizeof(double))
     cdef float *part
@@ -387,7 +386,6 @@ def code_sqnorms(const uint8_t[:, ::1] codes,        # IN (n, M*C)
     cdef int M = word_sqnorms.shape[0]
     cdef int C = n_codebooks
     cdef int K = n_codewords
-    cdef int W = M * C
     cdef Py_ssize_t i
     cdef int m
     cdef float acc

@@ -93,7 +93,7 @@ cdef void _scan_range(const uint8_t *codes, int W, int K, const float *lut, floa
     """Scan codes[start:stop] for one query. norm_term is indexed from `start` (NULL when there is none)."""
     cdef Py_ssize_t i = start
     cdef int w
-    cdef float d0, d1, d2, d3, base
+    cdef float d0, d1, d2, d3
     cdef const uint8_t *c0
     cdef const uint8_t *c1
     cdef const uint8_t *c2
