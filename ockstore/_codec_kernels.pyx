@@ -13,7 +13,6 @@ from libc.math cimport INFINITY
 from libc.stdint cimport uint8_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memset
-from scipy.linalg.cython_blas cimport sgemm
 
 from ockstore._gemm cimport _gemm
 
@@ -187,14 +186,14 @@ cdef void _encode_chunk(const float *X, int n, int P, const float *rot_pad, cons
     # zbuf (n x MS) = X (n x P) @ rot_pad (P x MS): the rotated, zero-padded vectors. Without a rotation (rot_pad
     # NULL) X is already laid out that way (P == MS) and is used in place.
     if rot_pad != NULL:
-        _gemm(n, MS, P, X, P, rot_pad, MS, zbuf, MS)
+        _gemm(n, MS, P, X, P, False, rot_pad, MS, zbuf, MS)
     else:
         zbuf = <float *>X
     for i in range(n):
         errors[i] = 0
     for m in range(M):
         # gbuf (n x CK) = z_m (n x S, a column block of zbuf) @ words_t[m] (S x CK): every z.d of this subspace.
-        _gemm(n, CK, S, zbuf + <size_t>m * S, MS, words_t + <size_t>m * S * CK, CK, gbuf, CK)
+        _gemm(n, CK, S, zbuf + <size_t>m * S, MS, False, words_t + <size_t>m * S * CK, CK, gbuf, CK)
         for i in range(n):
             g = gbuf + <size_t>i * CK
             ock_unary_inplace(g, word_sqnorms + <size_t>m * CK, CK)
@@ -302,7 +301,7 @@ def matmul_rows(const float[:, ::1] X,      # IN (n, P)
     for chunk in prange(n_chunks, nogil=True, num_threads=n_threads, schedule='static'):
         start = chunk * PRODUCT_CHUNK
         count = <int>(n - start) if n - start < PRODUCT_CHUNK else PRODUCT_CHUNK
-        _gemm(count, Q, P, &X[start, 0], P, &B[0, 0], Q, &out[start, 0], Q)
+        _gemm(count, Q, P, &X[start, 0], P, False, &B[0, 0], Q, &out[start, 0], Q)
 
 
 def accumulate_xty(const float[:, ::1] X,   # IN (n, P)
@@ -318,10 +317,6 @@ def accumulate_xty(const float[:, ::1] X,   # IN (n, P)
     cdef Py_ssize_t start, stop, j, PQ = <Py_ssize_t>P * Q
     cdef double *acc = <double *>malloc(XTY_SLICES * PQ * sizeof(double))
     cdef float *part
-    cdef char trans_n = b'N'
-    cdef char trans_t = b'T'
-    cdef float one = 1.0
-    cdef float zero = 0.0
     try:
         memset(acc, 0, XTY_SLICES * PQ * sizeof(double))
         with nogil, parallel(num_threads=n_threads):
@@ -331,9 +326,8 @@ def accumulate_xty(const float[:, ::1] X,   # IN (n, P)
                 stop = start + slice_rows if start + slice_rows < n else n
                 while start < stop:
                     rows_here = <int>(stop - start) if stop - start < PRODUCT_CHUNK else PRODUCT_CHUNK
-                    # part (P x Q, row-major) = X[start:start+rows]^T Y[...]; column-major: part^T = Y^T X
-                    sgemm(&trans_n, &trans_t, &Q, &P, &rows_here, &one, <float *>&Y[start, 0], &Q,
-                          <float *>&X[start, 0], &P, &zero, part, &Q)
+                    # part (P x Q) = X[start:start+rows]^T (rows x P, transposed) @ Y[start:start+rows] (rows x Q)
+                    _gemm(P, Q, rows_here, &X[start, 0], P, True, &Y[start, 0], Q, part, Q)
                     for j in range(PQ):
                         acc[sl * PQ + j] += part[j]
                     start = start + rows_here
