@@ -87,10 +87,11 @@ cdef void _heap_sort_into(float *hd, int64_t *hi, int k, float *out_d, int64_t *
         _heap_replace_top(hd, hi, size, d, idx)
 
 
-cdef void _scan_range(const uint8_t *codes, int W, int K, const float *lut, float qconst, const float *norm_term,
-                      const int64_t *ids, Py_ssize_t start, Py_ssize_t stop, float *hd, int64_t *hi,
-                      int k) noexcept nogil:
-    """Scan codes[start:stop] for one query. norm_term is indexed from `start` (NULL when there is none)."""
+cdef void _scan_range(const uint8_t *codes, int W, int table_stride, const float *lut, float qconst,
+                      const float *norm_term, const int64_t *ids, Py_ssize_t start, Py_ssize_t stop, float *hd,
+                      int64_t *hi, int k) noexcept nogil:
+    """Scan codes[start:stop] for one query (byte w of a code indexes lut + w * table_stride). norm_term is indexed
+    from `start` (NULL when there is none)."""
     cdef Py_ssize_t i = start
     cdef int w
     cdef float d0, d1, d2, d3
@@ -116,7 +117,7 @@ cdef void _scan_range(const uint8_t *codes, int W, int K, const float *lut, floa
             d2 = qconst
             d3 = qconst
         for w in range(W):
-            l = lut + <size_t>w * K
+            l = lut + <size_t>w * table_stride
             d0 = d0 + l[c0[w]]
             d1 = d1 + l[c1[w]]
             d2 = d2 + l[c2[w]]
@@ -130,7 +131,7 @@ cdef void _scan_range(const uint8_t *codes, int W, int K, const float *lut, floa
         c0 = codes + <size_t>i * W
         d0 = qconst + norm_term[i - start] if norm_term != NULL else qconst
         for w in range(W):
-            d0 = d0 + lut[<size_t>w * K + c0[w]]
+            d0 = d0 + lut[<size_t>w * table_stride + c0[w]]
         _consider(hd, hi, k, d0, ids, i)
         i += 1
 
@@ -147,13 +148,14 @@ cdef void _fill_norm_block(const float *norms_f32, const uint8_t *norm_codes, co
 
 
 def adc_scan(const uint8_t[:, ::1] codes,        # IN (N, W)
-             const float[:, ::1] luts,           # IN (nq, W*K): lut of query q, byte w, word k at [q, w*K + k]
+             const float[:, ::1] luts,           # IN (nq, W*table_stride): lut of query q, byte w, word k at
+                                                 #    [q, w*table_stride + k]
              const float[::1] qconst,            # IN (nq,): the constant term of each query
              const float[::1] norms_f32,         # IN (N,) float32 norm terms, or (0,)
              const uint8_t[::1] norm_codes,      # IN (N,) one-byte norm codes, or (0,)
              const float[::1] norm_levels,       # IN (256,) levels of the one-byte norm codes, or (0,)
              const int64_t[::1] ids,             # IN (N,), or (0,): the id of a code is then its row number
-             int n_codewords,
+             int table_stride,                   # IN slots per code byte in a table (256: any byte is in range)
              float[:, ::1] out_dist,             # OUT (nq, k) ascending
              int64_t[:, ::1] out_ids,            # OUT (nq, k); (inf, -1) past the N-th result
              int n_threads):
@@ -167,7 +169,6 @@ def adc_scan(const uint8_t[:, ::1] codes,        # IN (N, W)
     cdef int W = codes.shape[1]
     cdef int nq = luts.shape[0]
     cdef int k = out_dist.shape[1]
-    cdef int K = n_codewords
     cdef const float *nf = NULL
     cdef const uint8_t *nc = NULL
     cdef const float *nl = NULL
@@ -218,7 +219,7 @@ def adc_scan(const uint8_t[:, ::1] codes,        # IN (N, W)
                     if has_norm:
                         _fill_norm_block(nf, nc, nl, start, stop, normbuf)
                     for q in range(q0, q1):
-                        _scan_range(codes_ptr, W, K, &luts[q, 0], qconst[q], normbuf if has_norm else NULL,
+                        _scan_range(codes_ptr, W, table_stride, &luts[q, 0], qconst[q], normbuf if has_norm else NULL,
                                     ids_ptr, start, stop, heap_d + <size_t>(q - q0) * k,
                                     heap_i + <size_t>(q - q0) * k, k)
                 for q in range(q0, q1):
@@ -246,7 +247,7 @@ def adc_scan(const uint8_t[:, ::1] codes,        # IN (N, W)
                     stop = start + SCAN_BLOCK if start + SCAN_BLOCK < N else N
                     if has_norm:
                         _fill_norm_block(nf, nc, nl, start, stop, normbuf)
-                    _scan_range(codes_ptr, W, K, &luts[q, 0], qconst[q], normbuf if has_norm else NULL,
+                    _scan_range(codes_ptr, W, table_stride, &luts[q, 0], qconst[q], normbuf if has_norm else NULL,
                                 ids_ptr, start, stop, all_d + <size_t>tid * k, all_i + <size_t>tid * k, k)
                 free(normbuf)
             with nogil:
