@@ -189,7 +189,7 @@ cdef void *_alloc(size_t n_bytes, str what) except NULL:
     """malloc, with the GIL (before a parallel region): MemoryError naming `what` instead of a NULL."""
     cdef void *p = malloc(n_bytes if n_bytes > 0 else 1)  # malloc(0) may return NULL without failing
     if p == NULL:
-        raise MemoryError(f"adc_scan: cannot allocate {n_bytes} bytes for {what}")
+        raise MemoryError(f"cannot allocate {n_bytes} bytes for {what}")
     return p
 
 
@@ -200,12 +200,14 @@ cdef int _scratch_alloc(ScanScratch *s, int n_threads, int heaps, int k, bint ha
     s.heap_stride = _slice_items(<Py_ssize_t>heaps * k)
     if has_norm:
         s.norm_terms = <float *>_alloc(<size_t>n_threads * s.norm_stride * sizeof(float),
-                                       "the decoded norm terms of a block, per thread")
-    s.heap_d = <float *>_alloc(<size_t>n_threads * s.heap_stride * sizeof(float), "the top-k heaps (distances)")
-    s.heap_i = <int64_t *>_alloc(<size_t>n_threads * s.heap_stride * sizeof(int64_t), "the top-k heaps (ids)")
+                                       "adc_scan's decoded norm terms of a block (per thread)")
+    s.heap_d = <float *>_alloc(<size_t>n_threads * s.heap_stride * sizeof(float),
+                               "adc_scan's top-k heaps (distances, per thread)")
+    s.heap_i = <int64_t *>_alloc(<size_t>n_threads * s.heap_stride * sizeof(int64_t),
+                                 "adc_scan's top-k heaps (ids, per thread)")
     if merge:
-        s.merged_d = <float *>_alloc(<size_t>k * sizeof(float), "the merged top-k heap (distances)")
-        s.merged_i = <int64_t *>_alloc(<size_t>k * sizeof(int64_t), "the merged top-k heap (ids)")
+        s.merged_d = <float *>_alloc(<size_t>k * sizeof(float), "adc_scan's merged top-k heap (distances)")
+        s.merged_i = <int64_t *>_alloc(<size_t>k * sizeof(int64_t), "adc_scan's merged top-k heap (ids)")
     return 0
 
 
