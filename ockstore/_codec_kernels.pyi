@@ -1,5 +1,5 @@
-"""Type stub of the compiled kernels (ockstore/_codec_kernels.pyx). Arguments are C-contiguous arrays of the stated dtypes,
-validated by the callers; outputs are preallocated by the caller and filled in place."""
+"""Type stub of the compiled kernels (ockstore/_codec_kernels.pyx). Arguments are C-contiguous arrays of the stated
+dtypes, validated by the callers; outputs are preallocated by the caller and filled in place."""
 
 import numpy as np
 import numpy.typing as npt

@@ -2,18 +2,18 @@
 
 Every function here trusts its arguments (the Python layers validate and allocate): C-contiguous arrays of the
 documented shapes and dtypes, finite floats, codes < n_codewords. Arguments are tagged IN or OUT; outputs are
-allocated by the caller; nothing here raises or touches Python objects inside its loops, and the GIL is released.
+allocated by the caller. The loops run without the GIL and never raise or touch Python objects: the only error is
+MemoryError, raised with the GIL before a parallel region when its scratch memory cannot be allocated.
 
 Notation (docs/ARCHITECTURE.md, "The method"): n vectors, P input dims, M subspaces of S dims (the rotated space is
 zero-padded to M*S), C codebooks per subspace, K words per codebook, T beam width, W = M*C code bytes per vector.
 """
 
-from cython.parallel cimport parallel, prange
+from cython.parallel cimport parallel, prange, threadid
 from libc.math cimport INFINITY
 from libc.stdint cimport uint8_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memset
-from scipy.linalg.cython_blas cimport sgemm
 
 from ockstore._gemm cimport _gemm
 
@@ -26,12 +26,35 @@ cdef extern from "_simd.h" nogil:
     int ock_first_index(const float *a, int n, float target)
     float ock_sum_of_squares(const float *a, int n)
 
-# Vectors per encoding task. Large enough that each sgemm call runs near peak (the tables of one chunk are
-# ENCODE_CHUNK x C*K floats: 256 KiB for C*K = 512, which stays in L2 next to the pair tables of one subspace),
-# small enough that two threads get balanced work on small inputs. Results do not depend on it and never on the
-# number of threads: every chunk is computed the same way whichever thread runs it.
-DEF ENCODE_CHUNK = 128
-DEF PRODUCT_CHUNK = 1024
+cdef enum:
+    # Vectors per encoding task. Large enough that each sgemm call runs near peak (the tables of one chunk are
+    # ENCODE_CHUNK x C*K floats: 256 KiB for C*K = 512, which stays in L2 next to the pair tables of one subspace),
+    # small enough that two threads get balanced work on small inputs. Results do not depend on it and never on the
+    # number of threads: every chunk is computed the same way whichever thread runs it.
+    ENCODE_CHUNK = 128
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Scratch memory of the parallel regions: allocated with the GIL before the region, one block per buffer holding a
+# slice for each thread (thread t uses slice t, found with threadid()), freed after the region.
+
+cdef Py_ssize_t _slice_items(Py_ssize_t count) noexcept nogil:
+    """Items of one thread's slice holding `count` floats or ints: count rounded up to a multiple of 16, plus 16.
+
+    A slice is then a multiple of 64 bytes (so every slice keeps malloc's alignment) and ends with at least 64 unused
+    bytes, so no cache line holds data of two threads wherever malloc placed the block: a thread writing its scratch
+    never evicts a line that another thread is using (false sharing).
+    """
+    return (count + 15) // 16 * 16 + 16
+
+
+cdef void *_alloc(size_t n_bytes, str what) except NULL:
+    """malloc, with the GIL (before a parallel region): MemoryError naming `what` instead of a NULL."""
+    cdef void *p = malloc(n_bytes if n_bytes > 0 else 1)  # malloc(0) may return NULL without failing
+    if p == NULL:
+        raise MemoryError(f"cannot allocate {n_bytes} bytes for {what}")
+    return p
+
 
 # --------------------------------------------------------------------------------------------------------------------
 # Beam encoding of one subvector.
@@ -64,23 +87,24 @@ cdef struct BeamScratch:
     float best_error
 
 
-cdef BeamScratch *_scratch_new(int C, int K, int T) noexcept nogil:
-    cdef BeamScratch *s = <BeamScratch *>malloc(sizeof(BeamScratch))
-    s.scores = <float *>malloc(<size_t>C * K * sizeof(float))
-    s.cand_score = <float *>malloc(<size_t>C * T * sizeof(float))
-    s.cand_word = <int *>malloc(<size_t>C * T * sizeof(int))
-    s.chosen = <int *>malloc(<size_t>C * sizeof(int))
-    s.best_code = <int *>malloc(<size_t>C * sizeof(int))
-    return s
+# The arrays of a BeamScratch come from two slices of encode_beam's blocks: its floats (scores, then cand_score) and
+# its ints (cand_word, chosen, then best_code).
+
+cdef inline Py_ssize_t _beam_floats(int C, int K, int T) noexcept nogil:
+    return <Py_ssize_t>C * K + <Py_ssize_t>C * T
 
 
-cdef void _scratch_free(BeamScratch *s) noexcept nogil:
-    free(s.scores)
-    free(s.cand_score)
-    free(s.cand_word)
-    free(s.chosen)
-    free(s.best_code)
-    free(s)
+cdef inline Py_ssize_t _beam_ints(int C, int T) noexcept nogil:
+    return <Py_ssize_t>C * T + 2 * C
+
+
+cdef void _beam_scratch_init(BeamScratch *s, float *floats, int *ints, int C, int K, int T) noexcept nogil:
+    """Point the arrays of s into floats (_beam_floats items) and ints (_beam_ints items), owned by the caller."""
+    s.scores = floats
+    s.cand_score = floats + <size_t>C * K
+    s.cand_word = ints
+    s.chosen = ints + <size_t>C * T
+    s.best_code = s.chosen + C
 
 
 cdef const float *_level_row(int level, const float *unary, const float *pairs, const int *prefix, int C, int K,
@@ -108,7 +132,6 @@ cdef void _descend(int level, float partial, const float *unary, const float *pa
     cdef const float *row = unary + <size_t>level * K
     cdef float *buf = s.scores + <size_t>level * K
     cdef const float *last
-    cdef const float *p
     cdef int c, k, t, count, p_index
     cdef float m
     cdef size_t KK = <size_t>K * K
@@ -175,27 +198,30 @@ cdef float _code_error(const float *unary, const float *pairs, const uint8_t *co
 cdef void _encode_chunk(const float *X, int n, int P, const float *rot_pad, const float *words_t,
                         const float *word_sqnorms, const float *pair_tables, int M, int S, int C, int K, int T,
                         const uint8_t *prev_codes, uint8_t *codes, float *errors,
-                        float *zbuf, float *gbuf, BeamScratch *scratch) noexcept nogil:
-    """Encode n vectors (rows of X); see encode_beam for the arguments."""
+                        float *zbuf, float *gbuf, float *beam_floats, int *beam_ints) noexcept nogil:
+    """Encode n vectors (rows of X); see encode_beam for the arguments. The rest is the thread's scratch: zbuf
+    (n x M*S floats), gbuf (n x C*K floats) and the arrays of its BeamScratch (see _beam_scratch_init)."""
+    cdef BeamScratch scratch  # on this thread's stack: its fields are written at every leaf
     cdef int MS = M * S
     cdef int CK = C * K
     cdef int W = M * C
     cdef size_t pair_stride = <size_t>(C * (C - 1) // 2) * K * K
-    cdef int i, m, c, s_
-    cdef float zz, new_error, old_error, v
+    cdef int i, m, c
+    cdef float zz, new_error, old_error
     cdef float *g
     cdef const float *z
+    _beam_scratch_init(&scratch, beam_floats, beam_ints, C, K, T)
     # zbuf (n x MS) = X (n x P) @ rot_pad (P x MS): the rotated, zero-padded vectors. Without a rotation (rot_pad
     # NULL) X is already laid out that way (P == MS) and is used in place.
     if rot_pad != NULL:
-        _gemm(n, MS, P, X, P, rot_pad, MS, zbuf, MS)
+        _gemm(n, MS, P, X, P, False, rot_pad, MS, zbuf, MS)
     else:
         zbuf = <float *>X
     for i in range(n):
         errors[i] = 0
     for m in range(M):
         # gbuf (n x CK) = z_m (n x S, a column block of zbuf) @ words_t[m] (S x CK): every z.d of this subspace.
-        _gemm(n, CK, S, zbuf + <size_t>m * S, MS, words_t + <size_t>m * S * CK, CK, gbuf, CK)
+        _gemm(n, CK, S, zbuf + <size_t>m * S, MS, False, words_t + <size_t>m * S * CK, CK, gbuf, CK)
         for i in range(n):
             g = gbuf + <size_t>i * CK
             ock_unary_inplace(g, word_sqnorms + <size_t>m * CK, CK)
@@ -204,9 +230,9 @@ cdef void _encode_chunk(const float *X, int n, int P, const float *rot_pad, cons
             scratch.best_error = INFINITY
             for c in range(C):
                 scratch.best_code[c] = 0  # a valid code even if no leaf compares below infinity
-            _descend(0, 0.0, g, pair_tables + m * pair_stride, C, K, T, scratch)
+            _descend(0, 0.0, g, pair_tables + m * pair_stride, C, K, T, &scratch)
             if C > 1:
-                _locate_last_word(g, pair_tables + m * pair_stride, C, K, scratch)
+                _locate_last_word(g, pair_tables + m * pair_stride, C, K, &scratch)
             new_error = scratch.best_error
             if prev_codes != NULL:
                 # A code is replaced only when the new one is strictly better, so the objective never rises.
@@ -242,45 +268,66 @@ def encode_beam(const float[:, ::1] X,               # IN (n, P)
     cdef int K = n_codewords
     cdef int T = beam_width if beam_width < n_codewords else n_codewords
     cdef int n_chunks = (n + ENCODE_CHUNK - 1) // ENCODE_CHUNK
-    cdef int chunk, start, count
-    cdef float *zbuf
-    cdef float *gbuf
-    cdef BeamScratch *scratch
+    cdef int chunk, start, count, tid
+    # Thread scratch: one block per buffer, a slice per thread (see _slice_items).
+    cdef Py_ssize_t z_stride = _slice_items(<Py_ssize_t>ENCODE_CHUNK * M * S)
+    cdef Py_ssize_t g_stride = _slice_items(<Py_ssize_t>ENCODE_CHUNK * C * K)
+    cdef Py_ssize_t bf_stride = _slice_items(_beam_floats(C, K, T))
+    cdef Py_ssize_t bi_stride = _slice_items(_beam_ints(C, T))
+    cdef float *zbufs = NULL
+    cdef float *gbufs = NULL
+    cdef float *beam_floats = NULL
+    cdef int *beam_ints = NULL
     cdef const uint8_t *prev = NULL
     cdef const float *pairs = NULL
     cdef const float *rot = NULL
     if n == 0:
         return
+    if n_threads < 1:
+        n_threads = 1
     if rot_pad.shape[0] > 0:
         rot = &rot_pad[0, 0]
     if prev_codes.shape[0] == n:
         prev = &prev_codes[0, 0]
     if C > 1:
         pairs = &pair_tables[0, 0]
-    with nogil, parallel(num_threads=n_threads):
-        zbuf = <float *>malloc(<size_t>ENCODE_CHUNK * M * S * sizeof(float))
-        gbuf = <float *>malloc(<size_t>ENCODE_CHUNK * C * K * sizeof(float))
-        scratch = _scratch_new(C, K, T)
-        for chunk in prange(n_chunks, schedule='dynamic'):
-            start = chunk * ENCODE_CHUNK
-            count = n - start if n - start < ENCODE_CHUNK else ENCODE_CHUNK
-            _encode_chunk(&X[start, 0], count, P, rot if rot_pad.shape[0] > 0 else NULL, &words_t[0, 0, 0],
-                          &word_sqnorms[0, 0],
-                          pairs, M, S, C, K, T,
-                          (prev + <size_t>start * M * C) if prev != NULL else NULL,
-                          &codes[start, 0], &errors[start], zbuf, gbuf, scratch)
-        free(zbuf)
-        free(gbuf)
-        _scratch_free(scratch)
+    try:
+        zbufs = <float *>_alloc(<size_t>n_threads * z_stride * sizeof(float),
+                                "encode_beam's rotated vectors of a chunk (per thread)")
+        gbufs = <float *>_alloc(<size_t>n_threads * g_stride * sizeof(float),
+                                "encode_beam's tables of a chunk (per thread)")
+        beam_floats = <float *>_alloc(<size_t>n_threads * bf_stride * sizeof(float),
+                                      "encode_beam's beam scores (per thread)")
+        beam_ints = <int *>_alloc(<size_t>n_threads * bi_stride * sizeof(int),
+                                  "encode_beam's beam words (per thread)")
+        with nogil, parallel(num_threads=n_threads):
+            tid = threadid()
+            for chunk in prange(n_chunks, schedule='dynamic'):
+                start = chunk * ENCODE_CHUNK
+                count = n - start if n - start < ENCODE_CHUNK else ENCODE_CHUNK
+                _encode_chunk(&X[start, 0], count, P, rot, &words_t[0, 0, 0], &word_sqnorms[0, 0],
+                              pairs, M, S, C, K, T,
+                              (prev + <size_t>start * M * C) if prev != NULL else NULL,
+                              &codes[start, 0], &errors[start], zbufs + tid * z_stride, gbufs + tid * g_stride,
+                              beam_floats + tid * bf_stride, beam_ints + tid * bi_stride)
+    finally:
+        free(zbufs)
+        free(gbufs)
+        free(beam_floats)
+        free(beam_ints)
 
 
 # --------------------------------------------------------------------------------------------------------------------
 # Products over many rows, in parallel, with results independent of the number of threads.
 
-# Rows per sgemm call in matmul_rows and accumulate_xty: PRODUCT_CHUNK (defined above).
-# accumulate_xty sums X^T Y over this many fixed slices of rows, each in float64 and in row order, then adds the
-# slices in order: the result is the same for any number of threads, and memory is SLICES * P * Q doubles.
-DEF XTY_SLICES = 8
+cdef enum:
+    # Rows per sgemm call in matmul_rows and accumulate_xty: enough rows that each call runs near BLAS peak, few
+    # enough that a training set splits into many tasks for the threads. The chunks are fixed row ranges, so which
+    # thread computes one never changes its result.
+    PRODUCT_CHUNK = 1024
+    # accumulate_xty sums X^T Y over this many fixed slices of rows, each in float64 and in row order, then adds the
+    # slices in order: the result is the same for any number of threads, and memory is SLICES * P * Q doubles.
+    XTY_SLICES = 8
 
 
 def matmul_rows(const float[:, ::1] X,      # IN (n, P)
@@ -299,7 +346,7 @@ def matmul_rows(const float[:, ::1] X,      # IN (n, P)
     for chunk in prange(n_chunks, nogil=True, num_threads=n_threads, schedule='static'):
         start = chunk * PRODUCT_CHUNK
         count = <int>(n - start) if n - start < PRODUCT_CHUNK else PRODUCT_CHUNK
-        _gemm(count, Q, P, &X[start, 0], P, &B[0, 0], Q, &out[start, 0], Q)
+        _gemm(count, Q, P, &X[start, 0], P, False, &B[0, 0], Q, &out[start, 0], Q)
 
 
 def accumulate_xty(const float[:, ::1] X,   # IN (n, P)
@@ -311,30 +358,31 @@ def accumulate_xty(const float[:, ::1] X,   # IN (n, P)
     cdef int P = X.shape[1]
     cdef int Q = Y.shape[1]
     cdef Py_ssize_t slice_rows = (n + XTY_SLICES - 1) // XTY_SLICES
-    cdef int sl, count, rows_here
+    cdef int sl, rows_here
     cdef Py_ssize_t start, stop, j, PQ = <Py_ssize_t>P * Q
-    cdef double *acc = <double *>malloc(XTY_SLICES * PQ * sizeof(double))
+    cdef Py_ssize_t part_stride = _slice_items(PQ)  # a slice of `parts` per thread
+    cdef double *acc = NULL
+    cdef float *parts = NULL
     cdef float *part
-    cdef char trans_n = b'N'
-    cdef char trans_t = b'T'
-    cdef float one = 1.0
-    cdef float zero = 0.0
+    if n_threads < 1:
+        n_threads = 1
     try:
+        acc = <double *>_alloc(XTY_SLICES * PQ * sizeof(double), "accumulate_xty's float64 sums of the slices")
+        parts = <float *>_alloc(<size_t>n_threads * part_stride * sizeof(float),
+                                "accumulate_xty's float32 products of a chunk (per thread)")
         memset(acc, 0, XTY_SLICES * PQ * sizeof(double))
         with nogil, parallel(num_threads=n_threads):
-            part = <float *>malloc(PQ * sizeof(float))
+            part = parts + threadid() * part_stride
             for sl in prange(XTY_SLICES, schedule='static'):
                 start = sl * slice_rows
                 stop = start + slice_rows if start + slice_rows < n else n
                 while start < stop:
                     rows_here = <int>(stop - start) if stop - start < PRODUCT_CHUNK else PRODUCT_CHUNK
-                    # part (P x Q, row-major) = X[start:start+rows]^T Y[...]; column-major: part^T = Y^T X
-                    sgemm(&trans_n, &trans_t, &Q, &P, &rows_here, &one, <float *>&Y[start, 0], &Q,
-                          <float *>&X[start, 0], &P, &zero, part, &Q)
+                    # part (P x Q) = X[start:start+rows]^T (rows x P, transposed) @ Y[start:start+rows] (rows x Q)
+                    _gemm(P, Q, rows_here, &X[start, 0], P, True, &Y[start, 0], Q, part, Q)
                     for j in range(PQ):
                         acc[sl * PQ + j] += part[j]
                     start = start + rows_here
-            free(part)
         for j in range(PQ):
             out[j // Q, j % Q] = 0
         for sl in range(XTY_SLICES):
@@ -342,6 +390,7 @@ def accumulate_xty(const float[:, ::1] X,   # IN (n, P)
                 out[j // Q, j % Q] += acc[sl * PQ + j]
     finally:
         free(acc)
+        free(parts)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -383,7 +432,6 @@ def code_sqnorms(const uint8_t[:, ::1] codes,        # IN (n, M*C)
     cdef int M = word_sqnorms.shape[0]
     cdef int C = n_codebooks
     cdef int K = n_codewords
-    cdef int W = M * C
     cdef Py_ssize_t i
     cdef int m
     cdef float acc

@@ -1,5 +1,5 @@
-"""Type stub of the compiled kernels (ockstore/_search_kernels.pyx). Arguments are C-contiguous arrays of the stated dtypes,
-validated by the callers; outputs are preallocated by the caller and filled in place."""
+"""Type stub of the compiled kernels (ockstore/_search_kernels.pyx). Arguments are C-contiguous arrays of the stated
+dtypes, validated by the callers; outputs are preallocated by the caller and filled in place."""
 
 import numpy as np
 import numpy.typing as npt
@@ -11,5 +11,5 @@ I64 = npt.NDArray[np.int64]
 
 def adc_scan(
     codes: U8, luts: F32, qconst: F32, norms_f32: F32, norm_codes: U8, norm_levels: F32, ids: I64,
-    n_codewords: int, out_dist: F32, out_ids: I64, n_threads: int,
+    table_stride: int, out_dist: F32, out_ids: I64, n_threads: int,
 ) -> None: ...

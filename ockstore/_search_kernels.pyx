@@ -1,19 +1,24 @@
 """Compiled loops of search: the ADC scan of byte codes with a bounded top-k heap per query.
 
 Every function here trusts its arguments (the Python layers validate and allocate): C-contiguous arrays of the
-documented shapes and dtypes. Arguments are tagged IN or OUT; outputs are allocated by the caller; nothing here raises
-or touches Python objects inside its loops, and the GIL is released.
+documented shapes and dtypes. Arguments are tagged IN or OUT; outputs are allocated by the caller. The loops run
+without the GIL and never raise or touch Python objects: the only error is MemoryError, raised with the GIL before a
+parallel region when its scratch memory cannot be allocated.
 """
 
 from cython.parallel cimport parallel, prange, threadid
 from libc.math cimport INFINITY
 from libc.stdint cimport int64_t, uint8_t
 from libc.stdlib cimport free, malloc
-from libc.string cimport memcpy
+from libc.string cimport memcpy, memset
 
-# Codes per scan block. A block's codes (SCAN_BLOCK * W bytes) and its norm terms stay in L1/L2 while every query of
-# a group scans them, so a batch reads each code from memory once per group instead of once per query.
-DEF SCAN_BLOCK = 2048
+cdef enum:
+    # Codes per scan block. A block's codes (SCAN_BLOCK * W bytes) and its norm terms stay in L1/L2 while every query
+    # of a group scans them, so a batch reads each code from memory once per group instead of once per query.
+    SCAN_BLOCK = 2048
+    # Queries per group at most: a group's tables (8 KiB per query for 64-bit codes) stay in L2 next to the block of
+    # codes they scan.
+    MAX_GROUP = 8
 
 # --------------------------------------------------------------------------------------------------------------------
 # ADC scan with top-k.
@@ -86,13 +91,14 @@ cdef void _heap_sort_into(float *hd, int64_t *hi, int k, float *out_d, int64_t *
         _heap_replace_top(hd, hi, size, d, idx)
 
 
-cdef void _scan_range(const uint8_t *codes, int W, int K, const float *lut, float qconst, const float *norm_term,
-                      const int64_t *ids, Py_ssize_t start, Py_ssize_t stop, float *hd, int64_t *hi,
-                      int k) noexcept nogil:
-    """Scan codes[start:stop] for one query. norm_term is indexed from `start` (NULL when there is none)."""
+cdef void _scan_range(const uint8_t *codes, int W, int table_stride, const float *lut, float qconst,
+                      const float *norm_term, const int64_t *ids, Py_ssize_t start, Py_ssize_t stop, float *hd,
+                      int64_t *hi, int k) noexcept nogil:
+    """Scan codes[start:stop] for one query (byte w of a code indexes lut + w * table_stride). norm_term is indexed
+    from `start` (NULL when there is none)."""
     cdef Py_ssize_t i = start
     cdef int w
-    cdef float d0, d1, d2, d3, base
+    cdef float d0, d1, d2, d3
     cdef const uint8_t *c0
     cdef const uint8_t *c1
     cdef const uint8_t *c2
@@ -115,7 +121,7 @@ cdef void _scan_range(const uint8_t *codes, int W, int K, const float *lut, floa
             d2 = qconst
             d3 = qconst
         for w in range(W):
-            l = lut + <size_t>w * K
+            l = lut + <size_t>w * table_stride
             d0 = d0 + l[c0[w]]
             d1 = d1 + l[c1[w]]
             d2 = d2 + l[c2[w]]
@@ -129,30 +135,215 @@ cdef void _scan_range(const uint8_t *codes, int W, int K, const float *lut, floa
         c0 = codes + <size_t>i * W
         d0 = qconst + norm_term[i - start] if norm_term != NULL else qconst
         for w in range(W):
-            d0 = d0 + lut[<size_t>w * K + c0[w]]
+            d0 = d0 + lut[<size_t>w * table_stride + c0[w]]
         _consider(hd, hi, k, d0, ids, i)
         i += 1
 
 
-cdef void _fill_norm_block(const float *norms_f32, const uint8_t *norm_codes, const float *norm_levels,
-                           Py_ssize_t start, Py_ssize_t stop, float *out) noexcept nogil:
-    """out[j] = the stored norm term of code start + j (float32 norms, or the level of its one-byte code)."""
+cdef struct CodeBase:
+    # The codes of a scan and what each code adds to its table entries (arrays of N rows, as given to adc_scan).
+    const uint8_t *codes        # (N, W), or NULL when N == 0
+    Py_ssize_t N
+    int W
+    const float *norms_f32      # (N,) float32 norm terms, or NULL
+    const uint8_t *norm_codes   # (N,) one-byte norm codes, or NULL
+    const float *norm_levels    # (256,) the levels of norm_codes (NULL with them)
+    const int64_t *ids          # (N,), or NULL: the id of a code is then its row number
+
+
+cdef struct QueryBatch:
+    # The queries of a scan and where their results go.
+    const float *luts           # (nq, lut_row): the tables of query q start at luts + q * lut_row
+    Py_ssize_t lut_row
+    int table_stride            # slots per code byte within the tables of a query
+    const float *qconst         # (nq,)
+    int nq
+    int k
+    float *out_dist             # (nq, k)
+    int64_t *out_ids            # (nq, k)
+
+
+cdef struct ScanScratch:
+    # Thread-local scratch of a scan, allocated with the GIL before its parallel region: thread t works in slice t
+    # of each block (see _slice_items). NULL pointers are blocks not needed (or not allocated yet).
+    float *norm_terms           # n_threads slices of SCAN_BLOCK decoded norm terms; NULL when codes have none
+    Py_ssize_t norm_stride      # items from one thread's slice of norm_terms to the next
+    float *heap_d               # n_threads slices of `heaps` max-heaps of k (dist, id) pairs, one after another
+    int64_t *heap_i
+    Py_ssize_t heap_stride      # items from one thread's heaps to the next (in heap_d as in heap_i)
+    float *merged_d             # (k,) the heap that merges the threads' heaps of one query, or NULL
+    int64_t *merged_i
+
+
+cdef Py_ssize_t _slice_items(Py_ssize_t count) noexcept nogil:
+    """Items of one thread's slice holding `count` floats or int64s: count rounded up to a multiple of 16, plus 16.
+
+    A slice is then a multiple of 64 bytes (so every slice keeps malloc's alignment) and ends with at least 64 unused
+    bytes, so no cache line holds data of two threads wherever malloc placed the block: a thread updating its heap
+    root never evicts the line that another thread reads at every code (false sharing).
+    """
+    return (count + 15) // 16 * 16 + 16
+
+
+cdef void *_alloc(size_t n_bytes, str what) except NULL:
+    """malloc, with the GIL (before a parallel region): MemoryError naming `what` instead of a NULL."""
+    cdef void *p = malloc(n_bytes if n_bytes > 0 else 1)  # malloc(0) may return NULL without failing
+    if p == NULL:
+        raise MemoryError(f"cannot allocate {n_bytes} bytes for {what}")
+    return p
+
+
+cdef int _scratch_alloc(ScanScratch *s, int n_threads, int heaps, int k, bint has_norm, bint merge) except -1:
+    """Fill s (zeroed by the caller) with blocks for n_threads threads of `heaps` heaps each; the merge heap when
+    `merge`. On MemoryError the blocks allocated so far stay in s, for _scratch_free."""
+    s.norm_stride = _slice_items(SCAN_BLOCK)
+    s.heap_stride = _slice_items(<Py_ssize_t>heaps * k)
+    if has_norm:
+        s.norm_terms = <float *>_alloc(<size_t>n_threads * s.norm_stride * sizeof(float),
+                                       "adc_scan's decoded norm terms of a block (per thread)")
+    s.heap_d = <float *>_alloc(<size_t>n_threads * s.heap_stride * sizeof(float),
+                               "adc_scan's top-k heaps (distances, per thread)")
+    s.heap_i = <int64_t *>_alloc(<size_t>n_threads * s.heap_stride * sizeof(int64_t),
+                                 "adc_scan's top-k heaps (ids, per thread)")
+    if merge:
+        s.merged_d = <float *>_alloc(<size_t>k * sizeof(float), "adc_scan's merged top-k heap (distances)")
+        s.merged_i = <int64_t *>_alloc(<size_t>k * sizeof(int64_t), "adc_scan's merged top-k heap (ids)")
+    return 0
+
+
+cdef void _scratch_free(ScanScratch *s) noexcept nogil:
+    free(s.norm_terms)
+    free(s.heap_d)
+    free(s.heap_i)
+    free(s.merged_d)
+    free(s.merged_i)
+
+
+cdef inline Py_ssize_t _block_stop(const CodeBase *base, Py_ssize_t start) noexcept nogil:
+    """The end of the block of codes that begins at `start`."""
+    return start + SCAN_BLOCK if start + SCAN_BLOCK < base.N else base.N
+
+
+cdef const float *_block_norm_terms(const CodeBase *base, Py_ssize_t start, Py_ssize_t stop,
+                                    float *buf) noexcept nogil:
+    """The norm terms of codes start..stop-1 written to buf (float32 norms, or the level of each one-byte code) and
+    returned; NULL, with buf untouched, when the codes have no norm term."""
     cdef Py_ssize_t j
-    if norms_f32 != NULL:
-        memcpy(out, norms_f32 + start, (stop - start) * sizeof(float))
-    else:
+    if base.norms_f32 != NULL:
+        memcpy(buf, base.norms_f32 + start, (stop - start) * sizeof(float))
+    elif base.norm_codes != NULL:
         for j in range(stop - start):
-            out[j] = norm_levels[norm_codes[start + j]]
+            buf[j] = base.norm_levels[base.norm_codes[start + j]]
+    else:
+        return NULL
+    return buf
+
+
+cdef inline void _scan_query(const CodeBase *base, const QueryBatch *batch, int q, Py_ssize_t start,
+                             Py_ssize_t stop, const float *norm_terms, float *hd, int64_t *hi) noexcept nogil:
+    """Offer codes start..stop-1 to the heap (hd, hi) of query q; norm_terms from _block_norm_terms."""
+    _scan_range(base.codes, base.W, batch.table_stride, batch.luts + q * batch.lut_row, batch.qconst[q],
+                norm_terms, base.ids, start, stop, hd, hi, batch.k)
+
+
+cdef void _scan_group(const CodeBase *base, const QueryBatch *batch, int q0, int q1, float *norm_buf, float *hd,
+                      int64_t *hi) noexcept nogil:
+    """Queries q0..q1-1, every block of codes in turn, each block scanned by all of them while it is in cache; the
+    heap of query q is (hd, hi) + (q - q0) * k. Writes their sorted results."""
+    cdef int k = batch.k
+    cdef int q
+    cdef Py_ssize_t start, stop
+    cdef const float *norm_terms
+    for q in range(q1 - q0):
+        _heap_init(hd + <size_t>q * k, hi + <size_t>q * k, k)
+    start = 0
+    while start < base.N:
+        stop = _block_stop(base, start)
+        norm_terms = _block_norm_terms(base, start, stop, norm_buf)
+        for q in range(q0, q1):
+            _scan_query(base, batch, q, start, stop, norm_terms, hd + <size_t>(q - q0) * k, hi + <size_t>(q - q0) * k)
+        start = stop
+    for q in range(q0, q1):
+        _heap_sort_into(hd + <size_t>(q - q0) * k, hi + <size_t>(q - q0) * k, k,
+                        batch.out_dist + <size_t>q * k, batch.out_ids + <size_t>q * k)
+
+
+cdef void _scan_by_query_groups(const CodeBase *base, const QueryBatch *batch, int group_size, int n_threads,
+                                ScanScratch *scratch) noexcept nogil:
+    """Strategy for batches: parallel over groups of group_size queries (the last may be smaller), each group
+    scanned by one thread (_scan_group), in the thread's slice of the scratch."""
+    cdef int n_groups = (batch.nq + group_size - 1) // group_size
+    cdef int g, q0, q1, tid
+    cdef float *norm_buf
+    cdef float *hd
+    cdef int64_t *hi
+    with parallel(num_threads=n_threads):
+        tid = threadid()
+        norm_buf = scratch.norm_terms + tid * scratch.norm_stride if scratch.norm_terms != NULL else NULL
+        hd = scratch.heap_d + tid * scratch.heap_stride
+        hi = scratch.heap_i + tid * scratch.heap_stride
+        for g in prange(n_groups, schedule='dynamic'):
+            q0 = g * group_size
+            q1 = q0 + group_size if q0 + group_size < batch.nq else batch.nq
+            _scan_group(base, batch, q0, q1, norm_buf, hd, hi)
+
+
+cdef void _merge_heaps(const float *heap_d, const int64_t *heap_i, int n_heaps, Py_ssize_t stride, int k,
+                       float *merged_d, int64_t *merged_i, float *out_d, int64_t *out_i) noexcept nogil:
+    """The k best pairs of n_heaps heaps (heap t at t * stride), sorted into out; merged_d/merged_i (k,) is scratch.
+
+    Each heap holds the k best of its own codes, so the k best of all are among them (the k best of a union do not
+    depend on how the codes were split).
+    """
+    cdef int t, j
+    cdef const float *hd
+    cdef const int64_t *hi
+    _heap_init(merged_d, merged_i, k)
+    for t in range(n_heaps):
+        hd = heap_d + t * stride
+        hi = heap_i + t * stride
+        for j in range(k):
+            if hd[j] < INFINITY:  # empty slots are (inf, -1)
+                _heap_push(merged_d, merged_i, k, hd[j], hi[j])
+    _heap_sort_into(merged_d, merged_i, k, out_d, out_i)
+
+
+cdef void _scan_by_code_blocks(const CodeBase *base, const QueryBatch *batch, int n_threads,
+                               ScanScratch *scratch) noexcept nogil:
+    """Strategy for fewer queries than threads: one query at a time, its blocks of codes split over the threads,
+    each thread with its own heap (one per slice of the scratch), merged at the end (_merge_heaps)."""
+    cdef int k = batch.k
+    cdef Py_ssize_t n_blocks = (base.N + SCAN_BLOCK - 1) // SCAN_BLOCK
+    cdef Py_ssize_t b, start, stop
+    cdef int q, t, tid
+    cdef float *norm_buf
+    cdef float *hd
+    cdef int64_t *hi
+    for q in range(batch.nq):
+        for t in range(n_threads):
+            _heap_init(scratch.heap_d + t * scratch.heap_stride, scratch.heap_i + t * scratch.heap_stride, k)
+        with parallel(num_threads=n_threads):
+            tid = threadid()
+            norm_buf = scratch.norm_terms + tid * scratch.norm_stride if scratch.norm_terms != NULL else NULL
+            hd = scratch.heap_d + tid * scratch.heap_stride
+            hi = scratch.heap_i + tid * scratch.heap_stride
+            for b in prange(n_blocks, schedule='static'):
+                start = b * SCAN_BLOCK
+                stop = _block_stop(base, start)
+                _scan_query(base, batch, q, start, stop, _block_norm_terms(base, start, stop, norm_buf), hd, hi)
+        _merge_heaps(scratch.heap_d, scratch.heap_i, n_threads, scratch.heap_stride, k, scratch.merged_d,
+                     scratch.merged_i, batch.out_dist + <size_t>q * k, batch.out_ids + <size_t>q * k)
 
 
 def adc_scan(const uint8_t[:, ::1] codes,        # IN (N, W)
-             const float[:, ::1] luts,           # IN (nq, W*K): lut of query q, byte w, word k at [q, w*K + k]
+             const float[:, ::1] luts,           # IN (nq, W*table_stride): lut of query q, byte w, word k at
+                                                 #    [q, w*table_stride + k]
              const float[::1] qconst,            # IN (nq,): the constant term of each query
              const float[::1] norms_f32,         # IN (N,) float32 norm terms, or (0,)
              const uint8_t[::1] norm_codes,      # IN (N,) one-byte norm codes, or (0,)
              const float[::1] norm_levels,       # IN (256,) levels of the one-byte norm codes, or (0,)
              const int64_t[::1] ids,             # IN (N,), or (0,): the id of a code is then its row number
-             int n_codewords,
+             int table_stride,                   # IN slots per code byte in a table (256: any byte is in range)
              float[:, ::1] out_dist,             # OUT (nq, k) ascending
              int64_t[:, ::1] out_ids,            # OUT (nq, k); (inf, -1) past the N-th result
              int n_threads):
@@ -160,103 +351,48 @@ def adc_scan(const uint8_t[:, ::1] codes,        # IN (N, W)
 
     Batches (nq >= n_threads) run in parallel over groups of queries; a group shares each block of codes (and its
     decoded norm terms) while the block is in cache. Fewer queries than threads run in parallel over blocks of codes,
-    each thread with its own heap, merged at the end.
+    each thread with its own heap, merged at the end. Both give the same results: every distance is summed in the
+    same order, and the k best of all codes do not depend on how the codes were split (see _merge_heaps).
     """
-    cdef Py_ssize_t N = codes.shape[0]
-    cdef int W = codes.shape[1]
-    cdef int nq = luts.shape[0]
-    cdef int k = out_dist.shape[1]
-    cdef int K = n_codewords
-    cdef const float *nf = NULL
-    cdef const uint8_t *nc = NULL
-    cdef const float *nl = NULL
-    cdef bint has_norm
-    cdef int group_size, n_groups, g, q, q0, q1, t, b, n_blocks, tid
-    cdef Py_ssize_t start, stop
-    cdef float *normbuf
-    cdef float *heap_d
-    cdef int64_t *heap_i
-    cdef float *all_d
-    cdef int64_t *all_i
-    cdef float *merged_d
-    cdef int64_t *merged_i
-    cdef const uint8_t *codes_ptr
-    cdef const int64_t *ids_ptr = &ids[0] if ids.shape[0] > 0 else NULL
-    cdef Py_ssize_t j
-    if nq == 0 or k == 0:
+    cdef CodeBase base
+    cdef QueryBatch batch
+    cdef ScanScratch scratch
+    cdef int group_size
+    cdef bint split_codes
+    if luts.shape[0] == 0 or out_dist.shape[1] == 0:
         return
     if n_threads < 1:
         n_threads = 1
-    if norms_f32.shape[0] > 0:
-        nf = &norms_f32[0]
-    elif norm_codes.shape[0] > 0:
-        nc = &norm_codes[0]
-        nl = &norm_levels[0]
-    has_norm = nf != NULL or nc != NULL
-    codes_ptr = &codes[0, 0] if N > 0 else NULL
-    n_blocks = <int>((N + SCAN_BLOCK - 1) // SCAN_BLOCK)
-
-    if nq >= n_threads or n_threads == 1 or N <= SCAN_BLOCK:
-        # Parallel over groups of queries: each group of at most 8 queries shares every block of codes.
-        group_size = (nq + n_threads - 1) // n_threads
-        if group_size > 8:
-            group_size = 8
-        n_groups = (nq + group_size - 1) // group_size
-        with nogil, parallel(num_threads=n_threads):
-            normbuf = <float *>malloc(SCAN_BLOCK * sizeof(float))
-            heap_d = <float *>malloc(<size_t>group_size * k * sizeof(float))
-            heap_i = <int64_t *>malloc(<size_t>group_size * k * sizeof(int64_t))
-            for g in prange(n_groups, schedule='dynamic'):
-                q0 = g * group_size
-                q1 = q0 + group_size if q0 + group_size < nq else nq
-                for q in range(q1 - q0):
-                    _heap_init(heap_d + <size_t>q * k, heap_i + <size_t>q * k, k)
-                for b in range(n_blocks):
-                    start = <Py_ssize_t>b * SCAN_BLOCK
-                    stop = start + SCAN_BLOCK if start + SCAN_BLOCK < N else N
-                    if has_norm:
-                        _fill_norm_block(nf, nc, nl, start, stop, normbuf)
-                    for q in range(q0, q1):
-                        _scan_range(codes_ptr, W, K, &luts[q, 0], qconst[q], normbuf if has_norm else NULL,
-                                    ids_ptr, start, stop, heap_d + <size_t>(q - q0) * k,
-                                    heap_i + <size_t>(q - q0) * k, k)
-                for q in range(q0, q1):
-                    _heap_sort_into(heap_d + <size_t>(q - q0) * k, heap_i + <size_t>(q - q0) * k, k,
-                                    &out_dist[q, 0], &out_ids[q, 0])
-            free(normbuf)
-            free(heap_d)
-            free(heap_i)
-        return
-
-    # Fewer queries than threads: each query is split over blocks of codes, one heap per thread, then merged.
-    all_d = <float *>malloc(<size_t>n_threads * k * sizeof(float))
-    all_i = <int64_t *>malloc(<size_t>n_threads * k * sizeof(int64_t))
-    merged_d = <float *>malloc(<size_t>k * sizeof(float))
-    merged_i = <int64_t *>malloc(<size_t>k * sizeof(int64_t))
+    base.N = codes.shape[0]
+    base.W = codes.shape[1]
+    base.codes = &codes[0, 0] if base.N > 0 else NULL
+    base.norms_f32 = &norms_f32[0] if norms_f32.shape[0] > 0 else NULL
+    base.norm_codes = &norm_codes[0] if base.norms_f32 == NULL and norm_codes.shape[0] > 0 else NULL
+    base.norm_levels = &norm_levels[0] if base.norm_codes != NULL else NULL
+    base.ids = &ids[0] if ids.shape[0] > 0 else NULL
+    batch.luts = &luts[0, 0]
+    batch.lut_row = luts.shape[1]
+    batch.table_stride = table_stride
+    batch.qconst = &qconst[0]
+    batch.nq = luts.shape[0]
+    batch.k = out_dist.shape[1]
+    batch.out_dist = &out_dist[0, 0]
+    batch.out_ids = &out_ids[0, 0]
+    # Splitting the codes pays only when there are idle threads (fewer queries than threads) and more than one block
+    # of codes to share among them.
+    split_codes = batch.nq < n_threads and base.N > SCAN_BLOCK
+    # Groups: at most MAX_GROUP queries, and no more than an equal share, so that every thread gets a group.
+    group_size = (batch.nq + n_threads - 1) // n_threads
+    if group_size > MAX_GROUP:
+        group_size = MAX_GROUP
+    memset(&scratch, 0, sizeof(scratch))
     try:
-        for q in range(nq):
-            for t in range(n_threads):
-                _heap_init(all_d + <size_t>t * k, all_i + <size_t>t * k, k)
-            with nogil, parallel(num_threads=n_threads):
-                normbuf = <float *>malloc(SCAN_BLOCK * sizeof(float))
-                tid = threadid()
-                for b in prange(n_blocks, schedule='static'):
-                    start = <Py_ssize_t>b * SCAN_BLOCK
-                    stop = start + SCAN_BLOCK if start + SCAN_BLOCK < N else N
-                    if has_norm:
-                        _fill_norm_block(nf, nc, nl, start, stop, normbuf)
-                    _scan_range(codes_ptr, W, K, &luts[q, 0], qconst[q], normbuf if has_norm else NULL,
-                                ids_ptr, start, stop, all_d + <size_t>tid * k, all_i + <size_t>tid * k, k)
-                free(normbuf)
-            with nogil:
-                _heap_init(merged_d, merged_i, k)
-                for j in range(<Py_ssize_t>n_threads * k):
-                    if all_d[j] < INFINITY:  # empty slots are (inf, -1)
-                        _heap_push(merged_d, merged_i, k, all_d[j], all_i[j])
-                _heap_sort_into(merged_d, merged_i, k, &out_dist[q, 0], &out_ids[q, 0])
+        _scratch_alloc(&scratch, n_threads, 1 if split_codes else group_size, batch.k,
+                       base.norms_f32 != NULL or base.norm_codes != NULL, split_codes)
+        with nogil:
+            if split_codes:
+                _scan_by_code_blocks(&base, &batch, n_threads, &scratch)
+            else:
+                _scan_by_query_groups(&base, &batch, group_size, n_threads, &scratch)
     finally:
-        free(all_d)
-        free(all_i)
-        free(merged_d)
-        free(merged_i)
-
+        _scratch_free(&scratch)

@@ -1,7 +1,7 @@
 /* Tiny loops of the beam encoder that must be vectorised to run at table speed.
  *
- * They live in C rather than in _kernels.pyx for one reason: a min-reduction over floats is only vectorised by gcc
- * when it may ignore NaN and signed zeros, and Cython cannot set floating-point options for one function. Here the
+ * They live in C rather than in _codec_kernels.pyx for one reason: a min-reduction over floats is only vectorised by
+ * gcc when it may ignore NaN and signed zeros, and Cython cannot set floating-point options for one function. Here the
  * `optimize` attribute grants exactly that to these functions (their inputs are finite by construction: the
  * public API rejects NaN/inf), and `target_clones` adds an AVX2 version chosen at load time, so a portable build
  * (no -march) still runs 8 lanes wide on machines that have AVX2. Results are identical in every clone: the loops
