@@ -12,10 +12,11 @@ zero-padded to M*S), C codebooks per subspace, K words per codebook, T beam widt
 from cython.parallel cimport parallel, prange, threadid
 from libc.math cimport INFINITY
 from libc.stdint cimport uint8_t
-from libc.stdlib cimport free, malloc
+from libc.stdlib cimport free
 from libc.string cimport memset
 
 from ockstore._gemm cimport _gemm
+from ockstore._scratch cimport _alloc, _slice_items
 
 cdef extern from "_simd.h" nogil:
     void ock_unary_inplace(float *dot, const float *sqnorm, int n)
@@ -32,28 +33,6 @@ cdef enum:
     # small enough that two threads get balanced work on small inputs. Results do not depend on it and never on the
     # number of threads: every chunk is computed the same way whichever thread runs it.
     ENCODE_CHUNK = 128
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# Scratch memory of the parallel regions: allocated with the GIL before the region, one block per buffer holding a
-# slice for each thread (thread t uses slice t, found with threadid()), freed after the region.
-
-cdef Py_ssize_t _slice_items(Py_ssize_t count) noexcept nogil:
-    """Items of one thread's slice holding `count` floats or ints: count rounded up to a multiple of 16, plus 16.
-
-    A slice is then a multiple of 64 bytes (so every slice keeps malloc's alignment) and ends with at least 64 unused
-    bytes, so no cache line holds data of two threads wherever malloc placed the block: a thread writing its scratch
-    never evicts a line that another thread is using (false sharing).
-    """
-    return (count + 15) // 16 * 16 + 16
-
-
-cdef void *_alloc(size_t n_bytes, str what) except NULL:
-    """malloc, with the GIL (before a parallel region): MemoryError naming `what` instead of a NULL."""
-    cdef void *p = malloc(n_bytes if n_bytes > 0 else 1)  # malloc(0) may return NULL without failing
-    if p == NULL:
-        raise MemoryError(f"cannot allocate {n_bytes} bytes for {what}")
-    return p
 
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -9,8 +9,10 @@ parallel region when its scratch memory cannot be allocated.
 from cython.parallel cimport parallel, prange, threadid
 from libc.math cimport INFINITY
 from libc.stdint cimport int64_t, uint8_t
-from libc.stdlib cimport free, malloc
+from libc.stdlib cimport free
 from libc.string cimport memcpy, memset
+
+from ockstore._scratch cimport _alloc, _slice_items
 
 cdef enum:
     # Codes per scan block. A block's codes (SCAN_BLOCK * W bytes) and its norm terms stay in L1/L2 while every query
@@ -173,24 +175,6 @@ cdef struct ScanScratch:
     Py_ssize_t heap_stride      # items from one thread's heaps to the next (in heap_d as in heap_i)
     float *merged_d             # (k,) the heap that merges the threads' heaps of one query, or NULL
     int64_t *merged_i
-
-
-cdef Py_ssize_t _slice_items(Py_ssize_t count) noexcept nogil:
-    """Items of one thread's slice holding `count` floats or int64s: count rounded up to a multiple of 16, plus 16.
-
-    A slice is then a multiple of 64 bytes (so every slice keeps malloc's alignment) and ends with at least 64 unused
-    bytes, so no cache line holds data of two threads wherever malloc placed the block: a thread updating its heap
-    root never evicts the line that another thread reads at every code (false sharing).
-    """
-    return (count + 15) // 16 * 16 + 16
-
-
-cdef void *_alloc(size_t n_bytes, str what) except NULL:
-    """malloc, with the GIL (before a parallel region): MemoryError naming `what` instead of a NULL."""
-    cdef void *p = malloc(n_bytes if n_bytes > 0 else 1)  # malloc(0) may return NULL without failing
-    if p == NULL:
-        raise MemoryError(f"cannot allocate {n_bytes} bytes for {what}")
-    return p
 
 
 cdef int _scratch_alloc(ScanScratch *s, int n_threads, int heaps, int k, bint has_norm, bint merge) except -1:

@@ -161,14 +161,18 @@ def check_k(k, n_rows, name="k"):
     return k
 
 
+# More threads than this is never useful and the OpenMP runtime cannot start millions of them (it crashes).
+MAX_THREADS = 1024
+
+
 def resolve_n_threads(n_threads):
-    """None means every core this process may use; otherwise an integer >= 1."""
+    """None means every core this process may use; otherwise an integer in 1..MAX_THREADS."""
     if n_threads is None:
         try:
             return max(1, len(os.sched_getaffinity(0)))
         except AttributeError:  # not on Linux
             return max(1, os.cpu_count() or 1)
-    return check_int(n_threads, "n_threads", min_value=1)
+    return check_int(n_threads, "n_threads", min_value=1, max_value=MAX_THREADS)
 
 
 def as_codes(codes, name, width, n_codewords):
