@@ -1184,6 +1184,7 @@ def _fuzz_seed_file(path):
                       user={"note": "ü"})
 
 
+@pytest.mark.slow
 def test_fuzz_mutations_in_subprocess_R16_R17_R18(tmp_path):
     """R16-R18 and every open-time check: >= 10,000 mutated files (every truncation, every single-byte flip, random
     flips, insertions, deletions, header edits) are either refused with FormatError or (only where harmless) pass;
