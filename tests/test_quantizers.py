@@ -16,6 +16,7 @@ import pytest
 
 import reference as ref
 from conftest import REPO, gaussian_mixture
+from helpers import random_rotation
 from ockstore import CKM, ECKM, OCKM, PQ, NotFittedError
 from ockstore._training import CodecTables, SubspaceLayout
 from ockstore.quantizers import quantizer_from_state
@@ -31,13 +32,6 @@ METHODS = {
 def make(method, M, C=2, T=4, **kw):
     """A quantizer of `method` with M subspaces (C and T ignored by the methods that have none)."""
     return METHODS[method](M, C, T, **kw)
-
-
-def random_rotation(P, seed):
-    """A seeded orthogonal P x P matrix (QR of a Gaussian matrix, signs fixed), float32."""
-    rng = np.random.default_rng(seed)
-    Q, Rq = np.linalg.qr(rng.normal(size=(P, P)))
-    return (Q * np.sign(np.diag(Rq))).astype(np.float32)
 
 
 def random_codec(P, M, C, K, *, n=400, seed=0):
