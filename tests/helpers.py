@@ -5,6 +5,11 @@ Imported as ``from helpers import ...``: conftest.py puts this folder on sys.pat
 
 from __future__ import annotations
 
+import os
+import struct
+import tracemalloc
+from dataclasses import dataclass
+
 import numpy as np
 
 
@@ -14,3 +19,87 @@ def random_rotation(P, seed):
     rng = np.random.default_rng(seed)
     Q, Rq = np.linalg.qr(rng.normal(size=(P, P)))
     return (Q * np.sign(np.diag(Rq))).astype(np.float32)
+
+
+# ------------------------------------------------------------------------------------------------- container files
+def header_end_of(data):
+    """24 + H: where the header of a container file ends (docs/FORMAT.md: H is the u64 at byte 16 of the preamble).
+
+    ``data``: the file's bytes (at least its 24-byte preamble) or its path (only the preamble is read).
+    """
+    if isinstance(data, (str, os.PathLike)):
+        with open(data, "rb") as fh:
+            data = fh.read(24)
+    return 24 + struct.unpack_from("<Q", data, 16)[0]
+
+
+# ------------------------------------------------------------------------------------------------- cost of a call
+def _mapped_rss(path):
+    """Bytes of ``path``'s memory mappings resident in this process (/proc/self/smaps), None without /proc."""
+    target = os.path.realpath(path)
+    try:
+        with open("/proc/self/smaps") as smaps:
+            lines = smaps.read().splitlines()
+    except OSError:
+        return None
+    total, inside = 0, False
+    for line in lines:
+        first = line.split(None, 1)[0]
+        if "-" in first and not first.endswith(":"):  # a mapping's header line: "start-end perms offset dev inode path"
+            fields = line.split(None, 5)
+            inside = len(fields) == 6 and fields[5] == target
+        elif inside and first == "Rss:":
+            total += int(line.split()[1]) * 1024
+    return total
+
+
+def _rchar():
+    """Bytes this process has read through read-like system calls (/proc/self/io), None without /proc."""
+    try:
+        with open("/proc/self/io") as io:
+            return int(next(line for line in io if line.startswith("rchar")).split()[1])
+    except OSError:
+        return None
+
+
+@dataclass
+class ReadCost:
+    """What a call read of a file (see ``read_cost``); None where the platform cannot tell."""
+
+    explicit: int              # bytes returned by os.pread / os.read during the call, counted by wrapping them
+    syscalls: int | None       # bytes read by read-like system calls during the call (rchar of /proc/self/io)
+    mapped: int | None         # resident bytes of the file's memory mappings after the call (pages touched)
+    allocated: int             # peak of the memory Python allocated during the call (tracemalloc)
+
+
+def read_cost(call, path):
+    """(call(), ReadCost): run ``call`` and measure, deterministically, what it read of the file at ``path``.
+
+    ``explicit`` counts the bytes the os.pread/os.read wrappers returned (every explicit read of the file, and any
+    other in the meantime); ``mapped`` sums Rss over the mappings of ``path``, so a pass over mapped data shows as
+    resident pages; ``allocated`` catches copies. None of them depends on how busy the machine is.
+    """
+    counted = [0]
+    real = {name: getattr(os, name) for name in ("pread", "read") if hasattr(os, name)}
+
+    def counting(name):
+        def wrapper(*args, **kwargs):
+            data = real[name](*args, **kwargs)
+            counted[0] += len(data)
+            return data
+        return wrapper
+
+    rchar_before = _rchar()
+    tracemalloc.start()
+    for name in real:
+        setattr(os, name, counting(name))
+    try:
+        result = call()
+    finally:
+        for name, fn in real.items():
+            setattr(os, name, fn)
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+    rchar_after = _rchar()
+    syscalls = None if rchar_before is None or rchar_after is None else rchar_after - rchar_before
+    return result, ReadCost(counted[0], syscalls, _mapped_rss(path), peak)
