@@ -5,12 +5,22 @@ Imported as ``from helpers import ...``: conftest.py puts this folder on sys.pat
 
 from __future__ import annotations
 
+import json
 import os
+import re
+import select
+import signal
 import struct
+import subprocess
+import sys
 import tracemalloc
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
+
+TESTS = Path(__file__).resolve().parent
+REPO = TESTS.parent
 
 
 # ------------------------------------------------------------------------------------------------------------ data
@@ -19,6 +29,16 @@ def random_rotation(P, seed):
     rng = np.random.default_rng(seed)
     Q, Rq = np.linalg.qr(rng.normal(size=(P, P)))
     return (Q * np.sign(np.diag(Rq))).astype(np.float32)
+
+
+# ------------------------------------------------------------------------------------------------- folders
+def listing(folder):
+    return sorted(os.listdir(folder))
+
+
+def is_hidden_temp(name, target):
+    """Whether ``name`` is a writer's hidden temporary file for ``target`` (".TARGET.<hex>.tmp")."""
+    return re.fullmatch(rf"\.{re.escape(target)}\.[0-9a-f]+\.tmp", name) is not None
 
 
 # ------------------------------------------------------------------------------------------------- container files
@@ -103,3 +123,49 @@ def read_cost(call, path):
     rchar_after = _rchar()
     syscalls = None if rchar_before is None or rchar_after is None else rchar_after - rchar_before
     return result, ReadCost(counted[0], syscalls, _mapped_rss(path), peak)
+
+
+# ------------------------------------------------------------------------------------------------- subprocesses
+def subprocess_env():
+    """The environment for a helper process: the repository's ockstore and this folder first on PYTHONPATH, idle
+    OpenMP threads sleeping (see conftest.py) unless the environment says otherwise."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(TESTS)] + [p for p in [env.get("PYTHONPATH")] if p])
+    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    return env
+
+
+def run_json_script(script, *args, timeout):
+    """Run ``python tests/SCRIPT ARGS`` to its end; it must exit 0. Returns the JSON object of its last stdout line."""
+    result = subprocess.run([sys.executable, str(TESTS / script), *map(str, args)], capture_output=True, text=True,
+                            timeout=timeout, env=subprocess_env())
+    assert result.returncode == 0, (result.stdout[-3000:], result.stderr[-3000:])
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def run_until_sigkill(proc, *, kill_after_line=None, timeout=60):
+    """Wait for a helper subprocess that dies by SIGKILL: killed by us once it prints ``kill_after_line``, or by
+    itself. Asserts it did die by SIGKILL; the process is reaped and its pipes closed whatever happens."""
+    try:
+        if kill_after_line is not None:
+            ready, _, _ = select.select([proc.stdout], [], [], timeout)
+            assert ready, "the helper process did not report in time"
+            line = proc.stdout.readline().strip()
+            assert line == kill_after_line, (line, proc.stderr.read() if proc.poll() is not None else "")
+            proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    err = proc.stderr.read()
+    proc.stdout.close()
+    proc.stderr.close()
+    assert proc.returncode == -signal.SIGKILL, (proc.returncode, err)
+
+
+def run_script_until_sigkill(script, *args, kill_after_line=None, timeout=60):
+    """Start ``python tests/SCRIPT ARGS`` (a helper that dies by SIGKILL) and wait for its death (run_until_sigkill)."""
+    proc = subprocess.Popen([sys.executable, str(TESTS / script), *map(str, args)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=subprocess_env())
+    run_until_sigkill(proc, kill_after_line=kill_after_line, timeout=timeout)

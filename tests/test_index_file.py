@@ -30,11 +30,10 @@ from ockstore import storage
 from ockstore.errors import FormatError, NotFittedError
 from ockstore.index import Index, IndexWriter, build_index, load_quantizer, open_index, save_quantizer
 
-from conftest import gaussian_mixture, run_until_sigkill
-from helpers import header_end_of, read_cost
+from conftest import gaussian_mixture
+from helpers import header_end_of, is_hidden_temp, listing, read_cost, run_script_until_sigkill, subprocess_env
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
 DATA = HERE / "data"
 P = 10  # not a multiple of M = 3 or M = 4: padded subspaces
 N = 700
@@ -73,20 +72,6 @@ def quantizers(mixture):
 def user_ids(n):
     """Distinct, non-sequential, large ids."""
     return (np.arange(n, dtype=np.int64) * 7919 + 10**12)[::-1].copy()
-
-
-def subprocess_env():
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in [env.get("PYTHONPATH")] if p])
-    return env
-
-
-def listing(folder):
-    return sorted(os.listdir(folder))
-
-
-def is_hidden_temp(name, target):
-    return re.fullmatch(rf"\.{re.escape(target)}\.[0-9a-f]+\.tmp", name) is not None
 
 
 def parts_of(path):
@@ -1093,12 +1078,6 @@ def test_readers_see_old_or_new_file_while_it_is_replaced_I13(tmp_path, quantize
 # a build killed with SIGKILL
 
 
-def _run_kill_builder(quantizer_path, path, mode):
-    proc = subprocess.Popen([sys.executable, str(HERE / "index_kill_builder.py"), str(quantizer_path), str(path),
-                             mode], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=subprocess_env())
-    run_until_sigkill(proc, kill_after_line="MIDWAY" if mode == "midway" else None, timeout=120)
-
-
 @pytest.mark.parametrize("mode", ["midway", "before-replace"])
 @pytest.mark.parametrize("existing", [True, False], ids=["old-file", "no-file"])
 def test_sigkill_during_build_keeps_previous_file_I13(tmp_path, quantizers, base, mode, existing):
@@ -1110,7 +1089,8 @@ def test_sigkill_during_build_keeps_previous_file_I13(tmp_path, quantizers, base
     if existing:
         build_index(path, quantizers["pq"], base[:30], metadata={"v": "old"})
         old = path.read_bytes()
-    _run_kill_builder(qpath, path, mode)
+    run_script_until_sigkill("index_kill_builder.py", qpath, path, mode,
+                             kill_after_line="MIDWAY" if mode == "midway" else None, timeout=120)
     names = [n for n in listing(tmp_path) if n != "q.ockq"]
     assert all(n == "x.ock" or is_hidden_temp(n, "x.ock") for n in names), names
     if existing:
@@ -1129,7 +1109,7 @@ def test_sigkill_after_rename_leaves_complete_new_file_I13(tmp_path, quantizers)
     qpath = tmp_path / "q.ockq"
     save_quantizer(qpath, quantizers["ockm"])
     path = tmp_path / "x.ock"
-    _run_kill_builder(qpath, path, "after-replace")
+    run_script_until_sigkill("index_kill_builder.py", qpath, path, "after-replace", timeout=120)
     with open_index(path) as index:
         index.verify()
         assert index.info()["metadata"] == {"writer": "kill"} and index.ntotal > 0

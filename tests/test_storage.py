@@ -5,12 +5,9 @@ are built by hand with struct + msgpack (``hand_file``), independently of the wr
 against the same hand-built bytes.
 """
 
-import json
 import os
-import re
 import stat
 import struct
-import subprocess
 import sys
 import threading
 import zlib
@@ -25,11 +22,10 @@ from hypothesis import strategies as st
 from ockstore import storage
 from ockstore.errors import FormatError
 from ockstore.storage import MAGIC, MAX_HEADER_BYTES, FileWriter, open_file
-from conftest import run_until_sigkill
-from helpers import header_end_of, read_cost
+from helpers import (header_end_of, is_hidden_temp, listing, read_cost, run_json_script,
+                     run_script_until_sigkill)
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
 DTYPES = ["<u1", "<u2", "<i4", "<u4", "<i8", "<f4", "<f8"]
 
 
@@ -141,20 +137,6 @@ def write_file(path, sections=(), growing=(), meta=None, user=None):
                 w.append(name, chunk)
         w.commit({} if meta is None else meta, user)
     return path
-
-
-def listing(folder):
-    return sorted(os.listdir(folder))
-
-
-def is_hidden_temp(name, target):
-    return re.fullmatch(rf"\.{re.escape(target)}\.[0-9a-f]+\.tmp", name) is not None
-
-
-def subprocess_env():
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in [env.get("PYTHONPATH")] if p])
-    return env
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -1022,19 +1004,14 @@ def test_failure_while_writing_aborts_and_keeps_old_file_R21(tmp_path, monkeypat
     assert path.read_bytes() == old and listing(tmp_path) == ["f.ock"] and w.closed
 
 
-def _run_kill_writer(path, mode, *, kill_after_line=None):
-    proc = subprocess.Popen([sys.executable, str(HERE / "storage_kill_writer.py"), str(path), mode],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=subprocess_env())
-    run_until_sigkill(proc, kill_after_line=kill_after_line, timeout=60)
-
-
 @pytest.mark.parametrize("mode", ["midway", "before-fsync", "before-replace"])
 def test_sigkill_keeps_previous_file_R21(tmp_path, mode):
     """R21: a writer killed with SIGKILL (while appending, before its fsync, before its rename) leaves the previous
     file byte for byte under the name; only hidden temporary files may remain."""
     path = write_file(tmp_path / "f.ock", small_sections(), meta={"v": "old"})
     old = path.read_bytes()
-    _run_kill_writer(path, mode, kill_after_line="MIDWAY" if mode == "midway" else None)
+    run_script_until_sigkill("storage_kill_writer.py", path, mode,
+                             kill_after_line="MIDWAY" if mode == "midway" else None, timeout=60)
     assert path.read_bytes() == old
     assert all(name == "f.ock" or is_hidden_temp(name, "f.ock") for name in listing(tmp_path))
     with open_file(path) as f:
@@ -1045,7 +1022,7 @@ def test_sigkill_keeps_previous_file_R21(tmp_path, mode):
 def test_sigkill_after_rename_leaves_complete_new_file_R21(tmp_path):
     """R21: killed right after the rename, the new file is complete (no file is ever half written)."""
     path = write_file(tmp_path / "f.ock", small_sections(), meta={"v": "old"})
-    _run_kill_writer(path, "after-replace")
+    run_script_until_sigkill("storage_kill_writer.py", path, "after-replace", timeout=60)
     with open_file(path) as f:
         assert f.meta == {"writer": "kill"}
         rows = f.sections["rows"]
@@ -1187,11 +1164,8 @@ def test_fuzz_mutations_in_subprocess_R16_R17_R18(tmp_path):
     valid = _fuzz_seed_file(tmp_path / "valid.ock")
     work = tmp_path / "work"
     work.mkdir()
-    result = subprocess.run([sys.executable, str(HERE / "fuzz_storage.py"), "--opener", "ockstore.storage:open_file",
-                             "--file", str(valid), "--workdir", str(work), "--random", "9000", "--seed", "1"],
-                            capture_output=True, text=True, timeout=300, env=subprocess_env())
-    assert result.returncode == 0, (result.stdout[-3000:], result.stderr[-3000:])
-    report = json.loads(result.stdout.strip().splitlines()[-1])
+    report = run_json_script("fuzz_storage.py", "--opener", "ockstore.storage:open_file", "--file", valid,
+                             "--workdir", work, "--random", 9000, "--seed", 1, timeout=300)
     assert report["cases"] >= 10_000 and report["n_failures"] == 0
     counts = report["counts"]
     assert counts["truncate:refused"] == len(valid.read_bytes())
