@@ -5,6 +5,7 @@ Imported as ``from helpers import ...``: conftest.py puts this folder on sys.pat
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -169,3 +170,38 @@ def run_script_until_sigkill(script, *args, kill_after_line=None, timeout=60):
     proc = subprocess.Popen([sys.executable, str(TESTS / script), *map(str, args)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=subprocess_env())
     run_until_sigkill(proc, kill_after_line=kill_after_line, timeout=timeout)
+
+
+def die():
+    """Flush stdout and kill this process with SIGKILL: no cleanup, no exit handler, as a crash or power cut."""
+    sys.stdout.flush()
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def sigkill_at(point):
+    """Inside the block this process kills itself (SIGKILL) at ``point`` of a commit (helper scripts' kill points):
+
+    before-fsync    at the first os.fsync: the temporary file is written, not yet synced nor renamed
+    before-replace  instead of os.replace: the temporary file is complete and synced, not in place
+    after-replace   right after os.replace, before the folder is synced
+
+    Raises SystemExit for another point, before the block runs.
+    """
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def replace_then_die(src, dst):
+        real_replace(src, dst)
+        die()
+
+    patches = {"before-fsync": ("fsync", lambda fd: die()),
+               "before-replace": ("replace", lambda src, dst: die()),
+               "after-replace": ("replace", replace_then_die)}
+    if point not in patches:
+        raise SystemExit(f"unknown mode {point!r}")
+    name, patched = patches[point]
+    setattr(os, name, patched)
+    try:
+        yield
+    finally:
+        os.fsync, os.replace = real_fsync, real_replace
