@@ -15,10 +15,15 @@ import struct
 import subprocess
 import sys
 import tracemalloc
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+import msgpack
 import numpy as np
+import pytest
+
+from ockstore.storage import MAGIC
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
@@ -43,6 +48,65 @@ def is_hidden_temp(name, target):
 
 
 # ------------------------------------------------------------------------------------------------- container files
+def align64(n):
+    return (n + 63) // 64 * 64
+
+
+def code_of(array):
+    return f"<{array.dtype.kind}{array.dtype.itemsize}"
+
+
+_NOT_GIVEN = object()
+
+
+def hand_file(sections=(), meta=None, user=None, *, overrides=None, drop=None, extra=None, header_obj=_NOT_GIVEN,
+              header_bytes=None, phantom=(), magic=MAGIC, major=1, minor=0, reserved=0, header_length=None,
+              tail=b""):
+    """Container bytes built by hand, following docs/FORMAT.md and not the writer's code.
+
+    ``sections`` is a list of (name, ndarray); the data sit at the canonical offsets, while ``overrides``
+    ({name: {key: value}}) and ``drop`` ({name: [keys]}) change what the header says about them. ``extra`` adds
+    top-level keys; ``header_obj`` replaces the header object and ``header_bytes`` the packed header entirely;
+    ``header_length`` replaces H in the preamble; ``tail`` is appended. ``phantom`` lists sections
+    (name, dtype, shape) placed after the others whose bytes are not written (the caller extends the file).
+    """
+    meta = {} if meta is None else meta
+    user = {} if user is None else user
+    blobs = [(name, a, a.tobytes(order="C")) for name, a in sections]
+    length = 0
+    while True:  # offsets depend on H and H on the offsets: repeat until H is stable
+        entries, places, end = [], [], 24 + length
+        for name, a, blob in blobs:
+            offset = align64(end)
+            entry = {"name": name, "dtype": code_of(a), "shape": list(a.shape), "offset": offset,
+                     "length": len(blob), "crc32": zlib.crc32(blob)}
+            entry.update((overrides or {}).get(name, {}))
+            for key in (drop or {}).get(name, ()):
+                del entry[key]
+            entries.append(dict(sorted(entry.items())))  # canonical: every map's keys in ascending order
+            places.append(offset)
+            end = offset + len(blob)
+        for name, code, shape in phantom:
+            nbytes = int(np.prod(shape, dtype=object)) * np.dtype(code).itemsize
+            entries.append({"crc32": 0, "dtype": code, "length": nbytes, "name": name, "offset": align64(end),
+                            "shape": list(shape)})
+            end = align64(end) + nbytes
+        header = {"meta": meta, "sections": entries, "user": user, **(extra or {})}
+        if header_obj is not _NOT_GIVEN:
+            header = header_obj
+        raw = header_bytes if header_bytes is not None else msgpack.packb(header, use_bin_type=True)
+        if len(raw) == length:
+            break
+        length = len(raw)
+    out = bytearray(struct.pack("<8sHHIQ", magic, major, minor, reserved,
+                                len(raw) if header_length is None else header_length))
+    out += raw
+    for (name, a, blob), offset in zip(blobs, places):
+        out += bytes(offset - len(out))
+        out += blob
+    return bytes(out + tail)
+
+
 def header_end_of(data):
     """24 + H: where the header of a container file ends (docs/FORMAT.md: H is the u64 at byte 16 of the preamble).
 
@@ -52,6 +116,25 @@ def header_end_of(data):
         with open(data, "rb") as fh:
             data = fh.read(24)
     return 24 + struct.unpack_from("<Q", data, 16)[0]
+
+
+def header_of(data):
+    """The header map of container bytes (at least the preamble and the header)."""
+    return msgpack.unpackb(data[24:header_end_of(data)])
+
+
+def write_sparse(path, data):
+    """Write container bytes whose last sections were left out (``hand_file(phantom=...)``), then extend the file to
+    the end its header claims with a hole: no disk space, no data. Skips the test on a file system without holes."""
+    header = header_of(data)
+    end = max([header_end_of(data)] + [entry["offset"] + entry["length"] for entry in header["sections"]])
+    path = Path(path)
+    path.write_bytes(data)
+    with open(path, "r+b") as fh:
+        fh.truncate(end)
+    if os.stat(path).st_blocks * 512 > 2**30:
+        pytest.skip("the file system does not make sparse files")
+    return path
 
 
 # ------------------------------------------------------------------------------------------------- cost of a call

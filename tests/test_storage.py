@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 from ockstore import storage
 from ockstore.errors import FormatError
 from ockstore.storage import MAGIC, MAX_HEADER_BYTES, FileWriter, open_file
-from helpers import (header_end_of, is_hidden_temp, listing, read_cost, run_json_script,
-                     run_script_until_sigkill)
+from helpers import (align64, code_of, hand_file, header_end_of, header_of, is_hidden_temp, listing, read_cost,
+                     run_json_script, run_script_until_sigkill, write_sparse)
 
 HERE = Path(__file__).resolve().parent
 DTYPES = ["<u1", "<u2", "<i4", "<u4", "<i8", "<f4", "<f8"]
@@ -33,14 +33,6 @@ DTYPES = ["<u1", "<u2", "<i4", "<u4", "<i8", "<f4", "<f8"]
 # helpers
 
 
-def align64(n):
-    return (n + 63) // 64 * 64
-
-
-def code_of(array):
-    return f"<{array.dtype.kind}{array.dtype.itemsize}"
-
-
 def canonical(value):
     """Metadata with map keys sorted, as the writer stores it (R20)."""
     if isinstance(value, dict):
@@ -48,57 +40,6 @@ def canonical(value):
     if isinstance(value, list):
         return [canonical(v) for v in value]
     return value
-
-
-_NOT_GIVEN = object()
-
-
-def hand_file(sections=(), meta=None, user=None, *, overrides=None, drop=None, extra=None, header_obj=_NOT_GIVEN,
-              header_bytes=None, phantom=(), magic=MAGIC, major=1, minor=0, reserved=0, header_length=None,
-              tail=b""):
-    """Container bytes built by hand, following docs/FORMAT.md and not the writer's code.
-
-    ``sections`` is a list of (name, ndarray); the data sit at the canonical offsets, while ``overrides``
-    ({name: {key: value}}) and ``drop`` ({name: [keys]}) change what the header says about them. ``extra`` adds
-    top-level keys; ``header_obj`` replaces the header object and ``header_bytes`` the packed header entirely;
-    ``header_length`` replaces H in the preamble; ``tail`` is appended. ``phantom`` lists sections
-    (name, dtype, shape) placed after the others whose bytes are not written (the caller extends the file).
-    """
-    meta = {} if meta is None else meta
-    user = {} if user is None else user
-    blobs = [(name, a, a.tobytes(order="C")) for name, a in sections]
-    length = 0
-    while True:  # offsets depend on H and H on the offsets: repeat until H is stable
-        entries, places, end = [], [], 24 + length
-        for name, a, blob in blobs:
-            offset = align64(end)
-            entry = {"name": name, "dtype": code_of(a), "shape": list(a.shape), "offset": offset,
-                     "length": len(blob), "crc32": zlib.crc32(blob)}
-            entry.update((overrides or {}).get(name, {}))
-            for key in (drop or {}).get(name, ()):
-                del entry[key]
-            entries.append(dict(sorted(entry.items())))  # canonical: every map's keys in ascending order
-            places.append(offset)
-            end = offset + len(blob)
-        for name, code, shape in phantom:
-            nbytes = int(np.prod(shape, dtype=object)) * np.dtype(code).itemsize
-            entries.append({"name": name, "dtype": code, "shape": list(shape), "offset": align64(end),
-                            "length": nbytes, "crc32": 0})
-            end = align64(end) + nbytes
-        header = {"meta": meta, "sections": entries, "user": user, **(extra or {})}
-        if header_obj is not _NOT_GIVEN:
-            header = header_obj
-        raw = header_bytes if header_bytes is not None else msgpack.packb(header, use_bin_type=True)
-        if len(raw) == length:
-            break
-        length = len(raw)
-    out = bytearray(struct.pack("<8sHHIQ", magic, major, minor, reserved,
-                                len(raw) if header_length is None else header_length))
-    out += raw
-    for (name, a, blob), offset in zip(blobs, places):
-        out += bytes(offset - len(out))
-        out += blob
-    return bytes(out + tail)
 
 
 def save(tmp_path, data, name="f.ock"):
@@ -516,7 +457,7 @@ def test_bad_section_entry_R9_R10_R11(tmp_path, case):
     if change is None:
         sections = small_sections()
         data = hand_file(sections, overrides={"b": {}})
-        header = msgpack.unpackb(data[24:header_end_of(data)])
+        header = header_of(data)
         header["sections"][1] = 12
         data = hand_file(sections, header_obj=header)
     else:
@@ -661,7 +602,7 @@ def test_trailing_bytes_R16(tmp_path, tail):
 def test_sections_listed_out_of_file_order_accepted_R14(tmp_path):
     """R14, R15: readers sort by offset; the header's list order does not matter."""
     data = hand_file(small_sections())
-    header = msgpack.unpackb(data[24:header_end_of(data)])
+    header = header_of(data)
     header["sections"].reverse()
     swapped = hand_file(small_sections(), header_obj=header)
     with open_file(save(tmp_path, swapped)) as f:
@@ -725,12 +666,8 @@ def test_open_reads_no_section_bytes_R19(tmp_path):
     read, no page of its mapping touched, no allocation to speak of."""
     huge = 2**36
     data = hand_file([("small", np.arange(4, dtype="<u1"))], phantom=[("huge", "<u1", (huge,))])
-    offset = msgpack.unpackb(data[24:header_end_of(data)])["sections"][1]["offset"]
-    path = save(tmp_path, data, "huge.ock")
-    with open(path, "r+b") as fh:
-        fh.truncate(offset + huge)  # a hole: no disk space, no data
-    if os.stat(path).st_blocks * 512 > 2**30:
-        pytest.skip("the file system does not make sparse files")
+    path = write_sparse(tmp_path / "huge.ock", data)
+    assert header_of(data)["sections"][1]["offset"] + huge == os.stat(path).st_size
 
     f, cost = read_cost(lambda: open_file(path), path)
     try:
