@@ -123,6 +123,27 @@ def header_of(data):
     return msgpack.unpackb(data[24:header_end_of(data)])
 
 
+def expect_format_error(opener, path, check, name=None, *, when="open"):
+    """``opener(path)`` (and, for when="verify", its ``verify()``, the file opening fine) must raise FormatError
+    whose message starts with the file and the check ("'PATH': CHECK: ...") and names the section or meta key
+    ``name``; returns the message."""
+    from ockstore.errors import FormatError
+
+    if when == "open":
+        with pytest.raises(FormatError) as info:
+            opener(path)
+    else:
+        with opener(path) as f:
+            with pytest.raises(FormatError) as info:
+                f.verify()
+    message = str(info.value)
+    assert message.startswith(repr(os.fspath(path)) + ": " + check + ":"), message
+    assert str(path) in message, message
+    if name is not None:
+        assert repr(name) in message, message
+    return message
+
+
 def write_sparse(path, data):
     """Write container bytes whose last sections were left out (``hand_file(phantom=...)``), then extend the file to
     the end its header claims with a hole: no disk space, no data. Skips the test on a file system without holes."""

@@ -29,6 +29,7 @@ from ockstore.errors import FormatError, NotFittedError
 from ockstore.index import Index, IndexWriter, build_index, load_quantizer, open_index, save_quantizer
 
 from conftest import gaussian_mixture
+import helpers
 from helpers import (hand_file, header_end_of, is_hidden_temp, listing, read_cost, run_script_until_sigkill,
                      subprocess_env, write_sparse)
 
@@ -93,18 +94,7 @@ def write_parts(path, meta, sections, user=None):
 def expect_format_error(path, check, name=None, *, when="open"):
     """open_index (and, for when="verify", verify) must raise FormatError naming the file, the check and the
     section or meta key ``name``; returns the message."""
-    if when == "open":
-        with pytest.raises(FormatError) as info:
-            open_index(path)
-    else:
-        with open_index(path) as index:
-            with pytest.raises(FormatError) as info:
-                index.verify()
-    message = str(info.value)
-    assert message.startswith(repr(os.fspath(path)) + ": " + check + ":"), message
-    if name is not None:
-        assert repr(name) in message, message
-    return message
+    return helpers.expect_format_error(open_index, path, check, name, when=when)
 
 
 # --------------------------------------------------------------------------------------------------------------------

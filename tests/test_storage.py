@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from ockstore import storage
 from ockstore.errors import FormatError
 from ockstore.storage import MAGIC, MAX_HEADER_BYTES, FileWriter, open_file
+import helpers
 from helpers import (align64, code_of, hand_file, header_end_of, header_of, is_hidden_temp, listing, read_cost,
                      run_json_script, run_script_until_sigkill, write_sparse)
 
@@ -54,17 +55,8 @@ def small_sections():
 
 
 def expect_format_error(path, check, section=None, *, when="open"):
-    """Open (and for when="verify", verify) ``path``; the FormatError must name the file, the check and section."""
-    with pytest.raises(FormatError) as info:
-        f = open_file(path)
-        if when == "verify":
-            f.verify()
-    message = str(info.value)
-    assert check in message, message
-    assert str(path) in message, message
-    if section is not None:
-        assert repr(section) in message, message
-    return message
+    """open_file (and, for when="verify", verify) must raise FormatError naming the file, the check and section."""
+    return helpers.expect_format_error(open_file, path, check, section, when=when)
 
 
 def write_file(path, sections=(), growing=(), meta=None, user=None):
