@@ -14,6 +14,7 @@ import signal
 import struct
 import subprocess
 import sys
+import threading
 import tracemalloc
 import zlib
 from dataclasses import dataclass
@@ -45,6 +46,24 @@ def listing(folder):
 def is_hidden_temp(name, target):
     """Whether ``name`` is a writer's hidden temporary file for ``target`` (".TARGET.<hex>.tmp")."""
     return re.fullmatch(rf"\.{re.escape(target)}\.[0-9a-f]+\.tmp", name) is not None
+
+
+def returns_within(fn, seconds=10.0):
+    """Run fn in a daemon thread: ('ok', value) or ('raised', exception). Fails the test if the call is still
+    blocked after ``seconds`` (opening a FIFO for reading blocks forever: a guard against hangs, not a timing)."""
+    box = {}
+
+    def run():
+        try:
+            box["result"] = ("ok", fn())
+        except BaseException as exc:  # noqa: BLE001 - handed back to the test
+            box["result"] = ("raised", exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), "the call blocked (it must not open a FIFO)"
+    return box["result"]
 
 
 # ------------------------------------------------------------------------------------------------- container files
