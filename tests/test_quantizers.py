@@ -576,6 +576,13 @@ def small_model(mixture):
     return OCKM(3, 2, 4, n_codewords=16, n_iter=2, seed=0).fit(mixture)
 
 
+def assert_refused_by_fit_encode_distortion(model, bad, exc):
+    """fit (of a new OCKM), model.encode and model.distortion each raise ``exc`` naming the argument X."""
+    for call in (OCKM(3, n_codewords=16, n_iter=1).fit, model.encode, model.distortion):
+        with pytest.raises(exc, match=r"\bX\b"):
+            call(bad)
+
+
 def _with_bad_value(X, value):
     X = np.array(X, dtype=np.float64)
     X[3, 2] = value
@@ -585,12 +592,7 @@ def _with_bad_value(X, value):
 @pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf])
 def test_non_finite_values_refused(small_model, mixture, value):
     bad = _with_bad_value(mixture, value)
-    with pytest.raises(ValueError, match=r"\bX\b"):
-        OCKM(3, n_codewords=16, n_iter=1).fit(bad)
-    with pytest.raises(ValueError, match=r"\bX\b"):
-        small_model.encode(bad)
-    with pytest.raises(ValueError, match=r"\bX\b"):
-        small_model.distortion(bad)
+    assert_refused_by_fit_encode_distortion(small_model, bad, ValueError)
     with pytest.raises(ValueError, match=r"\bX\b"):
         small_model.encode(bad.astype(np.float16))
 
@@ -695,12 +697,7 @@ def test_encode_n_threads_checked(small_model, mixture):
     [[1.0] * 9 + ["x"]] * 20,
 ], ids=["bool", "complex", "object", "str", "structured", "ragged", "ragged10", "mixed-str"])
 def test_non_numeric_arrays_refused(small_model, bad):
-    with pytest.raises(TypeError, match=r"\bX\b"):
-        OCKM(3, n_codewords=16, n_iter=1).fit(bad)
-    with pytest.raises(TypeError, match=r"\bX\b"):
-        small_model.encode(bad)
-    with pytest.raises(TypeError, match=r"\bX\b"):
-        small_model.distortion(bad)
+    assert_refused_by_fit_encode_distortion(small_model, bad, TypeError)
 
 
 def test_decode_refuses_bad_codes(small_model):
