@@ -1,6 +1,7 @@
 """Plain helpers shared by several test files (no fixtures: those live in conftest.py).
 
-Imported as ``from helpers import ...``: conftest.py puts this folder on sys.path.
+Imported as ``from helpers import ...``: conftest.py puts this folder on sys.path, and the helper scripts run as
+``python tests/SCRIPT`` (kill writers, fuzzers) find it next to themselves.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ def random_rotation(P, seed):
     return (Q * np.sign(np.diag(Rq))).astype(np.float32)
 
 
-# ------------------------------------------------------------------------------------------------- folders
+# ------------------------------------------------------------------------------------------- folders and paths
 def listing(folder):
     return sorted(os.listdir(folder))
 
