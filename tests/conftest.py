@@ -53,30 +53,6 @@ def mixture_queries():
     return gaussian_mixture(200, 10, seed=2)
 
 
-def run_until_sigkill(proc, *, kill_after_line=None, timeout=60):
-    """Wait for a helper subprocess that dies by SIGKILL: killed by us once it prints ``kill_after_line``, or by
-    itself. Asserts it did die by SIGKILL; the process is reaped and its pipes closed whatever happens."""
-    import select
-    import signal
-
-    try:
-        if kill_after_line is not None:
-            ready, _, _ = select.select([proc.stdout], [], [], timeout)
-            assert ready, "the helper process did not report in time"
-            line = proc.stdout.readline().strip()
-            assert line == kill_after_line, (line, proc.stderr.read() if proc.poll() is not None else "")
-            proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=timeout)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    err = proc.stderr.read()
-    proc.stdout.close()
-    proc.stderr.close()
-    assert proc.returncode == -signal.SIGKILL, (proc.returncode, err)
-
-
 def _sift_paths():
     """(learn, base) .bvecs.gz paths of sift-real; skips the test, saying where it looked, when they are absent."""
     learn_path = SIFT / "sift_learn.bvecs.gz"

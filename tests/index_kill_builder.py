@@ -14,7 +14,6 @@ MODE
 """
 
 import os
-import signal
 import sys
 import time
 
@@ -25,12 +24,9 @@ if __name__ == "__main__":  # run as a script: import the repository's ockstore
 
 import ockstore  # noqa: E402
 
+from helpers import sigkill_at  # noqa: E402 - next to this script
+
 CHUNK = 50
-
-
-def _die():
-    sys.stdout.flush()
-    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def main(quantizer_path, path, mode):
@@ -47,18 +43,10 @@ def main(quantizer_path, path, mode):
         writer.close()
         print("CLOSED", flush=True)
         return
-    real_replace = os.replace
-    if mode == "before-replace":
-        os.replace = lambda src, dst: _die()
-    elif mode == "after-replace":
-        def replace_then_die(src, dst):
-            real_replace(src, dst)
-            _die()
-        os.replace = replace_then_die
-    else:
+    if mode not in ("before-replace", "after-replace"):
         raise SystemExit(f"unknown mode {mode!r}")
-    writer.close()
-    os.replace = real_replace
+    with sigkill_at(mode):
+        writer.close()
     print("CLOSED", flush=True)
 
 

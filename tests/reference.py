@@ -23,6 +23,13 @@ __all__ = [
     "decode_rotated",
     "decode",
     "adc_distances",
+    "normal_equations",
+    "xty",
+    "procrustes",
+    "procrustes_error",
+    "procrustes_min_error",
+    "lloyd_1d",
+    "nearest_level",
 ]
 
 
@@ -180,3 +187,107 @@ def adc_distances(Q, codes, rotation, codebooks):
         return np.einsum("qnms,qnms->qn", diff, diff)
     norms = np.einsum("nms,nms->n", Zhat, Zhat)          # ||x_hat||^2 = ||z_hat||^2 (R orthogonal)
     return (np.einsum("qp,qp->q", Q, Q)[:, None] - 2.0 * np.einsum("qms,nms->qn", Z, Zhat) + norms[None])
+
+
+# -------------------------------------------------------------------------------------------------------- training
+def normal_equations(codes, Z, C, K):
+    """(gram (M, C*K, C*K), rhs (M, C*K, S)) float64: the normal equations of the codebooks given the codes.
+
+    B_m is the n x C*K binary matrix with a one in column c*K + codes[i, m*C + c] of row i for each c, and Z_m the
+    m-th block of S columns of Z (n, M*S), so that Z_m ~ B_m D_m (D_m: the C*K x S stack of subspace m's words):
+        gram[m] = B_m^T B_m   (gram[m][c*K + k, c'*K + k'] = #rows whose words are k in codebook c and k' in c')
+        rhs[m]  = B_m^T Z_m   (rhs[m][c*K + k] = the sum of the subvectors whose word in codebook c is k)
+    """
+    codes = np.asarray(codes, dtype=np.int64)
+    Z = np.asarray(Z, dtype=np.float64)
+    n = codes.shape[0]
+    M = codes.shape[1] // C
+    S = Z.shape[1] // M
+    gram = np.zeros((M, C * K, C * K))
+    rhs = np.zeros((M, C * K, S))
+    for m in range(M):
+        B = np.zeros((n, C * K))
+        for c in range(C):
+            B[np.arange(n), c * K + codes[:, m * C + c]] = 1.0
+        gram[m] = B.T @ B
+        rhs[m] = B.T @ Z[:, m * S:(m + 1) * S]
+    return gram, rhs
+
+
+def xty(X, Y):
+    """X^T Y in float64: (P, Q) from X (n, P) and Y (n, Q)."""
+    return np.asarray(X, dtype=np.float64).T @ np.asarray(Y, dtype=np.float64)
+
+
+def procrustes(X, Zhat):
+    """The orthogonal R minimising ||X - Zhat R^T||_F (rows: x_i ~ R zhat_i), float64 (P, P).
+
+    ||X - Zhat R^T||^2 = ||X||^2 + ||Zhat||^2 - 2 tr(R^T A) with A = X^T Zhat = U Sigma V^T, and
+    tr(R^T U Sigma V^T) = tr((U^T R V)^T Sigma) <= tr(Sigma) with equality for U^T R V = I: R = U V^T.
+    """
+    U, _, Vt = np.linalg.svd(xty(X, Zhat))
+    return U @ Vt
+
+
+def procrustes_error(X, Zhat, R):
+    """||X - Zhat R^T||_F^2 in float64."""
+    diff = np.asarray(X, dtype=np.float64) - np.asarray(Zhat, dtype=np.float64) @ np.asarray(R, dtype=np.float64).T
+    return float(np.sum(diff * diff))
+
+
+def procrustes_min_error(X, Zhat):
+    """The least ||X - Zhat R^T||_F^2 over orthogonal R: ||X||^2 + ||Zhat||^2 - 2 (sum of singular values of X^T Zhat).
+
+    (See ``procrustes``: the maximum of tr(R^T A) is tr(Sigma), the nuclear norm of A.) Holds whatever the rank.
+    """
+    X = np.asarray(X, dtype=np.float64)
+    Zhat = np.asarray(Zhat, dtype=np.float64)
+    return float(np.sum(X * X) + np.sum(Zhat * Zhat) - 2.0 * np.linalg.svd(xty(X, Zhat), compute_uv=False).sum())
+
+
+# ---------------------------------------------------------------------------------------------- scalar quantizer
+def lloyd_1d(values, n_levels, n_iter):
+    """Levels (n_levels,) float32, ascending, of a one-dimensional Lloyd k-means of ``values``.
+
+    Start: the quantiles (i + 0.5) / n_levels of the values, i = 0..n_levels-1, linearly interpolated between the
+    sorted values v_0 <= ... <= v_{n-1} (position q (n - 1)). Each iteration:
+        cells   level j owns the values v with  m_{j-1} < v <= m_j,  m_j = (l_j + l_{j+1}) / 2, m_{-1} = -inf,
+                m_{L-1} = +inf: its nearest values, a value halfway between two levels going to the lower one; of a
+                level present in several copies, the first owns the values at or below it, the last those above
+        update  a level that owns values moves to their mean; one that owns none stays; the levels are re-sorted
+        stop    when an update changes no level, or after n_iter iterations.
+    No values: n_levels zeros.
+    """
+    v = np.sort(np.asarray(values, dtype=np.float64).ravel())
+    n = v.size
+    if n == 0:
+        return np.zeros(n_levels, dtype=np.float32)
+    position = (np.arange(n_levels) + 0.5) / n_levels * (n - 1)
+    lo = np.floor(position).astype(np.int64)
+    hi = np.minimum(lo + 1, n - 1)
+    levels = v[lo] + (position - lo) * (v[hi] - v[lo])
+    for _ in range(n_iter):
+        mids = (levels[1:] + levels[:-1]) / 2
+        lower = np.concatenate([[-np.inf], mids])
+        upper = np.concatenate([mids, [np.inf]])
+        new = levels.copy()
+        for j in range(n_levels):
+            owned = v[(v > lower[j]) & (v <= upper[j])]
+            if owned.size:
+                new[j] = owned.mean()
+        new = np.sort(new)
+        if np.array_equal(new, levels):
+            break
+        levels = new
+    return levels.astype(np.float32)
+
+
+def nearest_level(values, levels):
+    """(n,) int64: argmin_j |v - levels[j]| for each value, ties to the lower j (the first minimum).
+
+    Computed in float64; for float32 values and levels of similar magnitudes the differences are exact, so a value
+    exactly halfway between two levels is a true tie.
+    """
+    v = np.asarray(values, dtype=np.float64).ravel()
+    dist = np.abs(v[:, None] - np.asarray(levels, dtype=np.float64)[None, :])
+    return np.argmin(dist, axis=1)

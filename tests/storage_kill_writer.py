@@ -15,7 +15,6 @@ The file this script commits holds one growing section "rows" of dtype <i8 and r
 """
 
 import os
-import signal
 import sys
 import time
 
@@ -26,12 +25,9 @@ if __name__ == "__main__":  # run as a script: import the repository's ockstore
 
 from ockstore import storage  # noqa: E402
 
+from helpers import sigkill_at  # noqa: E402 - next to this script
+
 NEW_ROWS = 1000
-
-
-def _die():
-    sys.stdout.flush()
-    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def _rows(start, stop):
@@ -51,21 +47,9 @@ def main(path, mode):
         print("COMMITTED", flush=True)
         return
     writer.append("rows", _rows(0, NEW_ROWS))
-    real_fsync, real_replace = os.fsync, os.replace
-    if mode == "before-fsync":
-        os.fsync = lambda fd: _die()
-    elif mode == "before-replace":
-        os.replace = lambda src, dst: _die()
-    elif mode == "after-replace":
-        def replace_then_die(src, dst):
-            real_replace(src, dst)
-            _die()
-        os.replace = replace_then_die
-    else:
-        raise SystemExit(f"unknown mode {mode!r}")
-    print("COMMITTING", flush=True)
-    writer.commit({"writer": "kill"})
-    os.fsync, os.replace = real_fsync, real_replace
+    with sigkill_at(mode):
+        print("COMMITTING", flush=True)
+        writer.commit({"writer": "kill"})
     print("COMMITTED", flush=True)
 
 

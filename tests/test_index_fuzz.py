@@ -21,7 +21,6 @@ import argparse
 import collections
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -35,6 +34,7 @@ if __name__ == "__main__":  # run as a script: the repository's ockstore and the
 
 import ockstore  # noqa: E402
 from ockstore.errors import FormatError  # noqa: E402
+from helpers import run_json_script  # noqa: E402
 
 CHECKS = collections.Counter()  # FormatError check names seen by open_and_search (script use)
 SEARCHES = [0]
@@ -110,13 +110,6 @@ def main(argv=None):
 # the test
 
 
-def _env():
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(HERE)] + [p for p in [env.get("PYTHONPATH")] if p])
-    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    return env
-
-
 @pytest.mark.slow
 def test_fuzz_index_file_in_subprocess_I1_to_I9(tmp_path):
     """I1-I9 with R1-R23: >= 10,000 mutated index files are refused with FormatError or (only where the change is in
@@ -126,11 +119,8 @@ def test_fuzz_index_file_in_subprocess_I1_to_I9(tmp_path):
     size = len(valid.read_bytes())
     work = tmp_path / "work"
     work.mkdir()
-    result = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--file", str(valid), "--workdir",
-                             str(work), "--random", "4000", "--seed", "3"],
-                            capture_output=True, text=True, timeout=600, env=_env())
-    assert result.returncode == 0, (result.stdout[-3000:], result.stderr[-3000:])
-    report = json.loads(result.stdout.strip().splitlines()[-1])
+    report = run_json_script(Path(__file__).name, "--file", valid, "--workdir", work, "--random", 4000, "--seed", 3,
+                             timeout=600)
     assert report["n_failures"] == 0 and report["cases"] >= 10_000, report
     counts = report["counts"]
     assert counts["truncate:refused"] == size and counts["original:ok"] == 1

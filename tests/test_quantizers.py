@@ -16,6 +16,7 @@ import pytest
 
 import reference as ref
 from conftest import REPO, gaussian_mixture
+from helpers import random_rotation
 from ockstore import CKM, ECKM, OCKM, PQ, NotFittedError
 from ockstore._codec import CodecTables, SubspaceLayout
 from ockstore.quantizers import quantizer_from_state
@@ -31,13 +32,6 @@ METHODS = {
 def make(method, M, C=2, T=4, **kw):
     """A quantizer of `method` with M subspaces (C and T ignored by the methods that have none)."""
     return METHODS[method](M, C, T, **kw)
-
-
-def random_rotation(P, seed):
-    """A seeded orthogonal P x P matrix (QR of a Gaussian matrix, signs fixed), float32."""
-    rng = np.random.default_rng(seed)
-    Q, Rq = np.linalg.qr(rng.normal(size=(P, P)))
-    return (Q * np.sign(np.diag(Rq))).astype(np.float32)
 
 
 def random_codec(P, M, C, K, *, n=400, seed=0):
@@ -582,6 +576,13 @@ def small_model(mixture):
     return OCKM(3, 2, 4, n_codewords=16, n_iter=2, seed=0).fit(mixture)
 
 
+def assert_refused_by_fit_encode_distortion(model, bad, exc):
+    """fit (of a new OCKM), model.encode and model.distortion each raise ``exc`` naming the argument X."""
+    for call in (OCKM(3, n_codewords=16, n_iter=1).fit, model.encode, model.distortion):
+        with pytest.raises(exc, match=r"\bX\b"):
+            call(bad)
+
+
 def _with_bad_value(X, value):
     X = np.array(X, dtype=np.float64)
     X[3, 2] = value
@@ -591,12 +592,7 @@ def _with_bad_value(X, value):
 @pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf])
 def test_non_finite_values_refused(small_model, mixture, value):
     bad = _with_bad_value(mixture, value)
-    with pytest.raises(ValueError, match=r"\bX\b"):
-        OCKM(3, n_codewords=16, n_iter=1).fit(bad)
-    with pytest.raises(ValueError, match=r"\bX\b"):
-        small_model.encode(bad)
-    with pytest.raises(ValueError, match=r"\bX\b"):
-        small_model.distortion(bad)
+    assert_refused_by_fit_encode_distortion(small_model, bad, ValueError)
     with pytest.raises(ValueError, match=r"\bX\b"):
         small_model.encode(bad.astype(np.float16))
 
@@ -701,12 +697,7 @@ def test_encode_n_threads_checked(small_model, mixture):
     [[1.0] * 9 + ["x"]] * 20,
 ], ids=["bool", "complex", "object", "str", "structured", "ragged", "ragged10", "mixed-str"])
 def test_non_numeric_arrays_refused(small_model, bad):
-    with pytest.raises(TypeError, match=r"\bX\b"):
-        OCKM(3, n_codewords=16, n_iter=1).fit(bad)
-    with pytest.raises(TypeError, match=r"\bX\b"):
-        small_model.encode(bad)
-    with pytest.raises(TypeError, match=r"\bX\b"):
-        small_model.distortion(bad)
+    assert_refused_by_fit_encode_distortion(small_model, bad, TypeError)
 
 
 def test_decode_refuses_bad_codes(small_model):

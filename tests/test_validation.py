@@ -4,7 +4,6 @@ rules of ockstore.paths (docs/ARCHITECTURE.md, "Conventions")."""
 from __future__ import annotations
 
 import os
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -25,22 +24,7 @@ from ockstore._validation import (
 from ockstore.paths import check_input_file as check_regular_file
 from ockstore.paths import check_output_file as check_output_path
 
-
-def _returns_within(fn, seconds=5.0):
-    """Run fn in a daemon thread; return ('ok', value) / ('raised', exc), or fail if it blocks (a FIFO opened)."""
-    box = {}
-
-    def run():
-        try:
-            box["result"] = ("ok", fn())
-        except BaseException as exc:  # noqa: BLE001 - handed back to the test
-            box["result"] = ("raised", exc)
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    t.join(seconds)
-    assert not t.is_alive(), "the call blocked (it must not open a FIFO)"
-    return box["result"]
+from helpers import returns_within
 
 
 # ----------------------------------------------------------------------------------------------------- check_int
@@ -306,7 +290,7 @@ def test_check_regular_file_accepts_files(tmp_path):
 def test_check_regular_file_refuses_fifo_without_blocking(tmp_path):
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
-    kind, result = _returns_within(lambda: check_regular_file(fifo, "index_path"))
+    kind, result = returns_within(lambda: check_regular_file(fifo, "index_path"))
     assert kind == "raised" and isinstance(result, ValueError), result
     assert "index_path" in str(result) and "not a regular file" in str(result)
 
@@ -319,7 +303,7 @@ def test_check_regular_file_refuses_directory_and_devices(tmp_path):
     with pytest.raises(ValueError, match=r"is not a regular file"):
         check_regular_file(link)
     if os.path.exists("/dev/null"):
-        kind, result = _returns_within(lambda: check_regular_file("/dev/null"))
+        kind, result = returns_within(lambda: check_regular_file("/dev/null"))
         assert kind == "raised" and isinstance(result, ValueError)
 
 
@@ -354,7 +338,7 @@ def test_check_output_path_refusals(tmp_path):
         check_output_path(tmp_path, "out")
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
-    kind, result = _returns_within(lambda: check_output_path(fifo, "out"))
+    kind, result = returns_within(lambda: check_output_path(fifo, "out"))
     assert kind == "raised" and isinstance(result, ValueError), result
     assert "not a regular file" in str(result)
     with pytest.raises(TypeError, match=r"out must be a str or os.PathLike"):
