@@ -11,7 +11,7 @@ $(BIN)/python:
 	$(BIN)/python -m pip install -q --upgrade pip
 
 # Builds the Cython extension in place (editable install) with the test extras.
-$(STAMP): $(BIN)/python pyproject.toml setup.py $(wildcard ockstore/*.pyx ockstore/*.pxd) ockstore/_simd.h
+$(STAMP): $(BIN)/python pyproject.toml setup.py $(wildcard ockstore/*.pyx ockstore/*.pxd ockstore/*.h)
 	$(BIN)/python -m pip install -q -e '.[test]'
 	touch $(STAMP)
 

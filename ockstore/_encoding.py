@@ -5,7 +5,10 @@ encode the same vectors into the same bytes.
     codes   (n, M*C) uint8   the code of each vector
     norms   (n,) float32     ||x_hat||^2 of each code, when norm_encoding == "f32"
             (n,) uint8       its one-byte code, when norm_encoding == "u8": the term used is quantizer.norm_levels[code]
-            absent           when norm_encoding == "none" (C = 1: PQ and CKM need no norm term)
+            absent           when norm_encoding == "none" (C = 1: PQ and CKM need no norm term; metrics "ip" and
+                             "cosine" need none either)
+    vectors (n, P) float16, float32 or uint8: the vectors themselves, as given, when the index stores them for
+            exact re-ranking (``store_vectors``)
 """
 
 from __future__ import annotations
@@ -13,15 +16,21 @@ from __future__ import annotations
 import numpy as np
 
 from ._codec import scalar_encode
-from ._validation import check_choice
+from ._validation import check_choice, to_float32_rows
 from .errors import NotFittedError
 from .quantizers import Quantizer
 
-__all__ = ["NORM_ENCODINGS", "NORM_DTYPES", "DEFAULT_NORM_ENCODING", "BUILD_CHUNK", "check_fitted_quantizer",
-           "resolve_norm_encoding", "encode_rows"]
+__all__ = ["NORM_ENCODINGS", "NORM_DTYPES", "DEFAULT_NORM_ENCODING", "BUILD_CHUNK", "STORE_VECTORS",
+           "STORED_VECTOR_DTYPES", "check_fitted_quantizer", "resolve_norm_encoding", "check_store_vectors",
+           "vectors_for_storage", "encode_rows"]
 
 NORM_ENCODINGS = ("f32", "u8", "none")
 NORM_DTYPES = {"f32": np.dtype("<f4"), "u8": np.dtype("<u1")}
+
+# What ``store_vectors`` accepts, and the dtype of the ``vectors`` section each choice writes.
+STORE_VECTORS = ("float16", "float32", "uint8")
+STORED_VECTOR_DTYPES = {"float16": np.dtype("<f2"), "float32": np.dtype("<f4"), "uint8": np.dtype("<u1")}
+FLOAT16_MAX = float(np.finfo(np.float16).max)
 
 # The norm encoding of quantizers with C >= 2 when none is asked for. "u8" keeps 64-bit OCKM codes at 9 bytes per
 # vector instead of 12. Measured with tools/bench_search.py --bits 64 (sift-real, 100K learn, 1M base, first 1000
@@ -44,18 +53,57 @@ def check_fitted_quantizer(quantizer):
 
 
 def resolve_norm_encoding(quantizer, norm_encoding):
-    """None means the default for the quantizer: DEFAULT_NORM_ENCODING for C >= 2, "none" for C = 1."""
+    """None means the default for the quantizer: DEFAULT_NORM_ENCODING for L2 with C >= 2, "none" otherwise (C = 1,
+    or metric "ip" / "cosine", whose scores need no norm term)."""
     C = quantizer.n_codebooks
+    needs_norm = C > 1 and quantizer.metric == "l2"
     if norm_encoding is None:
-        return DEFAULT_NORM_ENCODING if C > 1 else "none"
+        return DEFAULT_NORM_ENCODING if needs_norm else "none"
     check_choice(norm_encoding, "norm_encoding", NORM_ENCODINGS)
+    if quantizer.metric != "l2" and norm_encoding != "none":
+        raise ValueError(f"norm_encoding must be 'none' (or None) for metric {quantizer.metric!r}: inner products "
+                         f"need no norm term, got {norm_encoding!r}")
     if C == 1 and norm_encoding != "none":
         raise ValueError(f"norm_encoding must be 'none' (or None) for {type(quantizer).__name__} with one codebook "
                          f"per subspace: its tables hold the whole distance, got {norm_encoding!r}")
-    if C > 1 and norm_encoding == "none":
+    if needs_norm and norm_encoding == "none":
         raise ValueError(f"norm_encoding must be 'f32' or 'u8' for {type(quantizer).__name__} with "
                          f"n_codebooks={C}: its distances need the norm term, got 'none'")
     return norm_encoding
+
+
+def check_store_vectors(store_vectors):
+    """None, or one of STORE_VECTORS (ValueError naming store_vectors otherwise)."""
+    if store_vectors is None:
+        return None
+    return check_choice(store_vectors, "store_vectors", STORE_VECTORS)
+
+
+def vectors_for_storage(X, store_vectors, name="X", first_row=0):
+    """Checked rows ``X`` (any real dtype, right dimension) as the ``vectors`` section stores them: float32 or
+    float16 (ValueError when a value is beyond float16's range) or uint8 (ValueError unless every value is an
+    integer in 0..255). NaN and inf raise ValueError. The vectors are stored as given: not normalised for cosine."""
+    if store_vectors == "uint8":
+        if X.dtype == np.uint8:
+            return np.ascontiguousarray(X)
+        rows = np.asarray(X)
+        if rows.dtype.kind == "f" and not np.isfinite(rows).all():
+            raise ValueError(f"{name} contains NaN or infinite values")
+        if rows.size and (rows.min() < 0 or rows.max() > 255 or (rows.dtype.kind == "f"
+                                                                 and (rows != np.round(rows)).any())):
+            bad = np.argwhere((rows < 0) | (rows > 255) | (rows != np.round(rows)))[0]
+            raise ValueError(f"store_vectors='uint8' needs integers in 0..255, but {name} row "
+                             f"{first_row + int(bad[0])} holds {rows[tuple(bad)]!r}")
+        return rows.astype(np.uint8)
+    rows = to_float32_rows(X, name)
+    if store_vectors == "float16":
+        big = np.abs(rows) > FLOAT16_MAX
+        if big.any():
+            row = first_row + int(np.argmax(big.any(axis=1)))
+            raise ValueError(f"store_vectors='float16' cannot hold {name} row {row}: a value exceeds float16's range "
+                             f"(+-{FLOAT16_MAX:g}); use 'float32'")
+        return rows.astype(np.float16)
+    return rows
 
 
 def encode_rows(quantizer, X, norm_encoding, n_threads):

@@ -15,7 +15,7 @@ import numpy as np
 
 from ._validation import check_bool, check_choice, check_float, check_int, resolve_n_threads
 
-__all__ = ["Parameter", "PARAMETERS", "STORED_PARAMETERS"]
+__all__ = ["Parameter", "PARAMETERS", "STORED_PARAMETERS", "METRICS"]
 
 
 @dataclass(frozen=True)
@@ -27,6 +27,8 @@ class Parameter:
     choices : the accepted strings of a "choice"
     stored : written in the ``params`` map of index and quantizer files (the model's parameters, compared by ``==``)
     structural : changing it on a fitted quantizer discards the learned model (it no longer fits the arrays)
+    absent_means : for a parameter added after format 1.0: the value that files omit (and that a file without the
+        key has), so that files made without the feature stay byte-identical to those of earlier versions
     """
 
     name: str
@@ -36,6 +38,7 @@ class Parameter:
     choices: tuple = ()
     stored: bool = True
     structural: bool = False
+    absent_means: object = None
     doc: str = ""
 
     def check(self, value):
@@ -80,6 +83,9 @@ PARAMETERS = {p.name: p for p in (
     Parameter("beam_width", "int", 1,
               doc="T, candidates kept per level of the encoder's pursuit (values above n_codewords act as it)"),
     Parameter("n_codewords", "int", 2, 256, structural=True, doc="K, words per codebook (one byte per word index)"),
+    Parameter("metric", "choice", choices=("l2", "ip", "cosine"), structural=True, absent_means="l2",
+              doc="what search ranks by: squared L2 distance (ascending), inner product or cosine similarity "
+                  "(descending); cosine normalises every vector to unit length"),
     Parameter("n_iter", "int", 1, doc="maximum training iterations"),
     Parameter("tol", "float", 0.0, doc="stop training when an iteration lowers the objective by less than this fraction"),
     Parameter("seed", "seed", doc="seeds training; the same seed gives the same model for any n_threads"),
@@ -87,5 +93,9 @@ PARAMETERS = {p.name: p for p in (
     Parameter("verbose", "bool", stored=False, doc="print the objective of every iteration on stderr"),
 )}
 
-# The parameters written in the ``params`` map of files (with ``dim``), in this order (docs/FORMAT.md 11.1).
+# The parameters written in the ``params`` map of files (with ``dim``), in this order (docs/FORMAT.md 11.1); those
+# with ``absent_means`` are omitted when they have that value.
 STORED_PARAMETERS = tuple(name for name, p in PARAMETERS.items() if p.stored)
+
+# The metrics of search, and the direction of their results.
+METRICS = PARAMETERS["metric"].choices

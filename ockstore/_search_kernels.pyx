@@ -8,7 +8,7 @@ parallel region when its scratch memory cannot be allocated.
 
 from cython.parallel cimport parallel, prange, threadid
 from libc.math cimport INFINITY
-from libc.stdint cimport int64_t, uint8_t
+from libc.stdint cimport int64_t, uint8_t, uint64_t
 from libc.stdlib cimport free
 from libc.string cimport memcpy, memset
 
@@ -30,72 +30,85 @@ cdef enum:
 # accumulated in exactly this order whatever the threading, so results never depend on the number of threads.
 # Each query keeps a max-heap of its k best (dist, id) pairs, ordered lexicographically: a smaller id wins a tie.
 
-cdef inline bint _worse(float d1, int64_t i1, float d2, int64_t i2) noexcept nogil:
-    """(d1, i1) ranks after (d2, i2)."""
-    return d1 > d2 or (d1 == d2 and i1 > i2)
+cdef extern from *:
+    int _count_trailing_zeros "__builtin_ctzll"(unsigned long long) noexcept nogil
 
 
-cdef void _heap_replace_top(float *hd, int64_t *hi, int k, float d, int64_t idx) noexcept nogil:
-    """Replace the worst element (the root) of a max-heap by (d, idx) and restore the heap."""
+cdef inline int64_t _id_of(const int64_t *ids, int64_t row) noexcept nogil:
+    """The id of a row (its row number when ids is NULL); -1 for the empty slot of a heap (row -1)."""
+    if row < 0:
+        return -1
+    return ids[row] if ids != NULL else row
+
+
+cdef inline bint _worse(float d1, int64_t r1, float d2, int64_t r2, const int64_t *ids) noexcept nogil:
+    """(d1, row r1) ranks after (d2, row r2): a larger distance, or an equal one and a larger id."""
+    return d1 > d2 or (d1 == d2 and _id_of(ids, r1) > _id_of(ids, r2))
+
+
+cdef void _heap_replace_top(float *hd, int64_t *hr, int k, float d, int64_t row,
+                            const int64_t *ids) noexcept nogil:
+    """Replace the worst element (the root) of a max-heap by (d, row) and restore the heap."""
     cdef int pos = 0
     cdef int child
     while True:
         child = 2 * pos + 1
         if child >= k:
             break
-        if child + 1 < k and _worse(hd[child + 1], hi[child + 1], hd[child], hi[child]):
+        if child + 1 < k and _worse(hd[child + 1], hr[child + 1], hd[child], hr[child], ids):
             child += 1
-        if not _worse(hd[child], hi[child], d, idx):
+        if not _worse(hd[child], hr[child], d, row, ids):
             break
         hd[pos] = hd[child]
-        hi[pos] = hi[child]
+        hr[pos] = hr[child]
         pos = child
     hd[pos] = d
-    hi[pos] = idx
+    hr[pos] = row
 
 
-cdef inline void _heap_push(float *hd, int64_t *hi, int k, float d, int64_t idx) noexcept nogil:
-    if d < hd[0] or (d == hd[0] and idx < hi[0]):
-        _heap_replace_top(hd, hi, k, d, idx)
+cdef inline void _heap_push(float *hd, int64_t *hr, int k, float d, int64_t row, const int64_t *ids) noexcept nogil:
+    if d < hd[0] or (d == hd[0] and _id_of(ids, row) < _id_of(ids, hr[0])):
+        _heap_replace_top(hd, hr, k, d, row, ids)
 
 
-cdef inline void _consider(float *hd, int64_t *hi, int k, float d, const int64_t *ids, Py_ssize_t row) noexcept nogil:
+cdef inline void _consider(float *hd, int64_t *hr, int k, float d, const int64_t *ids, Py_ssize_t row) noexcept nogil:
     """Offer code `row` at distance d. Almost every code fails the first test, so its id (8 bytes, as much memory
-    traffic as the code itself) is only read for the few that may enter. ids NULL: the id is the row number."""
+    traffic as the code itself) is only read for the few that may enter."""
     if d <= hd[0]:
-        _heap_push(hd, hi, k, d, ids[row] if ids != NULL else row)
+        _heap_push(hd, hr, k, d, row, ids)
 
 
-cdef void _heap_init(float *hd, int64_t *hi, int k) noexcept nogil:
+cdef void _heap_init(float *hd, int64_t *hr, int k) noexcept nogil:
     cdef int j
     for j in range(k):
         hd[j] = INFINITY
-        hi[j] = -1
+        hr[j] = -1
 
 
-cdef void _heap_sort_into(float *hd, int64_t *hi, int k, float *out_d, int64_t *out_i) noexcept nogil:
+cdef void _heap_sort_into(float *hd, int64_t *hr, int k, const int64_t *ids, float *out_d,
+                          int64_t *out_r) noexcept nogil:
     """Write the heap's elements to out in ascending (dist, id) order; the heap is consumed.
 
-    Empty slots hold (inf, -1); every real result has a finite distance, so they sort last.
+    Empty slots hold (inf, row -1); every real result has a finite distance, so they sort last.
     """
     cdef int size = k
     cdef float d
-    cdef int64_t idx
+    cdef int64_t row
     while size > 0:
         # The root is the worst remaining: it goes to the end.
         out_d[size - 1] = hd[0]
-        out_i[size - 1] = hi[0]
+        out_r[size - 1] = hr[0]
         size -= 1
         if size == 0:
             break
         d = hd[size]
-        idx = hi[size]
-        _heap_replace_top(hd, hi, size, d, idx)
+        row = hr[size]
+        _heap_replace_top(hd, hr, size, d, row, ids)
 
 
 cdef void _scan_range(const uint8_t *codes, int W, int table_stride, const float *lut, float qconst,
                       const float *norm_term, const int64_t *ids, Py_ssize_t start, Py_ssize_t stop, float *hd,
-                      int64_t *hi, int k) noexcept nogil:
+                      int64_t *hr, int k) noexcept nogil:
     """Scan codes[start:stop] for one query (byte w of a code indexes lut + w * table_stride). norm_term is indexed
     from `start` (NULL when there is none)."""
     cdef Py_ssize_t i = start
@@ -128,17 +141,17 @@ cdef void _scan_range(const uint8_t *codes, int W, int table_stride, const float
             d1 = d1 + l[c1[w]]
             d2 = d2 + l[c2[w]]
             d3 = d3 + l[c3[w]]
-        _consider(hd, hi, k, d0, ids, i)
-        _consider(hd, hi, k, d1, ids, i + 1)
-        _consider(hd, hi, k, d2, ids, i + 2)
-        _consider(hd, hi, k, d3, ids, i + 3)
+        _consider(hd, hr, k, d0, ids, i)
+        _consider(hd, hr, k, d1, ids, i + 1)
+        _consider(hd, hr, k, d2, ids, i + 2)
+        _consider(hd, hr, k, d3, ids, i + 3)
         i += 4
     while i < stop:
         c0 = codes + <size_t>i * W
         d0 = qconst + norm_term[i - start] if norm_term != NULL else qconst
         for w in range(W):
             d0 = d0 + lut[<size_t>w * table_stride + c0[w]]
-        _consider(hd, hi, k, d0, ids, i)
+        _consider(hd, hr, k, d0, ids, i)
         i += 1
 
 
@@ -151,6 +164,7 @@ cdef struct CodeBase:
     const uint8_t *norm_codes   # (N,) one-byte norm codes, or NULL
     const float *norm_levels    # (256,) the levels of norm_codes (NULL with them)
     const int64_t *ids          # (N,), or NULL: the id of a code is then its row number
+    const uint64_t *allow       # (ceil(N / 64),) bitmap of the rows to scan (bit r % 64 of word r // 64), or NULL
 
 
 cdef struct QueryBatch:
@@ -162,7 +176,7 @@ cdef struct QueryBatch:
     int nq
     int k
     float *out_dist             # (nq, k)
-    int64_t *out_ids            # (nq, k)
+    int64_t *out_rows           # (nq, k): row numbers of the results (-1 for padding)
 
 
 cdef struct ScanScratch:
@@ -213,6 +227,8 @@ cdef const float *_block_norm_terms(const CodeBase *base, Py_ssize_t start, Py_s
     """The norm terms of codes start..stop-1 written to buf (float32 norms, or the level of each one-byte code) and
     returned; NULL, with buf untouched, when the codes have no norm term."""
     cdef Py_ssize_t j
+    if base.allow != NULL:
+        return NULL  # _scan_allowed reads the norm terms of the rows it scans
     if base.norms_f32 != NULL:
         memcpy(buf, base.norms_f32 + start, (stop - start) * sizeof(float))
     elif base.norm_codes != NULL:
@@ -223,11 +239,47 @@ cdef const float *_block_norm_terms(const CodeBase *base, Py_ssize_t start, Py_s
     return buf
 
 
+cdef void _scan_allowed(const CodeBase *base, const float *lut, int table_stride, float qconst, Py_ssize_t start,
+                        Py_ssize_t stop, float *hd, int64_t *hr, int k) noexcept nogil:
+    """Scan the rows of start..stop-1 whose bit is set in base.allow (start is a multiple of 64; bits past N are
+    zero). The bitmap is read 64 rows at a time and a row's code is read only when its bit is set, so the cost falls
+    with the fraction of rows allowed. Norm terms are read per row (decoding a block's would cost more than the
+    few rows scanned)."""
+    cdef Py_ssize_t first = start
+    cdef Py_ssize_t row
+    cdef uint64_t word
+    cdef int w
+    cdef float d
+    cdef const uint8_t *c
+    while first < stop:
+        word = base.allow[first >> 6]
+        while word != 0:
+            row = first + _count_trailing_zeros(word)
+            word = word & (word - 1)
+            if row >= stop:
+                break
+            c = base.codes + <size_t>row * base.W
+            d = qconst
+            if base.norms_f32 != NULL:
+                d = d + base.norms_f32[row]
+            elif base.norm_codes != NULL:
+                d = d + base.norm_levels[base.norm_codes[row]]
+            for w in range(base.W):
+                d = d + lut[<size_t>w * table_stride + c[w]]
+            _consider(hd, hr, k, d, base.ids, row)
+        first += 64
+
+
 cdef inline void _scan_query(const CodeBase *base, const QueryBatch *batch, int q, Py_ssize_t start,
                              Py_ssize_t stop, const float *norm_terms, float *hd, int64_t *hi) noexcept nogil:
-    """Offer codes start..stop-1 to the heap (hd, hi) of query q; norm_terms from _block_norm_terms."""
-    _scan_range(base.codes, base.W, batch.table_stride, batch.luts + q * batch.lut_row, batch.qconst[q],
-                norm_terms, base.ids, start, stop, hd, hi, batch.k)
+    """Offer codes start..stop-1 (the allowed ones) to the heap (hd, hi) of query q; norm_terms from
+    _block_norm_terms (unused with a bitmap)."""
+    if base.allow != NULL:
+        _scan_allowed(base, batch.luts + q * batch.lut_row, batch.table_stride, batch.qconst[q], start, stop, hd, hi,
+                      batch.k)
+    else:
+        _scan_range(base.codes, base.W, batch.table_stride, batch.luts + q * batch.lut_row, batch.qconst[q],
+                    norm_terms, base.ids, start, stop, hd, hi, batch.k)
 
 
 cdef void _scan_group(const CodeBase *base, const QueryBatch *batch, int q0, int q1, float *norm_buf, float *hd,
@@ -248,8 +300,8 @@ cdef void _scan_group(const CodeBase *base, const QueryBatch *batch, int q0, int
             _scan_query(base, batch, q, start, stop, norm_terms, hd + <size_t>(q - q0) * k, hi + <size_t>(q - q0) * k)
         start = stop
     for q in range(q0, q1):
-        _heap_sort_into(hd + <size_t>(q - q0) * k, hi + <size_t>(q - q0) * k, k,
-                        batch.out_dist + <size_t>q * k, batch.out_ids + <size_t>q * k)
+        _heap_sort_into(hd + <size_t>(q - q0) * k, hi + <size_t>(q - q0) * k, k, base.ids,
+                        batch.out_dist + <size_t>q * k, batch.out_rows + <size_t>q * k)
 
 
 cdef void _scan_by_query_groups(const CodeBase *base, const QueryBatch *batch, int group_size, int n_threads,
@@ -273,7 +325,7 @@ cdef void _scan_by_query_groups(const CodeBase *base, const QueryBatch *batch, i
 
 
 cdef void _merge_heaps(const float *heap_d, const int64_t *heap_i, int n_heaps, Py_ssize_t stride, int k,
-                       float *merged_d, int64_t *merged_i, float *out_d, int64_t *out_i) noexcept nogil:
+                       const int64_t *ids, float *merged_d, int64_t *merged_i, float *out_d, int64_t *out_i) noexcept nogil:
     """The k best pairs of n_heaps heaps (heap t at t * stride), sorted into out; merged_d/merged_i (k,) is scratch.
 
     Each heap holds the k best of its own codes, so the k best of all are among them (the k best of a union do not
@@ -288,8 +340,8 @@ cdef void _merge_heaps(const float *heap_d, const int64_t *heap_i, int n_heaps, 
         hi = heap_i + t * stride
         for j in range(k):
             if hd[j] < INFINITY:  # empty slots are (inf, -1)
-                _heap_push(merged_d, merged_i, k, hd[j], hi[j])
-    _heap_sort_into(merged_d, merged_i, k, out_d, out_i)
+                _heap_push(merged_d, merged_i, k, hd[j], hi[j], ids)
+    _heap_sort_into(merged_d, merged_i, k, ids, out_d, out_i)
 
 
 cdef void _scan_by_code_blocks(const CodeBase *base, const QueryBatch *batch, int n_threads,
@@ -315,8 +367,8 @@ cdef void _scan_by_code_blocks(const CodeBase *base, const QueryBatch *batch, in
                 start = b * SCAN_BLOCK
                 stop = _block_stop(base, start)
                 _scan_query(base, batch, q, start, stop, _block_norm_terms(base, start, stop, norm_buf), hd, hi)
-        _merge_heaps(scratch.heap_d, scratch.heap_i, n_threads, scratch.heap_stride, k, scratch.merged_d,
-                     scratch.merged_i, batch.out_dist + <size_t>q * k, batch.out_ids + <size_t>q * k)
+        _merge_heaps(scratch.heap_d, scratch.heap_i, n_threads, scratch.heap_stride, k, base.ids, scratch.merged_d,
+                     scratch.merged_i, batch.out_dist + <size_t>q * k, batch.out_rows + <size_t>q * k)
 
 
 def adc_scan(const uint8_t[:, ::1] codes,        # IN (N, W)
@@ -327,11 +379,13 @@ def adc_scan(const uint8_t[:, ::1] codes,        # IN (N, W)
              const uint8_t[::1] norm_codes,      # IN (N,) one-byte norm codes, or (0,)
              const float[::1] norm_levels,       # IN (256,) levels of the one-byte norm codes, or (0,)
              const int64_t[::1] ids,             # IN (N,), or (0,): the id of a code is then its row number
+             const uint64_t[::1] allow,          # IN (ceil(N / 64),) bitmap of the rows to scan, or (0,): all
              int table_stride,                   # IN slots per code byte in a table (256: any byte is in range)
              float[:, ::1] out_dist,             # OUT (nq, k) ascending
-             int64_t[:, ::1] out_ids,            # OUT (nq, k); (inf, -1) past the N-th result
+             int64_t[:, ::1] out_rows,           # OUT (nq, k) the rows of the results; (inf, -1) past the last
              int n_threads):
-    """Exhaustive ADC scan keeping the k best (dist, id) of each query.
+    """Exhaustive ADC scan keeping the k best (dist, id) of each query, among the allowed rows; writes their
+    distances and row numbers (the caller maps rows to ids; a row keeps the stored vector reachable for re-ranking).
 
     Batches (nq >= n_threads) run in parallel over groups of queries; a group shares each block of codes (and its
     decoded norm terms) while the block is in cache. Fewer queries than threads run in parallel over blocks of codes,
@@ -354,6 +408,7 @@ def adc_scan(const uint8_t[:, ::1] codes,        # IN (N, W)
     base.norm_codes = &norm_codes[0] if base.norms_f32 == NULL and norm_codes.shape[0] > 0 else NULL
     base.norm_levels = &norm_levels[0] if base.norm_codes != NULL else NULL
     base.ids = &ids[0] if ids.shape[0] > 0 else NULL
+    base.allow = &allow[0] if allow.shape[0] > 0 else NULL
     batch.luts = &luts[0, 0]
     batch.lut_row = luts.shape[1]
     batch.table_stride = table_stride
@@ -361,7 +416,7 @@ def adc_scan(const uint8_t[:, ::1] codes,        # IN (N, W)
     batch.nq = luts.shape[0]
     batch.k = out_dist.shape[1]
     batch.out_dist = &out_dist[0, 0]
-    batch.out_ids = &out_ids[0, 0]
+    batch.out_rows = &out_rows[0, 0]
     # Splitting the codes pays only when there are idle threads (fewer queries than threads) and more than one block
     # of codes to share among them.
     split_codes = batch.nq < n_threads and base.N > SCAN_BLOCK
@@ -380,3 +435,53 @@ def adc_scan(const uint8_t[:, ::1] codes,        # IN (N, W)
                 _scan_by_query_groups(&base, &batch, group_size, n_threads, &scratch)
     finally:
         _scratch_free(&scratch)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Query tables (_tables.h): the tables of each query, from the query (ADC) or from a given rotated vector (SDC).
+
+cdef extern from "_tables.h" nogil:
+    void ock_rotate(const float *q, const double *rot, int P, int D, double *z)
+    double ock_tables(const double *z, const double *words_t, const double *sqnorms, int M, int C, int K, int S,
+                      int kind, int slots, double *acc, float *lut)
+
+
+def make_tables(const float[:, ::1] queries,       # IN (nq, P), or (nq, 0) when `rotated` is given
+                const double[:, ::1] rotated,      # IN (nq, M*S) the vectors z of SDC, or (0, 0): z = q @ rot_pad
+                const double[:, ::1] rot_pad,      # IN (P, M*S)
+                const double[:, :, ::1] words_t,   # IN (M, S, C*K)
+                const double[:, ::1] sqnorms,      # IN (M, C*K) squared norms of the words (kind 1 only)
+                int n_codebooks,                   # IN C
+                int kind,                          # IN 0, 1 or 2: see OCK_TABLE_* in _tables.h
+                float[:, ::1] luts,                # OUT (nq, M*C*slots)
+                float[::1] qconst):                # OUT (nq,)
+    """Tables and constant terms of a batch of queries, one query after another (each query's arithmetic is the
+    same alone or in a batch)."""
+    cdef int nq = luts.shape[0]
+    cdef int M = words_t.shape[0]
+    cdef int S = words_t.shape[1]
+    cdef int C = n_codebooks
+    cdef int K = words_t.shape[2] // n_codebooks
+    cdef int D = M * S
+    cdef int slots = luts.shape[1] // (M * C)
+    cdef int P = rot_pad.shape[0]
+    cdef bint given = rotated.shape[0] > 0
+    cdef double *z = NULL
+    cdef double *acc = NULL
+    cdef int q
+    if nq == 0:
+        return
+    try:
+        z = <double *>_alloc(<size_t>D * sizeof(double), "make_tables's rotated query")
+        acc = <double *>_alloc(<size_t>C * K * sizeof(double), "make_tables's dot products")
+        with nogil:
+            for q in range(nq):
+                if given:
+                    memcpy(z, &rotated[q, 0], D * sizeof(double))
+                else:
+                    ock_rotate(&queries[q, 0], &rot_pad[0, 0], P, D, z)
+                qconst[q] = <float>ock_tables(z, &words_t[0, 0, 0], &sqnorms[0, 0], M, C, K, S, kind, slots, acc,
+                                              &luts[q, 0])
+    finally:
+        free(z)
+        free(acc)

@@ -13,6 +13,7 @@ import numpy as np
 
 __all__ = [
     "as_vectors",
+    "normalize_rows",
     "check_vectors_dtype",
     "to_float32_rows",
     "check_int",
@@ -69,6 +70,18 @@ def to_float32_rows(arr, name):
             raise ValueError(f"{name} contains values of magnitude up to {max(-lo, hi):.3g}; ockstore accepts at "
                              f"most {MAX_ABS_VALUE:.0e} (squared distances must fit in float32)")
     return out
+
+
+def normalize_rows(rows, name, first_row=0):
+    """Checked float32 rows scaled to unit length (a new array), for metric "cosine"; ValueError naming the first
+    zero row (``first_row`` is the number of rows[0] in the caller's array). Norms are computed in float64."""
+    norms = np.sqrt(np.einsum("ij,ij->i", rows, rows, dtype=np.float64))
+    zero = norms == 0.0
+    if zero.any():
+        row = first_row + int(np.argmax(zero))
+        raise ValueError(f"{name} row {row} is a zero vector: metric 'cosine' cannot normalise it (cosine "
+                         "similarity is undefined for it)")
+    return (rows / norms[:, None]).astype(np.float32)
 
 
 def as_vectors(X, name, dim=None, *, convert=True):

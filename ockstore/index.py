@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import _search_options
 from . import search as _search
 from . import storage
 from ._encoding import (
-    BUILD_CHUNK, NORM_DTYPES, NORM_ENCODINGS, check_fitted_quantizer, encode_rows, resolve_norm_encoding,
+    BUILD_CHUNK, NORM_DTYPES, NORM_ENCODINGS, STORED_VECTOR_DTYPES, check_fitted_quantizer, check_store_vectors,
+    encode_rows, resolve_norm_encoding, vectors_for_storage,
 )
 from ._validation import as_ids, as_vectors, check_choice, check_k, resolve_n_threads
 
@@ -56,13 +58,16 @@ class Index:
         Used as given and not scanned (the caller vouches that they are >= 0); None means 0..N-1. Other integer
         dtypes are converted and checked.
     norm_encoding : "f32", "u8" or "none"
-        "none" exactly when the quantizer has one codebook per subspace (PQ, CKM).
+        "none" exactly when the scores need no norm term: one codebook per subspace (PQ, CKM), or metric "ip" or
+        "cosine".
+    vectors : ndarray of shape (N, P), dtype float16, float32 or uint8, or None
+        The stored vectors, for exact re-ranking (``search(..., rerank=R)``); used as given, like ``codes``.
 
     Most users build with :meth:`from_vectors` or open a file with :func:`open_index`; :meth:`save` writes one. The
     low-level constructor is O(1) in N: it reads none of the arrays, and search tables are built on first search.
     """
 
-    def __init__(self, quantizer, codes, norms, ids, norm_encoding, *, _resource=None):
+    def __init__(self, quantizer, codes, norms, ids, norm_encoding, *, vectors=None, _resource=None):
         quantizer = check_fitted_quantizer(quantizer)
         norm_encoding = resolve_norm_encoding(quantizer, check_choice(norm_encoding, "norm_encoding",
                                                                        NORM_ENCODINGS))
@@ -81,7 +86,14 @@ class Index:
             ids = _check_array(ids, "ids", np.int64, (N,))
         else:
             ids = as_ids(ids, "ids", n=N)
+        if vectors is not None:
+            if not isinstance(vectors, np.ndarray) or vectors.dtype not in set(STORED_VECTOR_DTYPES.values()):
+                raise TypeError("vectors must be a numpy array of dtype float16, float32 or uint8, got "
+                                f"{getattr(vectors, 'dtype', type(vectors).__name__)}")
+            vectors = _check_array(vectors, "vectors", vectors.dtype, (N, quantizer.dim))
         self._quantizer = quantizer
+        self._vectors = vectors
+        self._id_lookup = None  # _search_options.IdLookup of the ids, built by the first search that filters by id
         self._codes = codes
         self._norms = norms
         self._ids = ids
@@ -96,7 +108,7 @@ class Index:
 
     # ----------------------------------------------------------------------------------------------- construction
     @classmethod
-    def from_vectors(cls, quantizer, X, ids=None, *, norm_encoding=None, n_threads=None):
+    def from_vectors(cls, quantizer, X, ids=None, *, norm_encoding=None, store_vectors=None, n_threads=None):
         """Encode base vectors into a new in-memory index.
 
         Parameters
@@ -110,24 +122,35 @@ class Index:
             How the norm term ||x_hat||^2 of each vector is stored (quantizers with C >= 2): "f32" exactly (4 bytes
             per vector), "u8" as one byte through the quantizer's 256 ``norm_levels`` (distances then use the
             quantized norm term: they approximate the "f32" ones). "none" is the only choice for C = 1 (PQ, CKM).
-            None (default) means "u8" for C >= 2 and "none" for C = 1.
+            None (default) means "u8" for L2 with C >= 2 and "none" otherwise ("ip" and "cosine" need no norm
+            term: "none" is their only choice).
+        store_vectors : None, "float16", "float32" or "uint8"
+            Also keep the vectors themselves (as given, not normalised), for exact re-ranking: ``search(...,
+            rerank=R)``. "uint8" only when every value is an integer in 0..255 (ValueError otherwise); "float16"
+            only when every value is within +-65504.
         n_threads : int or None
             Threads for encoding; None means all cores.
         """
         quantizer = check_fitted_quantizer(quantizer)
         norm_encoding = resolve_norm_encoding(quantizer, norm_encoding)
+        store_vectors = check_store_vectors(store_vectors)
         X, _ = as_vectors(X, "X", quantizer.dim, convert=False)
         threads = resolve_n_threads(n_threads)
         N = X.shape[0]
         ids = None if ids is None else as_ids(ids, "ids", n=N)
         codes = np.empty((N, quantizer.code_size), dtype=np.uint8)
         norms = None if norm_encoding == "none" else np.empty(N, dtype=NORM_DTYPES[norm_encoding])
+        vectors = None
+        if store_vectors is not None:
+            vectors = np.empty((N, quantizer.dim), dtype=STORED_VECTOR_DTYPES[store_vectors])
         for start in range(0, N, BUILD_CHUNK):
             stop = min(N, start + BUILD_CHUNK)
+            if vectors is not None:  # checked before encoding: a refused value costs no encoding
+                vectors[start:stop] = vectors_for_storage(X[start:stop], store_vectors, "X", start)
             codes[start:stop], chunk_norms = encode_rows(quantizer, X[start:stop], norm_encoding, threads)
             if norms is not None:
                 norms[start:stop] = chunk_norms
-        return cls(quantizer, codes, norms, ids, norm_encoding)
+        return cls(quantizer, codes, norms, ids, norm_encoding, vectors=vectors)
 
     # -------------------------------------------------------------------------------------------------- lifecycle
     def close(self):
@@ -135,7 +158,7 @@ class Index:
         if self._closed:
             return
         self._closed = True
-        self._codes = self._norms = self._ids = self._norm_levels = None
+        self._codes = self._norms = self._ids = self._norm_levels = self._vectors = self._id_lookup = None
         self._tables = None
         self._file = None
         resource, self._resource = self._resource, None
@@ -211,6 +234,26 @@ class Index:
         return self._ids is not None
 
     @property
+    def vectors(self):
+        """(N, P) stored vectors (float16, float32 or uint8, possibly a read-only view), or None."""
+        self._check_open()
+        return self._vectors
+
+    @property
+    def store_vectors(self):
+        """None, "float16", "float32" or "uint8": how the vectors are stored for re-ranking."""
+        self._check_open()
+        if self._vectors is None:
+            return None
+        return {dt: name for name, dt in STORED_VECTOR_DTYPES.items()}[self._vectors.dtype.newbyteorder("<")]
+
+    @property
+    def metric(self) -> str:
+        """"l2", "ip" or "cosine" (the quantizer's)."""
+        self._check_open()
+        return self._quantizer.metric
+
+    @property
     def norm_encoding(self) -> str:
         self._check_open()
         return self._norm_encoding
@@ -237,12 +280,13 @@ class Index:
     def info(self) -> dict:
         """A plain dict describing the index.
 
-        Always: N, P, method, M, C, K, T (beam width), bits, norm_encoding, bytes_per_vector. An index opened from a
+        Always: N, P, method, metric, M, C, K, T (beam width), bits, norm_encoding, store_vectors,
+        bytes_per_vector. An index opened from a
         file adds format_version (the file's, e.g. "1.0"), has_ids, metadata (the user dict, a copy) and path.
         """
         self._check_open()
         info = {"N": len(self), **_quantizer_summary(self._quantizer), "norm_encoding": self._norm_encoding,
-                "bytes_per_vector": self.bytes_per_vector}
+                "store_vectors": self.store_vectors, "bytes_per_vector": self.bytes_per_vector}
         if self._file is not None:
             major, minor = self._file.version
             info["format_version"] = f"{major}.{minor}"
@@ -267,7 +311,7 @@ class Index:
         from .indexfile.writer import IndexWriter  # the file layer builds on this module, not the other way
 
         self._check_open()
-        writer = IndexWriter(path, self._quantizer, norm_encoding=self._norm_encoding,
+        writer = IndexWriter(path, self._quantizer, norm_encoding=self._norm_encoding, store_vectors=self.store_vectors,
                              metadata=self._metadata if metadata is None else metadata)
         with writer:
             N = len(self)
@@ -277,6 +321,7 @@ class Index:
                     np.ascontiguousarray(self._codes[start:stop]),
                     None if self._norms is None else np.ascontiguousarray(self._norms[start:stop]),
                     None if self._ids is None else np.ascontiguousarray(self._ids[start:stop]),
+                    None if self._vectors is None else np.ascontiguousarray(self._vectors[start:stop]),
                 )
 
     def verify(self):
@@ -284,8 +329,8 @@ class Index:
 
         For an index opened from a file: every byte of the file (padding zero, CRC-32 of every section, through the
         container), then the large sections, which opening does not read (I7): every code byte < K, every float32
-        norm finite, every id >= 0. The small sections were checked at open (I6). An index built in memory gets the
-        same checks of its arrays. Reads the arrays in blocks: memory stays bounded whatever N is.
+        norm and stored float vector finite, every id >= 0. The small sections were checked at open (I6). An index
+        built in memory gets the same checks of its arrays. Reads the arrays in blocks: memory stays bounded whatever N is.
         """
         self._check_open()
         where = self._file.path if self._file is not None else "<in-memory index>"
@@ -307,6 +352,14 @@ class Index:
                     row = int(np.argmin(np.isfinite(block)))
                     raise storage.format_error(where, "non-finite values",
                                         f"section 'norms': row {start + row} holds {float(block[row])}")
+        if self._vectors is not None and self._vectors.dtype.kind == "f":
+            rows = max(1, _VERIFY_ROWS // max(1, self._vectors.shape[1]))
+            for start in range(0, self._vectors.shape[0], rows):
+                finite = np.isfinite(self._vectors[start:start + rows]).all(axis=1)
+                if not finite.all():
+                    raise storage.format_error(where, "non-finite values",
+                                               f"section 'vectors': row {start + int(np.argmin(finite))} holds NaN or "
+                                               "infinite values")
         if self._ids is not None:
             for start in range(0, self._ids.shape[0], _VERIFY_ROWS):
                 block = self._ids[start:start + _VERIFY_ROWS]
@@ -316,52 +369,99 @@ class Index:
                                         f"section 'ids': row {start + row} holds {int(block[row])}, ids must be >= 0")
 
     # ----------------------------------------------------------------------------------------------------- search
-    def search(self, Q, k, *, distance="adc", n_threads=None):
-        """The k nearest base vectors of each query, by an exhaustive scan of the codes.
+    def search(self, Q, k, *, distance="adc", rerank=None, vectors=None, allow=None, n_threads=None):
+        """The k best base vectors of each query, by an exhaustive scan of the codes.
 
         Parameters
         ----------
         Q : array-like of shape (nq, P) or (P,)
-            Queries, any real numeric dtype (converted once to float32); NaN/inf raise ValueError.
+            Queries, any real numeric dtype (converted once to float32); NaN/inf raise ValueError. Metric "cosine"
+            normalises them (a zero query raises ValueError naming its row).
         k : int >= 1
-            Results per query; past the N-th, results are (inf, -1). At most max(N, 65536): a larger k would only ask
-            for padding and raises ValueError.
+            Results per query; past the last one, results are padding (+inf for "l2", -inf for "ip" and "cosine";
+            id -1). At most max(N, 65536): a larger k would only ask for padding and raises ValueError.
         distance : "adc" or "sdc"
-            "adc" (asymmetric): distance from the query itself to each reconstruction. "sdc" (symmetric): from the
-            query's own reconstruction (the query is encoded first) to each reconstruction.
+            "adc" (asymmetric): from the query itself to each reconstruction. "sdc" (symmetric): from the query's own
+            reconstruction (the query is encoded first) to each reconstruction.
+        rerank : int >= k, or None
+            Keep ``rerank`` candidates per query from the scan, compute their exact distances or scores from the
+            stored vectors (``store_vectors``) or from ``vectors``, and return the best k with those exact values
+            (computed in float32 from the vectors converted to float32). ValueError without vectors.
+        vectors : array-like of shape (N, P), or None
+            The original vectors in row order, for ``rerank`` when the index stores none (or to use others): an
+            ndarray, np.memmap, HDF5 dataset, anything indexable by an increasing array of row numbers. Only the
+            candidates' rows are read.
+        allow : array-like of int ids, boolean array of shape (N,), or None
+            Search only these vectors: ids (any order; duplicates and unknown ids are ignored; every row holding an
+            allowed id is allowed) or a mask over rows. The results are the exact top k of the allowed rows; the scan
+            skips the others before any table lookup, so a selective filter makes the search cheaper. One ``allow``
+            serves every query of the call.
         n_threads : int or None
             None means all cores. Results do not depend on it.
 
         Returns
         -------
         D : ndarray of shape (nq, k) or (k,), dtype float32
-            Squared L2 distances, ascending. With norm_encoding "u8" they use the quantized norm term, so they
-            approximate the "f32" distances.
+            Metric "l2": squared L2 distances, ascending. "ip": inner products, "cosine": cosine similarities, both
+            descending. Without ``rerank`` they are computed from the codes (with norm_encoding "u8" through the
+            quantized norm term).
         I : ndarray of shape (nq, k) or (k,), dtype int64
-            Ids of the results; among equal distances the smaller id comes first. A query gets the same results
+            Ids of the results; among equal values the smaller id comes first. A query gets the same results
             searched alone or in a batch.
         """
         self._check_open()
-        k = check_k(k, len(self))
+        N = len(self)
+        k = check_k(k, N)
         distance = check_choice(distance, "distance", ("adc", "sdc"))
+        rerank = _search_options.check_rerank(rerank, k)
+        if vectors is not None:
+            vectors = _search_options.check_user_vectors(vectors, N, self._quantizer.dim)
+        elif rerank is not None:
+            if self._vectors is None:
+                raise ValueError("rerank needs the original vectors: build the index with store_vectors=... or pass "
+                                 "vectors=")
+            vectors = self._vectors
         threads = resolve_n_threads(n_threads)
         Q, was_1d = as_vectors(Q, "Q", self._quantizer.dim)
+        Q = self._quantizer._prepare(Q, "Q")
+        bitmap = None
+        if allow is not None:
+            mask = _search_options.allow_bitmap(allow, N, self._ids, self._ids_lookup)
+            if not mask.all():
+                bitmap = _search.rows_bitmap(mask)
         tables = self._tables
         if tables is None:  # first search: two threads may both build them; one is kept
             tables = self._tables = _search.QueryTables(self._quantizer)
-        D, I = _search.search_codes(
-            tables, Q, k, self._codes, self._ids, distance=distance,
-            norms=self._norms if self._norm_encoding == "f32" else None,
-            norm_codes=self._norms if self._norm_encoding == "u8" else None,
-            norm_levels=self._norm_levels, n_threads=threads,
+        norm_term = tables.uses_norm_term
+        D, rows = _search.search_codes(
+            tables, Q, k if rerank is None else rerank, self._codes, self._ids, distance=distance,
+            norms=self._norms if norm_term and self._norm_encoding == "f32" else None,
+            norm_codes=self._norms if norm_term and self._norm_encoding == "u8" else None,
+            norm_levels=self._norm_levels, allow=bitmap, n_threads=threads,
         )
+        metric = self._quantizer.metric
+        if rerank is not None:
+            D, I = _search_options.rerank_exact(Q, rows, vectors, metric, self._ids, k)
+        else:
+            I = rows
+            if self._ids is not None:
+                found = rows >= 0
+                I[found] = self._ids[rows[found]]
+            if metric != "l2":
+                np.negative(D, out=D)  # the scan ranks by minus the score: scores descending, padding -inf
         if was_1d:
             return D[0], I[0]
         return D, I
 
+    def _ids_lookup(self):
+        """The IdLookup of the stored ids, built on first use (filters by id need it)."""
+        lookup = self._id_lookup
+        if lookup is None:
+            lookup = self._id_lookup = _search_options.IdLookup(self._ids)
+        return lookup
 
 
 def _quantizer_summary(q):
-    """P, method, M, C, K, T, bits of a fitted quantizer (the part of info() that describes the model)."""
-    return {"P": int(q.dim), "method": q.method, "M": int(q.n_subspaces), "C": int(q.n_codebooks),
+    """P, method, metric, M, C, K, T, bits of a fitted quantizer (the part of info() that describes the model)."""
+    return {"P": int(q.dim), "method": q.method, "metric": q.metric, "M": int(q.n_subspaces), "C": int(q.n_codebooks),
             "K": int(q.n_codewords), "T": int(q.beam_width), "bits": int(q.bits)}

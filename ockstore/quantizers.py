@@ -23,7 +23,7 @@ import numpy as np
 from . import _training
 from ._codec import CodecTables, SubspaceLayout, fit_scalar_quantizer
 from ._params import PARAMETERS, STORED_PARAMETERS
-from ._validation import as_codes, as_vectors, resolve_n_threads, to_float32_rows
+from ._validation import as_codes, as_vectors, normalize_rows, resolve_n_threads, to_float32_rows
 from .errors import NotFittedError
 
 __all__ = ["PQ", "CKM", "ECKM", "OCKM", "Quantizer", "METHODS", "PARAMETERS", "quantizer_from_state"]
@@ -122,7 +122,8 @@ class Quantizer:
 
     def _stored_params(self) -> dict:
         """The model's parameters as files store them (docs/FORMAT.md 11.1); a Generator seed is stored as None."""
-        params = {name: getattr(self, name) for name in STORED_PARAMETERS}
+        params = {name: getattr(self, name) for name in STORED_PARAMETERS
+                  if getattr(self, name) != PARAMETERS[name].absent_means or PARAMETERS[name].absent_means is None}
         if isinstance(params["seed"], np.random.Generator):
             params["seed"] = None
         return params
@@ -226,6 +227,7 @@ class Quantizer:
         """
         X, _ = as_vectors(X, "X")
         n, P = X.shape
+        X = self._prepare(X, "X")
         if n < self.n_codewords:
             raise ValueError(f"X has {n} rows; fit needs at least n_codewords={self.n_codewords} training vectors")
         if self.n_subspaces > P:
@@ -256,6 +258,13 @@ class Quantizer:
 
     def _encode_beam_width(self):
         return self.beam_width
+
+    def _prepare(self, rows, name, first_row=0):
+        """Checked float32 rows as the model sees them: normalised to unit length for metric "cosine" (a zero row
+        raises ValueError naming it, ``first_row`` being the number of its first row), as given otherwise."""
+        if self.metric == "cosine":
+            return normalize_rows(rows, name, first_row)
+        return rows
 
     def _set_learned(self, rotation, codebooks, history, norm_levels):
         self._rotation = None if rotation is None else np.ascontiguousarray(rotation, dtype=np.float32)
@@ -294,11 +303,15 @@ class Quantizer:
         errors = np.empty(n, dtype=np.float32)
         T = self._encode_beam_width()
         for start in range(0, n, ROWS_PER_STEP):
-            rows = to_float32_rows(X[start:start + ROWS_PER_STEP], "X")
+            rows = self._prepare(to_float32_rows(X[start:start + ROWS_PER_STEP], "X"), "X", start)
             codes[start:start + rows.shape[0]], errors[start:start + rows.shape[0]] = self._tables.encode(
                 rows, T, n_threads
             )
         return codes, errors
+
+    def _encode_prepared(self, rows, n_threads):
+        """Codes of rows already checked and prepared (``_prepare``): float32, C-contiguous."""
+        return self._tables.encode(rows, self._encode_beam_width(), n_threads)[0]
 
     def decode(self, codes, *, n_threads=None):
         """Reconstruct vectors from codes.
@@ -333,7 +346,7 @@ class Quantizer:
         total = 0.0
         T = self._encode_beam_width()
         for start in range(0, X.shape[0], ROWS_PER_STEP):
-            rows = to_float32_rows(X[start:start + ROWS_PER_STEP], "X")
+            rows = self._prepare(to_float32_rows(X[start:start + ROWS_PER_STEP], "X"), "X", start)
             codes, _ = self._tables.encode(rows, T, threads)
             diff = rows.astype(np.float64) - self._tables.decode(codes, threads)
             total += float(np.einsum("ij,ij->", diff, diff))
@@ -368,6 +381,10 @@ class PQ(Quantizer):
         M, 1..P. A code has M bytes.
     n_codewords : int, default 256
         K, 2..256 words per codebook.
+    metric : "l2", "ip" or "cosine", default "l2"
+        What search ranks by: squared L2 distance (ascending), inner product or cosine similarity (descending).
+        "cosine" normalises every vector to unit length in fit, encode, decode's inputs and search (a zero vector
+        raises ValueError naming its row); the model then describes unit vectors.
     n_iter : int, default 25
         Maximum number of k-means (Lloyd) iterations. Why 25: on SIFT (64-bit codes) the objective falls by only
         ~0.02% per iteration by then.
@@ -385,7 +402,8 @@ class PQ(Quantizer):
     _learn_rotation = False
     _fixed = {"n_codebooks": 1, "beam_width": 1}
 
-    def __init__(self, n_subspaces, *, n_codewords=256, n_iter=25, tol=1e-4, seed=0, n_threads=None, verbose=False):
+    def __init__(self, n_subspaces, *, n_codewords=256, metric="l2", n_iter=25, tol=1e-4, seed=0, n_threads=None,
+                 verbose=False):
         self._init(locals())
 
 
@@ -401,7 +419,8 @@ class CKM(Quantizer):
     method = "ckm"
     _fixed = {"n_codebooks": 1, "beam_width": 1}
 
-    def __init__(self, n_subspaces, *, n_codewords=256, n_iter=30, tol=1e-4, seed=0, n_threads=None, verbose=False):
+    def __init__(self, n_subspaces, *, n_codewords=256, metric="l2", n_iter=30, tol=1e-4, seed=0, n_threads=None,
+                 verbose=False):
         self._init(locals())
 
 
@@ -423,7 +442,7 @@ class ECKM(Quantizer):
     _shared_codebook = True
     _fixed = {"beam_width": 1}
 
-    def __init__(self, n_subspaces, n_codebooks=2, *, n_codewords=256, n_iter=30, tol=1e-4, seed=0,
+    def __init__(self, n_subspaces, n_codebooks=2, *, n_codewords=256, metric="l2", n_iter=30, tol=1e-4, seed=0,
                  n_threads=None, verbose=False):
         self._init(locals())
 
@@ -443,6 +462,10 @@ class OCKM(Quantizer):
         n_codewords; T = K makes C = 2 encoding exhaustive).
     n_codewords : int, default 256
         K, 2..256 words per codebook.
+    metric : "l2", "ip" or "cosine", default "l2"
+        What search ranks by: squared L2 distance (ascending), inner product or cosine similarity (descending).
+        "cosine" normalises every vector to unit length in fit, encode, decode's inputs and search (a zero vector
+        raises ValueError naming its row); the model then describes unit vectors.
     n_iter : int, default 25
         Maximum number of iterations of (Procrustes, codebooks, codes). Why 25, fewer than CKM's 30: an iteration
         costs a beam encoding of the training set (about T times a nearest-word encoding), and 25 keeps training
@@ -456,7 +479,7 @@ class OCKM(Quantizer):
 
     method = "ockm"
 
-    def __init__(self, n_subspaces, n_codebooks=2, beam_width=10, *, n_codewords=256, n_iter=25, tol=1e-4, seed=0,
+    def __init__(self, n_subspaces, n_codebooks=2, beam_width=10, *, n_codewords=256, metric="l2", n_iter=25, tol=1e-4, seed=0,
                  n_threads=None, verbose=False):
         self._init(locals())
 

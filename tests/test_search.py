@@ -349,9 +349,9 @@ def test_build_in_chunks(quantizers, data, monkeypatch):
 def test_info_len_attributes(indexes):
     index = indexes[("ockm-k256", "u8")]
     info = index.info()
-    assert info == {"N": N, "P": P, "method": "ockm", "M": 4, "C": 2, "K": 256, "T": 3, "bits": 64,
-                    "norm_encoding": "u8", "bytes_per_vector": 9}
-    assert all(type(v) in (int, str) for v in info.values())
+    assert info == {"N": N, "P": P, "method": "ockm", "metric": "l2", "M": 4, "C": 2, "K": 256, "T": 3, "bits": 64,
+                    "norm_encoding": "u8", "store_vectors": None, "bytes_per_vector": 9}
+    assert all(type(v) in (int, str) or (key == "store_vectors" and v is None) for key, v in info.items())
     assert len(index) == index.ntotal == N and index.dim == P
     assert indexes[("pq", "none")].info()["bytes_per_vector"] == 4
     assert indexes[("ockm", "f32")].info()["bytes_per_vector"] == 6 + 4

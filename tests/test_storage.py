@@ -26,7 +26,7 @@ from helpers import (align64, returns_within, code_of, hand_file, header_end_of,
                      run_json_script, run_script_until_sigkill, write_sparse)
 
 HERE = Path(__file__).resolve().parent
-DTYPES = ["<u1", "<u2", "<i4", "<u4", "<i8", "<f4", "<f8"]
+DTYPES = ["<u1", "<u2", "<i4", "<u4", "<i8", "<f4", "<f8", "<f2"]
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -78,9 +78,25 @@ def write_file(path, sections=(), growing=(), meta=None, user=None):
 def test_constants_match_the_specification_R1_R2_R6_R11():
     """R1, R2, R6, R11: the module's constants are the specification's."""
     assert storage.MAGIC == b"\x89OCK\r\n\x1a\n" and storage.PREAMBLE_SIZE == 24
-    assert storage.FORMAT_VERSION == (1, 0) and storage.MAX_HEADER_BYTES == 16 * 1024 * 1024
+    assert storage.FORMAT_VERSION == (1, 1) and storage.MAX_HEADER_BYTES == 16 * 1024 * 1024
     assert storage.DTYPES == tuple(DTYPES) and storage.ALIGNMENT == 64
     assert storage.MAX_NAME_LENGTH == 255 and storage.MAX_NDIM == 32
+
+
+def test_writer_writes_the_lowest_minor_version_R4(tmp_path):
+    """R4: a file says 1.0 unless it uses something of 1.1 (a float16 section, or a caller asking for 1.1)."""
+    for sections, minor, expected in [({"a": np.zeros(3, "<f4")}, 0, (1, 0)),
+                                      ({"a": np.zeros(3, "<f2")}, 0, (1, 1)),
+                                      ({"a": np.zeros(3, "<u1")}, 1, (1, 1))]:
+        path = tmp_path / f"v{len(list(tmp_path.iterdir()))}.ock"
+        with FileWriter(path, minor_version=minor) as w:
+            for name, arr in sections.items():
+                w.put(name, arr)
+            w.commit({})
+        with storage.open_file(path) as mf:
+            assert mf.version == expected
+    with pytest.raises(ValueError, match="minor_version"):
+        FileWriter(tmp_path / "x.ock", minor_version=storage.FORMAT_VERSION[1] + 1)
 
 
 def test_round_trip_every_dtype_fixed_and_growing_R19(tmp_path):
@@ -112,7 +128,7 @@ def test_round_trip_every_dtype_fixed_and_growing_R19(tmp_path):
             assert not got.flags.writeable
             assert f.section_info(name)["dtype"] == code_of(want)
         f.verify()
-        assert f.meta == {"n": 6} and f.user == {} and f.version == (1, 0)
+        assert f.meta == {"n": 6} and f.user == {} and f.version == (1, 1)  # it holds float16 sections
 
 
 def test_empty_scalar_and_zero_row_sections_R11_R12(tmp_path):
@@ -258,7 +274,8 @@ def test_round_trip_property_R19_R20(tmp_path, specs, meta, user, seed):
                 w.put(name, array)
             arrays.append((name, array))
         w.commit(meta, user)
-    assert path.read_bytes() == hand_file(arrays, canonical(meta), canonical(user))
+    minor = 1 if any(a.dtype == np.float16 for _, a in arrays) else 0  # R4: float16 came with format 1.1
+    assert path.read_bytes() == hand_file(arrays, canonical(meta), canonical(user), minor=minor)
     with open_file(path) as f:
         assert f.meta == meta and f.user == user
         for name, array in arrays:
@@ -414,7 +431,7 @@ BAD_ENTRY = {  # (override of section "b", or None to replace the entry) -> what
     "offset missing": ("'b'", {"drop": ["offset"]}),
     "length missing": ("'b'", {"drop": ["length"]}),
     "crc32 missing": ("'b'", {"drop": ["crc32"]}),
-    "dtype float16": ("'b'", {"dtype": "<f2"}),
+    "dtype float16 in a 1.0 file": ("'b'", {"dtype": "<f2"}),  # float16 came with format 1.1
     "dtype big-endian": ("'b'", {"dtype": ">u4"}),
     "dtype without byte order": ("'b'", {"dtype": "u1"}),
     "dtype numpy name": ("'b'", {"dtype": "uint8"}),
@@ -714,7 +731,7 @@ def test_put_refuses_bad_arguments_R10_R11(tmp_path):
             w.put("\ud800", np.zeros(3, "<u1"))
         with pytest.raises(TypeError, match="ndarray"):
             w.put("list", [1, 2, 3])
-        for dtype in ["<f2", ">f4", ">u2", "?", "O", "<c8", "<i2", "<u8", "U3"]:
+        for dtype in [">f2", ">f4", ">u2", "?", "O", "<c8", "<i2", "<u8", "U3"]:
             with pytest.raises(TypeError, match="not allowed"):
                 w.put("x", np.zeros(2, dtype=dtype))
         w.put("a", np.zeros(3, "<u1"))

@@ -36,8 +36,8 @@ def open_index(path):
     """
     mf = storage.open_file(path)
     try:
-        _kind, quantizer, (codes, norms, ids, encoding) = read_file(mf, (KIND_INDEX,))
-        index = Index(quantizer, codes, norms, ids, encoding, _resource=mf)
+        _kind, quantizer, (codes, norms, ids, encoding, vectors) = read_file(mf, (KIND_INDEX,))
+        index = Index(quantizer, codes, norms, ids, encoding, vectors=vectors, _resource=mf)
     except BaseException:
         mf.close()
         raise
@@ -61,7 +61,7 @@ def file_info(path) -> dict:
     """Describe an index file or a quantizer file without loading its vectors (every open-time check runs).
 
     An index file gives ``open_index(path).info()`` plus ``kind: "index"``. A quantizer file gives kind
-    ("quantizer"), P, method, M, C, K, T, bits, code_size, iterations, objective (the last training objective),
+    ("quantizer"), P, method, metric, M, C, K, T, bits, code_size, iterations, objective (the last training objective),
     format_version, metadata and path. Raises as :func:`open_index`.
     """
     with storage.open_file(path) as mf:
@@ -69,8 +69,8 @@ def file_info(path) -> dict:
         major, minor = mf.version
         common = {"format_version": f"{major}.{minor}", "metadata": storage.canonical_metadata(mf.user), "path": mf.path}
         if kind == KIND_INDEX:
-            codes, norms, ids, encoding = vectors
-            index = Index(quantizer, codes, norms, ids, encoding)
+            codes, norms, ids, encoding, stored = vectors
+            index = Index(quantizer, codes, norms, ids, encoding, vectors=stored)
             try:
                 info = index.info()
             finally:

@@ -14,12 +14,12 @@ import numpy as np
 
 from .. import storage
 from .._codec import SubspaceLayout
-from .._encoding import NORM_DTYPES, NORM_ENCODINGS
+from .._encoding import NORM_DTYPES, NORM_ENCODINGS, STORE_VECTORS, STORED_VECTOR_DTYPES
 from .._version import __version__
 from .._params import STORED_PARAMETERS
 from ..quantizers import METHODS, PARAMETERS, quantizer_from_state
 
-__all__ = ["KIND_INDEX", "KIND_QUANTIZER", "HEADER_MARGIN", "check_user_metadata", "quantizer_meta",
+__all__ = ["KIND_INDEX", "KIND_QUANTIZER", "HEADER_MARGIN", "check_user_metadata", "quantizer_meta", "format_minor_version",
            "put_quantizer_sections", "read_file"]
 
 # docs/FORMAT.md section 11: the values of meta "kind" and the number of levels of the one-byte norm quantizer.
@@ -59,6 +59,12 @@ def quantizer_meta(kind, quantizer):
     """The meta map of a quantizer or index file (I1, I2, I9), as Python scalars."""
     params = {"dim": int(quantizer.dim), **quantizer._stored_params()}
     return {"kind": kind, "library": LIBRARY, "method": quantizer.method, "params": params}
+
+
+def format_minor_version(quantizer, store_vectors):
+    """The format minor version a file needs (docs/FORMAT.md, "Versions"): 1 for a metric other than "l2" or stored
+    vectors (format 1.1), 0 otherwise, so that files using neither are exactly what format 1.0 writers wrote."""
+    return 1 if quantizer.metric != "l2" or store_vectors is not None else 0
 
 
 def put_quantizer_sections(writer, quantizer):
@@ -123,10 +129,13 @@ class _Reader:
         if not isinstance(params, dict):
             raise self.fail("bad meta", f"meta 'params' = {_short(params)}, expected a map")
         for key in ("dim", *STORED_PARAMETERS):
-            if key not in params:
+            if key not in params and (key == "dim" or PARAMETERS[key].absent_means is None):
                 raise self.fail("bad meta", f"meta 'params' has no key {key!r}")
         p = {"method": method, "dim": self._int("meta 'params'['dim']", params["dim"], 1)}
         for name in STORED_PARAMETERS:
+            if name not in params:
+                p[name] = PARAMETERS[name].absent_means  # a parameter added after format 1.0, at its old value
+                continue
             try:
                 p[name] = PARAMETERS[name].check(params[name])
             except (TypeError, ValueError):
@@ -142,19 +151,24 @@ class _Reader:
         return p
 
     def index_meta(self, p):
-        """meta 'ntotal', 'norm_encoding', 'has_ids' of an index file (I3)."""
+        """meta 'ntotal', 'norm_encoding', 'has_ids', 'store_vectors' of an index file (I3)."""
         ntotal = self._int("meta 'ntotal'", self.meta.get("ntotal"), 0)
         encoding = self.meta.get("norm_encoding")
         if type(encoding) is not str or encoding not in NORM_ENCODINGS:
             raise self.fail("bad meta", f"meta 'norm_encoding' = {_short(encoding)}, expected 'f32', 'u8' or 'none'")
-        if (p["n_codebooks"] == 1) != (encoding == "none"):
-            expected = "'none'" if p["n_codebooks"] == 1 else "'f32' or 'u8'"
-            raise self.fail("bad meta", f"meta 'norm_encoding' = {encoding!r} with n_codebooks = {p['n_codebooks']}, "
-                                        f"expected {expected}")
+        needs_norm = p["n_codebooks"] > 1 and p["metric"] == "l2"
+        if needs_norm == (encoding == "none"):
+            expected = "'f32' or 'u8'" if needs_norm else "'none'"
+            raise self.fail("bad meta", f"meta 'norm_encoding' = {encoding!r} with n_codebooks = {p['n_codebooks']} "
+                                        f"and metric {p['metric']!r}, expected {expected}")
         has_ids = self.meta.get("has_ids")
         if type(has_ids) is not bool:
             raise self.fail("bad meta", f"meta 'has_ids' = {_short(has_ids)}, expected true or false")
-        return ntotal, encoding, has_ids
+        store_vectors = self.meta.get("store_vectors")  # absent: no stored vectors (format 1.0 had none)
+        if "store_vectors" in self.meta and (type(store_vectors) is not str or store_vectors not in STORE_VECTORS):
+            raise self.fail("bad meta", f"meta 'store_vectors' = {_short(store_vectors)}, expected "
+                                        f"{', '.join(repr(v) for v in STORE_VECTORS)} (or no key)")
+        return ntotal, encoding, has_ids, store_vectors
 
     # ---- sections (I4, I5)
 
@@ -209,8 +223,8 @@ class _Reader:
             raise self.fail("unsorted norm levels", "section 'norm_levels' is not in ascending order")
         return arrays
 
-    def index_sections(self, p, ntotal, encoding, has_ids):
-        """Views of codes, norms, ids (I4, I5); their values are checked by Index.verify (I7)."""
+    def index_sections(self, p, ntotal, encoding, has_ids, store_vectors):
+        """Views of codes, norms, ids, vectors (I4, I5); their values are checked by Index.verify (I7)."""
         codes = self.section("codes", "<u1", (ntotal, p["n_subspaces"] * p["n_codebooks"]), rows=ntotal)
         norms = ids = None
         if encoding == "none":
@@ -221,25 +235,30 @@ class _Reader:
             ids = self.section("ids", "<i8", (ntotal,), rows=ntotal)
         else:
             self.absent("ids", "meta 'has_ids' is false")
-        return codes, norms, ids
+        vectors = None
+        if store_vectors is None:
+            self.absent("vectors", "meta 'store_vectors' is absent")
+        else:
+            vectors = self.section("vectors", STORED_VECTOR_DTYPES[store_vectors].str, (ntotal, p["dim"]), rows=ntotal)
+        return codes, norms, ids, vectors
 
     def for_quantizer_file(self):
-        for name in ("codes", "norms", "ids"):
+        for name in ("codes", "norms", "ids", "vectors"):
             self.absent(name, "a quantizer file holds no vectors")
 
 
 def read_file(mf, accepted):
     """Run every open-time check of docs/FORMAT.md section 11.4 on an opened container; returns
-    (kind, quantizer, (codes, norms, ids, norm_encoding) or None)."""
+    (kind, quantizer, (codes, norms, ids, norm_encoding, vectors) or None)."""
     reader = _Reader(mf)
     kind = reader.kind(accepted)
     p = reader.params()
     index_meta = reader.index_meta(p) if kind == KIND_INDEX else None
     arrays = reader.quantizer_sections(p)
     if kind == KIND_INDEX:
-        ntotal, encoding, has_ids = index_meta
-        codes, norms, ids = reader.index_sections(p, ntotal, encoding, has_ids)
-        vectors = (codes, norms, ids, encoding)
+        ntotal, encoding, has_ids, store_vectors = index_meta
+        codes, norms, ids, stored = reader.index_sections(p, ntotal, encoding, has_ids, store_vectors)
+        vectors = (codes, norms, ids, encoding, stored)
     else:
         reader.for_quantizer_file()
         vectors = None

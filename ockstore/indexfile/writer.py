@@ -6,10 +6,15 @@ from __future__ import annotations
 import numpy as np
 
 from .. import storage
-from .._encoding import NORM_DTYPES, check_fitted_quantizer, encode_rows, resolve_norm_encoding
+from .._encoding import (
+    NORM_DTYPES, STORED_VECTOR_DTYPES, check_fitted_quantizer, check_store_vectors, encode_rows,
+    resolve_norm_encoding, vectors_for_storage,
+)
 from .._validation import as_ids, as_vectors, check_int, resolve_n_threads
 from ..quantizers import quantizer_from_state
-from .schema import KIND_INDEX, KIND_QUANTIZER, check_user_metadata, put_quantizer_sections, quantizer_meta
+from .schema import (
+    KIND_INDEX, KIND_QUANTIZER, check_user_metadata, format_minor_version, put_quantizer_sections, quantizer_meta,
+)
 
 __all__ = ["IndexWriter", "build_index", "save_quantizer"]
 
@@ -30,7 +35,10 @@ class IndexWriter:
     quantizer : fitted PQ, CKM, ECKM or OCKM
         Its model is captured when the writer is created (refitting it afterwards does not affect this file).
     norm_encoding : "u8", "f32", "none" or None
-        As for :meth:`Index.from_vectors`: None means "u8" for C >= 2 and "none" for C = 1.
+        As for :meth:`Index.from_vectors`: None means "u8" for L2 with C >= 2 and "none" otherwise.
+    store_vectors : None, "float16", "float32" or "uint8"
+        As for :meth:`Index.from_vectors`: also store the vectors (as given) in a ``vectors`` section, for exact
+        re-ranking. Each chunk is checked before anything of it is appended.
     metadata : dict or None
         User metadata stored in the file (str keys; None, bool, int, float, str, bytes, lists and dicts of these).
         TypeError for other values, ValueError when it would not fit in the header (about 16 MiB), both raised here,
@@ -49,9 +57,10 @@ class IndexWriter:
     :meth:`close` writes nothing (its temporary files are removed). Not thread-safe: one writer, one thread.
     """
 
-    def __init__(self, path, quantizer, *, norm_encoding=None, metadata=None, n_threads=None):
+    def __init__(self, path, quantizer, *, norm_encoding=None, store_vectors=None, metadata=None, n_threads=None):
         quantizer = check_fitted_quantizer(quantizer)
         self._norm_encoding = resolve_norm_encoding(quantizer, norm_encoding)
+        self._store_vectors = check_store_vectors(store_vectors)
         self._user = check_user_metadata(metadata)
         self._threads = resolve_n_threads(n_threads)
         params, arrays = quantizer._get_state()
@@ -61,11 +70,14 @@ class IndexWriter:
         self._state = "open"  # "open", "committed" or "aborted"
         self._ntotal = 0
         self._has_ids = None  # decided by the first add
-        writer = storage.FileWriter(path)  # checks the path; creates nothing yet
+        # checks the path; creates nothing yet
+        writer = storage.FileWriter(path, minor_version=format_minor_version(self._quantizer, self._store_vectors))
         put_quantizer_sections(writer, self._quantizer)
         writer.declare_growing("codes", "<u1", (self._quantizer.code_size,))
         if self._norm_encoding != "none":
             writer.declare_growing("norms", NORM_DTYPES[self._norm_encoding])
+        if self._store_vectors is not None:
+            writer.declare_growing("vectors", STORED_VECTOR_DTYPES[self._store_vectors], (self._quantizer.dim,))
         self._writer = writer
 
     # ---- attributes
@@ -86,6 +98,10 @@ class IndexWriter:
     @property
     def norm_encoding(self) -> str:
         return self._norm_encoding
+
+    @property
+    def store_vectors(self):
+        return self._store_vectors
 
     def __repr__(self):
         return f"<IndexWriter {self.path!r} {self._state}, {self._ntotal} vectors>"
@@ -130,9 +146,12 @@ class IndexWriter:
                 ids = np.empty(np.shape(ids), dtype=np.int64)  # an empty list has no integer dtype of its own
             ids = as_ids(ids, "ids", n=n)
         self._check_ids_given(ids is not None)
-        # encode_rows checks every value before anything is appended
+        # vectors_for_storage and encode_rows check every value before anything is appended
+        vectors = None
+        if self._store_vectors is not None:
+            vectors = vectors_for_storage(X, self._store_vectors, "X")
         codes, norms = encode_rows(self._quantizer, X, self._norm_encoding, self._threads)
-        self._append(codes, norms, ids)
+        self._append(codes, norms, ids, vectors)
 
     def _check_ids_given(self, given):
         if self._has_ids is not None and given != self._has_ids:
@@ -140,9 +159,10 @@ class IndexWriter:
                 raise ValueError("ids: earlier chunks were added without ids; give ids with every chunk or with none")
             raise ValueError("ids: earlier chunks were added with ids; give ids with every chunk or with none")
 
-    def _append(self, codes, norms, ids):
-        """Append checked rows: codes (n, M*C) uint8, norms (n,) of the norm dtype or None, ids (n,) int64 or None.
-        No input validation beyond the consistency of ids with earlier chunks."""
+    def _append(self, codes, norms, ids, vectors=None):
+        """Append checked rows: codes (n, M*C) uint8, norms (n,) of the norm dtype or None, ids (n,) int64 or None,
+        vectors (n, P) of the stored dtype or None. No input validation beyond the consistency of ids with earlier
+        chunks."""
         self._check_open()
         self._check_ids_given(ids is not None)
         if self._has_ids is None:
@@ -155,6 +175,8 @@ class IndexWriter:
                 self._writer.append("norms", norms)
             if ids is not None:
                 self._writer.append("ids", ids)
+            if vectors is not None:
+                self._writer.append("vectors", vectors)
         except BaseException:
             self.abort()  # the sections may now disagree on their row counts: this writer cannot go on
             raise
@@ -173,6 +195,8 @@ class IndexWriter:
         self._check_open()
         meta = quantizer_meta(KIND_INDEX, self._quantizer)
         meta.update(ntotal=self._ntotal, norm_encoding=self._norm_encoding, has_ids=bool(self._has_ids))
+        if self._store_vectors is not None:  # absent means none: files without vectors stay as format 1.0 wrote them
+            meta["store_vectors"] = self._store_vectors
         try:
             self._writer.commit(meta, self._user)
         except BaseException:
@@ -189,13 +213,13 @@ class IndexWriter:
         self._writer.abort()
 
 
-def build_index(path, quantizer, X, ids=None, *, norm_encoding=None, metadata=None, n_threads=None,
-                chunk_size=100_000):
+def build_index(path, quantizer, X, ids=None, *, norm_encoding=None, store_vectors=None, metadata=None,
+                n_threads=None, chunk_size=100_000):
     """Encode a whole base into an index file in one call (an IndexWriter fed ``chunk_size`` rows at a time).
 
     Parameters
     ----------
-    path, quantizer, norm_encoding, metadata, n_threads
+    path, quantizer, norm_encoding, store_vectors, metadata, n_threads
         As for :class:`IndexWriter`.
     X : array-like of shape (N, P)
         Any real numeric dtype; a np.memmap (or any ndarray) is read ``chunk_size`` rows at a time, so memory stays
@@ -212,7 +236,8 @@ def build_index(path, quantizer, X, ids=None, *, norm_encoding=None, metadata=No
     N = X.shape[0]
     if ids is not None:
         ids = as_ids(ids, "ids", n=N, values=False)  # values are checked chunk by chunk by add()
-    with IndexWriter(path, quantizer, norm_encoding=norm_encoding, metadata=metadata, n_threads=n_threads) as w:
+    with IndexWriter(path, quantizer, norm_encoding=norm_encoding, store_vectors=store_vectors, metadata=metadata,
+                     n_threads=n_threads) as w:
         for start in range(0, max(N, 1), chunk_size):  # once with zero rows when N == 0: ids given -> has_ids
             stop = min(N, start + chunk_size)
             w.add(X[start:stop], None if ids is None else ids[start:stop])
@@ -231,7 +256,7 @@ def save_quantizer(path, quantizer, *, metadata=None):
     """
     quantizer = check_fitted_quantizer(quantizer)
     user = check_user_metadata(metadata)
-    with storage.FileWriter(path) as writer:
+    with storage.FileWriter(path, minor_version=format_minor_version(quantizer, None)) as writer:
         put_quantizer_sections(writer, quantizer)
         writer.commit(quantizer_meta(KIND_QUANTIZER, quantizer), user)
 

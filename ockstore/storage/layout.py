@@ -11,16 +11,20 @@ import numpy as np
 from ..errors import FormatError
 
 __all__ = [
-    "MAGIC", "FORMAT_VERSION", "MAX_HEADER_BYTES", "ALIGNMENT", "DTYPES", "MAX_NAME_LENGTH", "MAX_NDIM",
+    "MAGIC", "FORMAT_VERSION", "DTYPE_MINOR", "MAX_HEADER_BYTES", "ALIGNMENT", "DTYPES", "MAX_NAME_LENGTH", "MAX_NDIM",
     "MAX_METADATA_DEPTH", "PREAMBLE", "PREAMBLE_SIZE", "CHUNK_BYTES", "SECTION_KEYS", "align", "dtype_code",
     "check_shape_bytes", "flat_bytes", "check_metadata", "canonical_metadata", "format_error",
 ]
 
 MAGIC = b"\x89OCK\r\n\x1a\n"
-FORMAT_VERSION = (1, 0)  # (major, minor) written by this module; readers accept any minor of major 1
+# (major, minor): the newest version this module writes; readers accept any minor of major 1. Writers write the
+# lowest minor that holds what the file uses (DTYPE_MINOR; the index layer asks for more when its meta needs it), so
+# files without newer features stay byte-identical to those of earlier versions.
+FORMAT_VERSION = (1, 1)
 MAX_HEADER_BYTES = 16 * 1024 * 1024
 ALIGNMENT = 64  # every section starts at a multiple of this (a cache line; also any dtype's alignment)
-DTYPES = ("<u1", "<u2", "<i4", "<u4", "<i8", "<f4", "<f8")
+DTYPES = ("<u1", "<u2", "<i4", "<u4", "<i8", "<f4", "<f8", "<f2")
+DTYPE_MINOR = {"<f2": 1}  # dtypes added after 1.0 -> the minor version that introduced them (R23)
 MAX_NAME_LENGTH = 255  # characters of a section name
 MAX_NDIM = 32  # dimensions of a section (NumPy 1 allowed 32, NumPy 2 allows 64; 32 is portable)
 MAX_METADATA_DEPTH = 64  # nesting of lists and maps in meta/user; also stops reference cycles

@@ -15,7 +15,7 @@ import numpy as np
 
 from ..paths import check_input_file
 from .layout import (
-    ALIGNMENT, CHUNK_BYTES, DTYPES, FORMAT_VERSION, MAGIC, MAX_HEADER_BYTES, MAX_NAME_LENGTH, PREAMBLE,
+    ALIGNMENT, CHUNK_BYTES, DTYPE_MINOR, DTYPES, FORMAT_VERSION, MAGIC, MAX_HEADER_BYTES, MAX_NAME_LENGTH, PREAMBLE,
     PREAMBLE_SIZE, SECTION_KEYS, align, check_shape_bytes, flat_bytes, format_error,
 )
 
@@ -156,6 +156,9 @@ def _read_layout(fd, path, file_size):
         if section[0] in names:
             raise format_error(path, "duplicate section name", f"section {section[0]!r} appears more than once")
         names.add(section[0])
+        if DTYPE_MINOR.get(section[1], 0) > minor:
+            raise format_error(path, "bad header", f"section {section[0]!r}: dtype {section[1]} needs format version "
+                                                   f"{major}.{DTYPE_MINOR[section[1]]}, the file says {major}.{minor}")
         sections.append(section)
     # R12, R13, R11: each section's place and size.
     for name, dtype, shape, offset, length, _crc in sections:

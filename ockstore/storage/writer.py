@@ -11,7 +11,7 @@ from .. import _atomic
 from .._validation import check_int
 from ..paths import check_output_file
 from .layout import (
-    CHUNK_BYTES, FORMAT_VERSION, MAGIC, MAX_HEADER_BYTES, MAX_NAME_LENGTH, PREAMBLE, PREAMBLE_SIZE, align,
+    CHUNK_BYTES, DTYPE_MINOR, FORMAT_VERSION, MAGIC, MAX_HEADER_BYTES, MAX_NAME_LENGTH, PREAMBLE, PREAMBLE_SIZE, align,
     canonical_metadata, check_metadata, check_shape_bytes, dtype_code, flat_bytes,
 )
 
@@ -57,9 +57,13 @@ class FileWriter:
     ----------
     path : str or os.PathLike
         The file to write. Its folder must exist; an existing regular file there is replaced at commit.
+    minor_version : int, default 0
+        The format minor version the caller's meta needs; the file gets the larger of it and the minor version of
+        every section dtype (DTYPE_MINOR): a file using nothing newer than 1.0 says 1.0.
     """
 
-    def __init__(self, path):
+    def __init__(self, path, *, minor_version=0):
+        self._minor = check_int(minor_version, "minor_version", min_value=0, max_value=FORMAT_VERSION[1])
         self._path = check_output_file(path, "path")
         self._sections = {}  # name -> _Section, in file order
         self._temps = []  # every temporary file created and not yet removed or renamed
@@ -173,6 +177,10 @@ class FileWriter:
 
     # ---- finishing
 
+    def _version_minor(self, sections):
+        """The minor version of the file: the lowest that holds the caller's meta and every section dtype."""
+        return max([self._minor, *(DTYPE_MINOR.get(section.dtype, 0) for section in sections)])
+
     def commit(self, meta, user=None):
         """Write the file and put it in place atomically; the writer is closed afterwards.
 
@@ -206,7 +214,7 @@ class FileWriter:
             )
         try:
             with _atomic.atomic_write(self._path) as f:
-                f.write(PREAMBLE.pack(MAGIC, FORMAT_VERSION[0], FORMAT_VERSION[1], 0, len(header)))
+                f.write(PREAMBLE.pack(MAGIC, FORMAT_VERSION[0], self._version_minor(sections), 0, len(header)))
                 f.write(header)
                 position = PREAMBLE_SIZE + len(header)
                 for section, entry in zip(sections, entries):

@@ -1,0 +1,154 @@
+"""The options of a search beyond the scan itself: filters (``allow``) and exact re-ranking (``rerank``), checked and
+applied here so that the Index only strings them together (docs/ARCHITECTURE.md, "Search").
+
+* ``allow`` becomes a bitmap over rows (``search.rows_bitmap``), which the scan tests before any table lookup.
+* ``rerank=R`` makes the scan keep R candidates per query (by row); their exact distances or scores are computed
+  here, in float32, from the stored vectors or from the caller's ``vectors``, and the best k are kept.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._validation import MAX_K, check_int
+
+__all__ = ["check_rerank", "check_user_vectors", "allow_bitmap", "IdLookup", "rerank_exact"]
+
+# Queries re-ranked per step: bounds the temporary (queries x R x P float32) gathered vectors of a batch.
+RERANK_QUERIES_PER_STEP = 256
+
+
+def check_rerank(rerank, k):
+    """None, or an int R with k <= R <= MAX_K."""
+    if rerank is None:
+        return None
+    rerank = check_int(rerank, "rerank", min_value=1, max_value=MAX_K)
+    if rerank < k:
+        raise ValueError(f"rerank = {rerank} must be >= k = {k}: the scan keeps rerank candidates, of which the best "
+                         "k are returned")
+    return rerank
+
+
+def check_user_vectors(vectors, n_rows, dim):
+    """``vectors`` given to search: an array-like of shape (N, P) and a real numeric dtype, indexable by an
+    increasing array of row numbers (an ndarray, np.memmap, h5py dataset). Not read here."""
+    if not hasattr(vectors, "shape") or not hasattr(vectors, "__getitem__"):
+        vectors = np.asarray(vectors)
+    shape = tuple(vectors.shape)
+    if shape != (n_rows, dim):
+        raise ValueError(f"vectors must have shape ({n_rows}, {dim}) (one row per indexed vector, in index order), "
+                         f"got {shape}")
+    dtype = np.dtype(getattr(vectors, "dtype", np.float64))
+    if dtype.kind not in "iuf":
+        raise TypeError(f"vectors must hold real numbers, got dtype {dtype}")
+    return vectors
+
+
+class IdLookup:
+    """Rows of ids: a sorted copy of an index's ids, made once (O(N log N)) and reused by every filtered search."""
+
+    def __init__(self, ids):
+        self.order = np.argsort(ids, kind="stable")
+        self.sorted_ids = ids[self.order]
+
+    def rows_of(self, wanted):
+        """Every row whose id is in ``wanted`` (int64, any order; duplicates and unknown ids ignored)."""
+        left = np.searchsorted(self.sorted_ids, wanted, side="left")
+        right = np.searchsorted(self.sorted_ids, wanted, side="right")
+        counts = right - left
+        total = int(counts.sum())
+        if total == 0:
+            return np.empty(0, dtype=np.intp)
+        # positions left[j], left[j] + 1, ..., right[j] - 1 for every j, concatenated
+        starts = np.repeat(left - (np.cumsum(counts) - counts), counts)
+        return self.order[starts + np.arange(total)]
+
+
+def allow_bitmap(allow, n_rows, ids, id_lookup):
+    """The boolean mask over rows that ``allow`` gives: an array-like of ids (integers; any order, duplicates and
+    unknown ids ignored) or a boolean array of shape (N,). ``ids`` is the index's ids (None: the row numbers);
+    ``id_lookup`` a callable returning its IdLookup (built on first use)."""
+    arr = allow if isinstance(allow, np.ndarray) else np.asarray(allow)
+    if arr.dtype == np.bool_:
+        if arr.shape != (n_rows,):
+            raise ValueError(f"allow: a boolean mask must have shape ({n_rows},) (one flag per row), got {arr.shape}")
+        return arr
+    if arr.size == 0 and arr.dtype.kind == "f" and arr.ndim == 1:
+        arr = arr.astype(np.int64)  # an empty list has no integer dtype of its own
+    if arr.dtype.kind not in "iu":
+        raise TypeError(f"allow must be an array of integer ids or a boolean mask over rows, got dtype {arr.dtype}")
+    if arr.ndim != 1:
+        raise ValueError(f"allow: ids must be a 1-D array, got shape {arr.shape}")
+    if arr.dtype == np.uint64:
+        arr = arr[arr <= np.iinfo(np.int64).max]  # larger values are no id: ignored
+    wanted = np.asarray(arr, dtype=np.int64)
+    mask = np.zeros(n_rows, dtype=bool)
+    if ids is None:
+        mask[wanted[(wanted >= 0) & (wanted < n_rows)]] = True
+    else:
+        mask[id_lookup().rows_of(wanted)] = True
+    return mask
+
+
+def _fetch_rows(vectors, rows):
+    """float32 copies of vectors[rows] (rows increasing and unique, as h5py requires); ValueError for NaN/inf."""
+    block = np.asarray(vectors[rows], dtype=np.float32)
+    if not np.isfinite(block).all():
+        bad = int(rows[np.argmin(np.isfinite(block).all(axis=1))])
+        raise ValueError(f"vectors row {bad} holds NaN or infinite values")
+    return block
+
+
+def rerank_exact(Q, rows, vectors, metric, ids, k):
+    """The best k of each query's candidates by their exact distance or score.
+
+    Parameters
+    ----------
+    Q : (nq, P) float32 queries (unit rows for cosine)
+    rows : (nq, R) int64 candidate rows from the scan, -1 for none
+    vectors : (N, P) array-like, indexable by increasing row numbers
+    metric : "l2", "ip" or "cosine"
+    ids : (N,) int64 or None (row numbers): the ids returned, which break ties
+    k : int <= R
+
+    Returns (values (nq, k) float32, ids (nq, k) int64): squared L2 distances ascending, or scores descending
+    (inner product; cosine similarity q . x / ||x||), each computed in float32 from the float32 vectors; padding
+    (+inf or -inf, -1).
+    """
+    nq = Q.shape[0]
+    pad = np.inf if metric == "l2" else -np.inf
+    D = np.full((nq, k), pad, dtype=np.float32)
+    I = np.full((nq, k), -1, dtype=np.int64)
+    for start in range(0, nq, RERANK_QUERIES_PER_STEP):
+        stop = min(nq, start + RERANK_QUERIES_PER_STEP)
+        cand = rows[start:stop]
+        valid = cand >= 0
+        if not valid.any():
+            continue
+        unique_rows, where = np.unique(cand[valid], return_inverse=True)
+        data = _fetch_rows(vectors, unique_rows)
+        query_of = np.nonzero(valid)[0]
+        V = data[where]
+        Qv = Q[start:stop][query_of]
+        if metric == "l2":
+            diff = Qv - V
+            exact = np.einsum("ij,ij->i", diff, diff)
+        else:
+            exact = np.einsum("ij,ij->i", Qv, V)
+            if metric == "cosine":
+                lengths = np.sqrt(np.einsum("ij,ij->i", data, data))
+                if (lengths == 0).any():
+                    bad = int(unique_rows[np.argmax(lengths == 0)])
+                    raise ValueError(f"vectors row {bad} is a zero vector: its cosine similarity is undefined")
+                exact = exact / lengths[where]
+        values = np.full(cand.shape, np.inf, dtype=np.float32)  # the sort key: ascending, padding last
+        values[valid] = exact if metric == "l2" else -exact
+        cand_ids = np.full(cand.shape, -1, dtype=np.int64)
+        cand_ids[valid] = cand[valid] if ids is None else ids[cand[valid]]
+        order = np.lexsort((np.where(valid, cand_ids, np.iinfo(np.int64).max), values), axis=-1)[:, :k]
+        best = np.take_along_axis(values, order, axis=1)
+        best_ids = np.take_along_axis(cand_ids, order, axis=1)
+        found = best_ids >= 0
+        D[start:stop, :order.shape[1]] = np.where(found, best if metric == "l2" else -best, pad)
+        I[start:stop, :order.shape[1]] = best_ids
+    return D, I
