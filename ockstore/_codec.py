@@ -120,7 +120,10 @@ class CodecTables:
 
     def decode(self, codes, n_threads):
         """(n, P) float32 reconstructions in the input space: x_hat = R z_hat."""
-        return self.decode_rotated(codes, n_threads) @ self.rot_pad.T
+        # In float64, rounded once: BLAS picks kernels by the number of rows, and float32 products would then
+        # differ in their last bit between a block of rows and the same rows decoded in other blocks.
+        rotated = self.decode_rotated(codes, n_threads).astype(np.float64)
+        return (rotated @ self.rot_pad.T.astype(np.float64)).astype(np.float32)
 
     def code_sqnorms(self, codes, n_threads):
         out = np.empty(codes.shape[0], dtype=np.float32)

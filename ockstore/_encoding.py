@@ -106,10 +106,11 @@ def vectors_for_storage(X, store_vectors, name="X", first_row=0):
     return rows
 
 
-def encode_rows(quantizer, X, norm_encoding, n_threads):
+def encode_rows(quantizer, X, norm_encoding, n_threads, first_row=0):
     """Codes and norm terms of checked rows ``X`` (any real dtype, right dimension; values are checked here, before
-    anything is returned). Returns ``(codes (n, M*C) uint8, norms (n,) in NORM_DTYPES[norm_encoding] or None)``."""
-    codes = quantizer.encode(X, n_threads=n_threads)
+    anything is returned; a bad row is named by its number plus ``first_row``). Returns ``(codes (n, M*C) uint8,
+    norms (n,) in NORM_DTYPES[norm_encoding] or None)``."""
+    codes, _ = quantizer._encode_rows(X, n_threads, first_row)
     if norm_encoding == "none":
         return codes, None
     sq = quantizer.code_norms(codes, n_threads=n_threads)

@@ -18,15 +18,16 @@ __all__ = ["check_rerank", "check_user_vectors", "allow_bitmap", "IdLookup", "re
 RERANK_QUERIES_PER_STEP = 256
 
 
-def check_rerank(rerank, k):
-    """None, or an int R with k <= R <= MAX_K."""
+def check_rerank(rerank, k, n_rows):
+    """None, or the number of candidates the scan keeps for ``rerank=R`` (an int, k <= R <= MAX_K): R, or
+    max(k, N) when R exceeds both (N rows give at most N candidates: a larger R would only allocate padding)."""
     if rerank is None:
         return None
     rerank = check_int(rerank, "rerank", min_value=1, max_value=MAX_K)
     if rerank < k:
         raise ValueError(f"rerank = {rerank} must be >= k = {k}: the scan keeps rerank candidates, of which the best "
                          "k are returned")
-    return rerank
+    return min(rerank, max(k, n_rows))
 
 
 def check_user_vectors(vectors, n_rows, dim):

@@ -147,7 +147,7 @@ class Index:
             stop = min(N, start + BUILD_CHUNK)
             if vectors is not None:  # checked before encoding: a refused value costs no encoding
                 vectors[start:stop] = vectors_for_storage(X[start:stop], store_vectors, "X", start)
-            codes[start:stop], chunk_norms = encode_rows(quantizer, X[start:stop], norm_encoding, threads)
+            codes[start:stop], chunk_norms = encode_rows(quantizer, X[start:stop], norm_encoding, threads, start)
             if norms is not None:
                 norms[start:stop] = chunk_norms
         return cls(quantizer, codes, norms, ids, norm_encoding, vectors=vectors)
@@ -413,7 +413,7 @@ class Index:
         N = len(self)
         k = check_k(k, N)
         distance = check_choice(distance, "distance", ("adc", "sdc"))
-        rerank = _search_options.check_rerank(rerank, k)
+        rerank = _search_options.check_rerank(rerank, k, N)
         if vectors is not None:
             vectors = _search_options.check_user_vectors(vectors, N, self._quantizer.dim)
         elif rerank is not None:

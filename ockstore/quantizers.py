@@ -296,14 +296,15 @@ class Quantizer:
         codes, _ = self._encode_rows(X, self._threads(n_threads))
         return codes[0] if was_1d else codes
 
-    def _encode_rows(self, X, n_threads):
-        """Encode checked rows (any numeric dtype) step by step; returns (codes, errors)."""
+    def _encode_rows(self, X, n_threads, first_row=0):
+        """Encode checked rows (any numeric dtype) step by step; returns (codes, errors). Messages name a bad row by
+        its number plus ``first_row`` (the rows may be a chunk of a larger X)."""
         n = X.shape[0]
         codes = np.empty((n, self.code_size), dtype=np.uint8)
         errors = np.empty(n, dtype=np.float32)
         T = self._encode_beam_width()
         for start in range(0, n, ROWS_PER_STEP):
-            rows = self._prepare(to_float32_rows(X[start:start + ROWS_PER_STEP], "X"), "X", start)
+            rows = self._prepare(to_float32_rows(X[start:start + ROWS_PER_STEP], "X"), "X", first_row + start)
             codes[start:start + rows.shape[0]], errors[start:start + rows.shape[0]] = self._tables.encode(
                 rows, T, n_threads
             )

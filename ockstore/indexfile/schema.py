@@ -239,7 +239,8 @@ class _Reader:
         if store_vectors is None:
             self.absent("vectors", "meta 'store_vectors' is absent")
         else:
-            vectors = self.section("vectors", STORED_VECTOR_DTYPES[store_vectors].str, (ntotal, p["dim"]), rows=ntotal)
+            dtype = storage.dtype_code(STORED_VECTOR_DTYPES[store_vectors], "vectors")  # "<u1", as written
+            vectors = self.section("vectors", dtype, (ntotal, p["dim"]), rows=ntotal)
         return codes, norms, ids, vectors
 
     def for_quantizer_file(self):

@@ -138,6 +138,10 @@ class IndexWriter:
         A chunk that is refused (ValueError or TypeError) leaves the writer as it was: nothing of it is appended
         and further chunks can be added.
         """
+        self._add(X, ids)
+
+    def _add(self, X, ids, first_row=0):
+        """add(), naming a refused row by its number plus ``first_row`` (build_index feeds chunks of its X)."""
         self._check_open()
         X, _ = as_vectors(X, "X", self._quantizer.dim, convert=False)
         n = X.shape[0]
@@ -149,8 +153,8 @@ class IndexWriter:
         # vectors_for_storage and encode_rows check every value before anything is appended
         vectors = None
         if self._store_vectors is not None:
-            vectors = vectors_for_storage(X, self._store_vectors, "X")
-        codes, norms = encode_rows(self._quantizer, X, self._norm_encoding, self._threads)
+            vectors = vectors_for_storage(X, self._store_vectors, "X", first_row)
+        codes, norms = encode_rows(self._quantizer, X, self._norm_encoding, self._threads, first_row)
         self._append(codes, norms, ids, vectors)
 
     def _check_ids_given(self, given):
@@ -240,7 +244,7 @@ def build_index(path, quantizer, X, ids=None, *, norm_encoding=None, store_vecto
                      n_threads=n_threads) as w:
         for start in range(0, max(N, 1), chunk_size):  # once with zero rows when N == 0: ids given -> has_ids
             stop = min(N, start + chunk_size)
-            w.add(X[start:stop], None if ids is None else ids[start:stop])
+            w._add(X[start:stop], None if ids is None else ids[start:stop], start)
 
 
 def save_quantizer(path, quantizer, *, metadata=None):

@@ -19,7 +19,7 @@ read-only without touching section bytes; :meth:`MappedFile.verify` reads everyt
 
 from .layout import (
     ALIGNMENT, DTYPES, FORMAT_VERSION, MAGIC, MAX_HEADER_BYTES, MAX_METADATA_DEPTH, MAX_NAME_LENGTH, MAX_NDIM,
-    PREAMBLE_SIZE, canonical_metadata, check_metadata, format_error,
+    PREAMBLE_SIZE, canonical_metadata, check_metadata, dtype_code, format_error,
 )
 from .reader import MappedFile, open_file
 from .writer import FileWriter
@@ -27,5 +27,5 @@ from .writer import FileWriter
 __all__ = [
     "MAGIC", "FORMAT_VERSION", "MAX_HEADER_BYTES", "ALIGNMENT", "DTYPES", "MAX_NAME_LENGTH", "MAX_NDIM",
     "MAX_METADATA_DEPTH", "PREAMBLE_SIZE", "FileWriter", "MappedFile", "open_file", "check_metadata",
-    "canonical_metadata", "format_error",
+    "canonical_metadata", "format_error", "dtype_code",
 ]
