@@ -460,3 +460,21 @@ def normal_equations(const uint8_t[:, ::1] codes,    # IN (n, M*C)
                 for c2 in range(C):
                     gram[m, r, c2 * K + codes[i, m * C + c2]] += 1.0
 
+
+
+def max_abs(const float[::1] values):   # IN (n,)
+    """The largest |value| (0 for none); +inf when any value is NaN or infinite. One pass instead of NumPy's min and
+    max (two passes and their call overhead, which dominate the check of a single query)."""
+    cdef Py_ssize_t i
+    cdef float v
+    cdef float largest = 0
+    cdef bint bad = False
+    with nogil:
+        for i in range(values.shape[0]):
+            v = values[i]
+            if v < 0:
+                v = -v
+            if v > largest:
+                largest = v
+            bad = bad | (v != v)
+    return INFINITY if bad else largest

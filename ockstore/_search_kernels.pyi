@@ -16,6 +16,6 @@ def adc_scan(
 ) -> None: ...
 
 def make_tables(
-    queries: npt.NDArray[np.float32], rotated: F64, rot_pad: F64, words_t: F64, sqnorms: F64, n_codebooks: int,
+    queries: F32, rotated: F64, rot_pad: F32, words_t: F32, sqnorms: F64, n_codebooks: int,
     kind: int, luts: F32, qconst: F32,
 ) -> None: ...

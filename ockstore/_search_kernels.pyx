@@ -14,6 +14,12 @@ from libc.string cimport memcpy, memset
 
 from ockstore._scratch cimport _alloc, _slice_items
 
+cdef extern from "_tables.h" nogil:
+    void ock_rotate(const float *q, const float *rot, int P, int D, double *qd, double *z)
+    double ock_tables(const double *z, const float *words_t, const double *sqnorms, int M, int C, int K, int S,
+                      int kind, int slots, double *acc, float *lut)
+
+
 cdef enum:
     # Codes per scan block. A block's codes (SCAN_BLOCK * W bytes) and its norm terms stay in L1/L2 while every query
     # of a group scans them, so a batch reads each code from memory once per group instead of once per query.
@@ -440,16 +446,10 @@ def adc_scan(const uint8_t[:, ::1] codes,        # IN (N, W)
 # --------------------------------------------------------------------------------------------------------------------
 # Query tables (_tables.h): the tables of each query, from the query (ADC) or from a given rotated vector (SDC).
 
-cdef extern from "_tables.h" nogil:
-    void ock_rotate(const float *q, const double *rot, int P, int D, double *z)
-    double ock_tables(const double *z, const double *words_t, const double *sqnorms, int M, int C, int K, int S,
-                      int kind, int slots, double *acc, float *lut)
-
-
 def make_tables(const float[:, ::1] queries,       # IN (nq, P), or (nq, 0) when `rotated` is given
                 const double[:, ::1] rotated,      # IN (nq, M*S) the vectors z of SDC, or (0, 0): z = q @ rot_pad
-                const double[:, ::1] rot_pad,      # IN (P, M*S)
-                const double[:, :, ::1] words_t,   # IN (M, S, C*K)
+                const float[:, ::1] rot_pad,       # IN (P, M*S)
+                const float[:, :, ::1] words_t,    # IN (M, S, C*K)
                 const double[:, ::1] sqnorms,      # IN (M, C*K) squared norms of the words (kind 1 only)
                 int n_codebooks,                   # IN C
                 int kind,                          # IN 0, 1 or 2: see OCK_TABLE_* in _tables.h
@@ -468,20 +468,23 @@ def make_tables(const float[:, ::1] queries,       # IN (nq, P), or (nq, 0) when
     cdef bint given = rotated.shape[0] > 0
     cdef double *z = NULL
     cdef double *acc = NULL
+    cdef double *qd = NULL
     cdef int q
     if nq == 0:
         return
     try:
         z = <double *>_alloc(<size_t>D * sizeof(double), "make_tables's rotated query")
         acc = <double *>_alloc(<size_t>C * K * sizeof(double), "make_tables's dot products")
+        qd = <double *>_alloc(<size_t>P * sizeof(double), "make_tables's query in float64")
         with nogil:
             for q in range(nq):
                 if given:
                     memcpy(z, &rotated[q, 0], D * sizeof(double))
                 else:
-                    ock_rotate(&queries[q, 0], &rot_pad[0, 0], P, D, z)
+                    ock_rotate(&queries[q, 0], &rot_pad[0, 0], P, D, qd, z)
                 qconst[q] = <float>ock_tables(z, &words_t[0, 0, 0], &sqnorms[0, 0], M, C, K, S, kind, slots, acc,
                                               &luts[q, 0])
     finally:
         free(z)
         free(acc)
+        free(qd)

@@ -11,6 +11,8 @@ import os
 
 import numpy as np
 
+from . import _codec_kernels
+
 __all__ = [
     "as_vectors",
     "normalize_rows",
@@ -61,13 +63,13 @@ def to_float32_rows(arr, name):
     with np.errstate(over="ignore"):  # values beyond float32 become inf: reported below as too large
         out = np.ascontiguousarray(arr, dtype=np.float32)
     if out.size:
-        lo, hi = out.min(), out.max()  # NaN propagates, so one test covers NaN, inf and magnitude
-        if not (lo >= -MAX_ABS_VALUE and hi <= MAX_ABS_VALUE):
+        largest = _codec_kernels.max_abs(out.reshape(-1))  # +inf for NaN too: one test covers NaN, inf, magnitude
+        if not largest <= MAX_ABS_VALUE:
             if not np.isfinite(out).all():
                 if arr.dtype.kind == "f" and not np.isfinite(arr).all():
                     raise ValueError(f"{name} contains NaN or infinite values")
                 raise ValueError(f"{name} contains values too large for float32")
-            raise ValueError(f"{name} contains values of magnitude up to {max(-lo, hi):.3g}; ockstore accepts at "
+            raise ValueError(f"{name} contains values of magnitude up to {largest:.3g}; ockstore accepts at "
                              f"most {MAX_ABS_VALUE:.0e} (squared distances must fit in float32)")
     return out
 

@@ -78,9 +78,10 @@ class QueryTables:
         self.code_size = M * C
         self.quantizer = quantizer
         self.metric = quantizer.metric
-        self.rot_pad = np.ascontiguousarray(tables.rot_pad, dtype=np.float64)          # (P, M*S)
+        # float32 as the model holds them: the table kernel widens each value to float64 (_tables.h).
+        self.rot_pad = np.ascontiguousarray(tables.rot_pad, dtype=np.float32)          # (P, M*S)
+        self.words_t = np.ascontiguousarray(tables.words_t, dtype=np.float32)          # (M, S, C*K)
         self.words = np.ascontiguousarray(tables.words, dtype=np.float64)              # (M, C, K, S)
-        self.words_t = np.ascontiguousarray(tables.words_t, dtype=np.float64)          # (M, S, C*K)
         # ||d[m, k]||^2 in float64, for the classic C = 1 table.
         self.word_sqnorms = np.einsum("mcks,mcks->mck", self.words, self.words).reshape(M, C * K)
         if self.metric != "l2":
@@ -181,8 +182,12 @@ def search_codes(tables, Q, k, codes, ids, *, distance="adc", norms=None, norm_c
     nq = Q.shape[0]
     N = codes.shape[0]
     kk = min(k, N)
-    D = np.full((nq, k), np.inf, dtype=np.float32)
-    rows = np.full((nq, k), -1, dtype=np.int64)
+    if kk == k and nq > 0:  # the kernel writes every entry
+        D = np.empty((nq, k), dtype=np.float32)
+        rows = np.empty((nq, k), dtype=np.int64)
+    else:
+        D = np.full((nq, k), np.inf, dtype=np.float32)
+        rows = np.full((nq, k), -1, dtype=np.int64)
     if nq == 0 or kk == 0:
         return D, rows
     if nq * N < SMALL_SCAN_CODES:
@@ -193,7 +198,7 @@ def search_codes(tables, Q, k, codes, ids, *, distance="adc", norms=None, norm_c
     step = tables.queries_per_batch
     for start in range(0, nq, step):
         stop = min(nq, start + step)
-        luts, qconst = tables.compute(Q[start:stop], distance, n_threads)
+        luts, qconst = tables.compute(Q if stop - start == nq else Q[start:stop], distance, n_threads)
         if kk == k:
             out_d, out_r = D[start:stop], rows[start:stop]  # C-contiguous row slices: the kernel writes in place
         else:
