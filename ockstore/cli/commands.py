@@ -20,14 +20,17 @@ from ockstore.quantizers import METHODS
 from .output import (
     distances_path, fmt_bytes, jsonable, print_info, print_results, write_distances, write_ids,
 )
-from .parser import DEFAULT_CHUNK, QUANTIZER_OPTIONS
+from .parser import DEFAULT_CHUNK, ID_FILES, QUANTIZER_OPTIONS
 from .progress import Progress, progress_enabled, rate_text
 
-__all__ = ["CommandError", "COMMANDS"]
+__all__ = ["CommandError", "COMMANDS", "read_allowed_ids"]
 
 # Queries searched per call when a progress bar is shown: a query gets the same results alone or in a batch, so
 # searching in slices only changes how often the bar moves.
 SEARCH_BATCH = 1024
+
+# Bytes per component of the vectors stored by `build --store-vectors`.
+STORED_VECTOR_BYTES = {"float16": 2, "float32": 4, "uint8": 1}
 
 
 class CommandError(Exception):
@@ -71,6 +74,53 @@ def _check_output(path, what):
         raise CommandError(str(exc)) from None
 
 
+def read_allowed_ids(path):
+    """The ids of ``search --allow``: int64, shape (n,), in file order (duplicates and negative values kept: search
+    ignores ids the index does not hold).
+
+    ``.ivecs``/``.ivecs.gz``: every value of every row (a result file of `ockstore search -o` works; its -1 padding
+    is ignored); ``.npy``: integer ids of shape (N,) or (N, 1) (ockstore.vecfiles.read_ids); any other name: a text
+    file of decimal integers, whitespace separated (one per line), '#' starting a comment.
+    """
+    path = paths.check_input_file(path, "path")  # a missing file is reported as such, whatever its name
+    name = os.path.basename(path).lower()
+    if name.endswith((".ivecs", ".ivecs.gz")):
+        X = vecfiles.read_vecs(path)
+        return np.ascontiguousarray(X, dtype=np.int64).reshape(-1)
+    if name.endswith(".npy"):
+        return vecfiles.read_ids(path)
+    if name.endswith((".fvecs", ".bvecs", ".fvecs.gz", ".bvecs.gz", ".hdf5", ".h5", ".gz")):
+        raise CommandError(f"{path}: not an ids file; --allow reads {ID_FILES}")
+    with open(path, "rb") as f:
+        raw = f.read()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise CommandError(f"{path}: not a text file of integer ids (nor .ivecs or .npy)") from None
+    lines = [line.partition("#")[0] for line in text.splitlines()]
+    tokens = " ".join(lines).split()
+    try:
+        return np.array(tokens, dtype=np.str_).astype(np.int64) if tokens else np.empty(0, dtype=np.int64)
+    except (ValueError, OverflowError):
+        pass
+    for number, line in enumerate(lines, 1):  # find the bad token, to name its line
+        for token in line.split():
+            try:
+                value = int(token, 10)
+            except ValueError:
+                raise CommandError(f"{path}: line {number}: expected an integer id, got {token[:40]!r}") from None
+            if not np.iinfo(np.int64).min <= value <= np.iinfo(np.int64).max:
+                raise CommandError(f"{path}: line {number}: id {token[:40]} is out of the int64 range")
+    raise CommandError(f"{path}: not a text file of integer ids")  # pragma: no cover - numpy refused, int() did not
+
+
+def _check_rerank_vectors(index, args):
+    """--rerank needs vectors stored in the index: say how to get them (the library's message names its API)."""
+    if args.rerank is not None and index.store_vectors is None:
+        raise CommandError(f"{args.index}: the index stores no vectors, --rerank needs them; rebuild it with "
+                           "'ockstore build ... --store-vectors float32' (or float16, uint8)")
+
+
 def _open_index(path):
     """open_index, with a clearer message when the file is a quantizer file (a common slip on the command line)."""
     try:
@@ -109,7 +159,7 @@ def train(args, out):
     if "beam_width" in q.get_params():
         params += f" T={q.beam_width}"
     params += f" K={q.n_codewords}"
-    print(f"trained {type(q).__name__} {params} ({q.bits} bits) on {n:,} vectors of dim {dim} in "
+    print(f"trained {type(q).__name__} {params} ({q.bits} bits, metric {q.metric}) on {n:,} vectors of dim {dim} in "
           f"{t_fit:.1f} s (read {t_read:.1f} s)", file=out)
     print(f"{len(hist) - 1} iterations ({q.stop_reason}); objective (mean squared error): "
           f"{hist[0]:.6g} at init -> {hist[-1]:.6g} final", file=out)
@@ -134,8 +184,8 @@ def build(args, out):
     bar = Progress(total, "build", enabled=show)
     done = 0
     try:
-        with ockstore.IndexWriter(args.output, q, norm_encoding=args.norm_encoding, metadata=meta or None,
-                                  n_threads=args.threads) as writer:
+        with ockstore.IndexWriter(args.output, q, norm_encoding=args.norm_encoding, store_vectors=args.store_vectors,
+                                  metadata=meta or None, n_threads=args.threads) as writer:
             for chunk in chunks:
                 if chunk.shape[1] != q.dim:
                     _check_dim(args.base, "base vectors", chunk.shape[1], q.dim, f"the quantizer of {args.quantizer}")
@@ -158,26 +208,29 @@ def build(args, out):
         info = index.info()
     rate = n / elapsed if elapsed > 0 else float("inf")
     norm = {"u8": " + 1 norm byte", "f32": " + 4 norm bytes"}.get(info["norm_encoding"], "")
-    print(f"wrote {args.output}: {n:,} vectors, {info['method'].upper()} {info['bits']} bits, "
-          f"{info['bytes_per_vector']} bytes/vector ({info['M'] * info['C']} code bytes{norm}), "
-          f"{fmt_bytes(size)}, {elapsed:.1f} s ({rate_text(rate)} vectors/s)", file=out)
+    stored = info.get("store_vectors")
+    vectors = (f" + {info['P'] * STORED_VECTOR_BYTES[stored]} bytes/vector of stored {stored} vectors"
+               if stored else "")
+    print(f"wrote {args.output}: {n:,} vectors, {info['method'].upper()} {info['bits']} bits, metric "
+          f"{info['metric']}, {info['bytes_per_vector']} bytes/vector ({info['M'] * info['C']} code bytes{norm})"
+          f"{vectors}, {fmt_bytes(size)}, {elapsed:.1f} s ({rate_text(rate)} vectors/s)", file=out)
     return 0
 
 
-def _search_all(index, Q, k, distance, threads, show, label="search"):
+def _search_all(index, Q, k, distance, threads, show, label="search", rerank=None, allow=None):
     """Search every query, in slices of SEARCH_BATCH when a progress bar is shown; returns (D, I, seconds)."""
     nq = Q.shape[0]
+    options = {"distance": distance, "rerank": rerank, "allow": allow, "n_threads": threads}
     t0 = time.perf_counter()
     if not show or nq <= SEARCH_BATCH:
-        D, I = index.search(Q, k, distance=distance, n_threads=threads)
+        D, I = index.search(Q, k, **options)
         return D, I, time.perf_counter() - t0
     D = np.empty((nq, k), dtype=np.float32)
     I = np.empty((nq, k), dtype=np.int64)
     bar = Progress(nq, label, unit="queries", enabled=True)
     try:
         for s in range(0, nq, SEARCH_BATCH):
-            D[s:s + SEARCH_BATCH], I[s:s + SEARCH_BATCH] = index.search(Q[s:s + SEARCH_BATCH], k,
-                                                                        distance=distance, n_threads=threads)
+            D[s:s + SEARCH_BATCH], I[s:s + SEARCH_BATCH] = index.search(Q[s:s + SEARCH_BATCH], k, **options)
             bar.update(min(SEARCH_BATCH, nq - s))
     except BaseException:
         bar.abort()
@@ -198,11 +251,15 @@ def search(args, out):
     if args.output is not None:
         _check_output(args.output, "-o/--output")
     with _open_index(args.index) as index:
+        _check_rerank_vectors(index, args)
+        metric = index.metric
         Q = _load_queries(args, index, args.queries)
-        D, I, elapsed = _search_all(index, Q, args.k, args.distance, args.threads, progress_enabled(args))
+        allow = read_allowed_ids(args.allow) if args.allow is not None else None
+        D, I, elapsed = _search_all(index, Q, args.k, args.distance, args.threads, progress_enabled(args),
+                                    rerank=args.rerank, allow=allow)
     nq = Q.shape[0]
     if args.output is None:
-        print_results(out, D, I)
+        print_results(out, D, I, metric=metric)
         return 0
     write_ids(args.output, I)
     written = [args.output]
@@ -211,8 +268,11 @@ def search(args, out):
         write_distances(dpath, D)
         written.append(dpath)
     ms = 1000.0 * elapsed / nq if nq else 0.0
-    print(f"searched {nq:,} queries, k={args.k}, {args.distance} in {elapsed:.2f} s ({ms:.3f} ms/query); wrote "
-          + " and ".join(written), file=out)
+    how = args.distance + (f", rerank {args.rerank}" if args.rerank is not None else "")
+    if allow is not None:
+        how += f", {len(allow):,} allowed ids"
+    print(f"searched {nq:,} queries, k={args.k}, {how}, metric {metric} in {elapsed:.2f} s ({ms:.3f} ms/query); "
+          "wrote " + " and ".join(written), file=out)
     return 0
 
 
@@ -248,6 +308,11 @@ def verify(args, out):
 def evaluate(args, out):
     with _open_index(args.index) as index:
         info = index.info()
+        if args.base is not None and info["metric"] != "l2":
+            # The mean overall ratio is a ratio of Euclidean distances: meaningless for an index ranked by scores.
+            args.subparser.error(f"argument --base: the mean overall ratio is an l2 measure, but {args.index} has "
+                                 f"metric {info['metric']}; leave out --base")
+        _check_rerank_vectors(index, args)
         Q = _load_queries(args, index, args.queries)
         gt = _read_vectors(args.groundtruth, "ground truth", args.limit)
         if gt.dtype.kind not in "iu":
@@ -264,10 +329,11 @@ def evaluate(args, out):
             if base.shape[0] != info["N"]:
                 raise CommandError(f"{args.base}: {base.shape[0]:,} base vectors, but the index holds "
                                    f"{info['N']:,}: the mean overall ratio needs the base the index was built from")
-        D, I, elapsed = _search_all(index, Q, args.k, args.distance, args.threads, progress_enabled(args))
+        D, I, elapsed = _search_all(index, Q, args.k, args.distance, args.threads, progress_enabled(args),
+                                    rerank=args.rerank)
     nq = Q.shape[0]
-    result = {"index": args.index, "method": info["method"], "bits": info["bits"], "N": info["N"], "queries": nq,
-              "k": args.k, "distance": args.distance}
+    result = {"index": args.index, "method": info["method"], "metric": info["metric"], "bits": info["bits"],
+              "N": info["N"], "queries": nq, "k": args.k, "distance": args.distance, "rerank": args.rerank}
     for r in args.recalls:
         result[f"recall@{r}"] = evaluation.recall_at_r(I, gt, r)
     if base is not None:
@@ -284,8 +350,10 @@ def evaluate(args, out):
     if args.json:
         print(json.dumps(result, indent=2), file=out)
         return 0
-    print(f"index:    {args.index} ({info['method'].upper()}, {info['bits']} bits, {info['N']:,} vectors)", file=out)
-    print(f"queries:  {nq:,} from {args.queries}, k={args.k}, {args.distance}", file=out)
+    print(f"index:    {args.index} ({info['method'].upper()}, {info['bits']} bits, metric {info['metric']}, "
+          f"{info['N']:,} vectors)", file=out)
+    rerank = f", rerank {args.rerank}" if args.rerank is not None else ", no rerank"
+    print(f"queries:  {nq:,} from {args.queries}, k={args.k}, {args.distance}{rerank}", file=out)
     width = max(len(f"recall@{r}") for r in args.recalls)
     width = max(width, len("ms/query"), len("MOR@10") if base is not None else 0)
     for r in args.recalls:

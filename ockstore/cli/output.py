@@ -14,8 +14,13 @@ __all__ = ["print_results", "print_info", "jsonable", "output_kind", "distances_
            "one_line", "fmt_bytes"]
 
 
-def print_results(out, D, I, per_line=5):
-    """A few readable lines per query: rank, id and squared distance, ``per_line`` results a line."""
+# What the values of a search are, by the index's metric (the heading of printed results).
+VALUE_NAMES = {"l2": "squared distance", "ip": "inner product", "cosine": "cosine similarity"}
+
+
+def print_results(out, D, I, per_line=5, metric="l2"):
+    """A few readable lines per query: rank, id and the value of ``metric`` (squared distance, inner product or
+    cosine similarity), ``per_line`` results a line. Padding past the last result shows as inf (l2) or -inf."""
     k = I.shape[1]
     id_w = max(2, len(str(int(I.max()))) if I.size else 2)
     rank_w = len(str(k))
@@ -23,10 +28,11 @@ def print_results(out, D, I, per_line=5):
         cells = []
         for j in range(k):
             d = float(D[qi, j])
-            dist = f"{d:.6g}" if np.isfinite(d) else "inf"
+            dist = f"{d:.6g}" if np.isfinite(d) else ("-inf" if d < 0 else "inf")
             cells.append(f"{j + 1:>{rank_w}}. {int(I[qi, j]):>{id_w}} ({dist})")
         width = max(len(c) for c in cells)
-        print(f"query {qi}:  rank. id (squared distance)" if qi == 0 else f"query {qi}:", file=out)
+        print(f"query {qi}:  rank. id ({VALUE_NAMES.get(metric, 'distance')})" if qi == 0 else f"query {qi}:",
+              file=out)
         for s in range(0, k, per_line):
             print("  " + "   ".join(c.ljust(width) for c in cells[s:s + per_line]).rstrip(), file=out)
 
@@ -49,6 +55,8 @@ def print_info(out, info):
 
 
 def _scalar(v):
+    if v is None:  # e.g. store_vectors of an index that stores none (JSON keeps null)
+        return "none"
     if isinstance(v, (bytes, bytearray)):
         return f"<{len(v)} bytes>"
     if isinstance(v, (list, tuple, dict)):

@@ -18,12 +18,19 @@ from ockstore.quantizers import METHODS, PARAMETERS
 
 from . import output
 
-__all__ = ["build_parser", "check_args", "PROG", "VECTOR_FILES", "QUANTIZER_OPTIONS", "DEFAULT_CHUNK"]
+__all__ = ["build_parser", "check_args", "PROG", "VECTOR_FILES", "ID_FILES", "QUANTIZER_OPTIONS", "DEFAULT_CHUNK",
+           "STORE_VECTORS"]
 
 PROG = "ockstore"
 
 # Vector and id files the command reads (the extensions ockstore.vecfiles understands).
 VECTOR_FILES = ".fvecs, .bvecs, .ivecs (each optionally .gz) or .npy"
+
+# Files of ids to allow (`search --allow`; read by commands.read_allowed_ids).
+ID_FILES = ".ivecs or .ivecs.gz (every value), an integer .npy of shape (N,) or (N, 1), or a text file of integers"
+
+# How `build --store-vectors` keeps the vectors for exact re-ranking (the store_vectors of ockstore.IndexWriter).
+STORE_VECTORS = ("float16", "float32", "uint8")
 
 # Default rows per step when reading a base file (memory bounded by the chunk, not by N).
 DEFAULT_CHUNK = 100_000
@@ -32,7 +39,7 @@ DEFAULT_CHUNK = 100_000
 # it sets). The command passes exactly the options given; the class's own defaults apply to the others.
 QUANTIZER_OPTIONS = {"codebooks": ("--codebooks/-C", "n_codebooks"), "beam": ("--beam/-T", "beam_width"),
                      "codewords": ("--codewords/-K", "n_codewords"), "iterations": ("--iterations", "n_iter"),
-                     "tol": ("--tol", "tol"), "seed": ("--seed", "seed")}
+                     "tol": ("--tol", "tol"), "seed": ("--seed", "seed"), "metric": ("--metric", "metric")}
 
 
 class _Formatter(argparse.RawDescriptionHelpFormatter):
@@ -108,6 +115,13 @@ def _add_metadata(p):
                    help="user metadata stored in the file (strings)")
 
 
+def _add_rerank(p):
+    p.add_argument("--rerank", type=_positive, default=None, metavar="R",
+                   help="keep R >= K candidates per query from the codes, then return the best K by their exact "
+                        "distances (or scores) from the vectors stored in the index (built with --store-vectors) "
+                        "(e.g. -k 10 --rerank 100)")
+
+
 def _add_progress(p):
     g = p.add_mutually_exclusive_group()
     g.add_argument("-q", "--quiet", action="store_true",
@@ -149,6 +163,8 @@ examples:
   ockstore train sift_learn.bvecs.gz -o sift.ockq --method ockm --subspaces 4 --codebooks 2 --beam 10
   # 64-bit PQ codes on the first 50,000 learn vectors
   ockstore train sift_learn.bvecs.gz -o pq.ockq --method pq --subspaces 8 --limit 50000
+  # an index ranked by cosine similarity (every vector is normalised to unit length first)
+  ockstore train learn.npy -o cos.ockq --method ockm --subspaces 8 --metric cosine
 
 Code size: M*C bytes per vector (C = 1 for pq and ckm). Default iterations: """ + _defaults("n_iter") + ".",
     )
@@ -168,6 +184,9 @@ Code size: M*C bytes per vector (C = 1 for pq and ckm). Default iterations: """ 
     p.add_argument("--tol", type=_param_type("tol", float), default=None,
                    help="stop when an iteration lowers the objective by less than this fraction (default 1e-4)")
     p.add_argument("--seed", type=_param_type("seed"), default=None, help="random seed (default 0)")
+    p.add_argument("--metric", choices=PARAMETERS["metric"].choices, default=None,
+                   help="what searches rank by: l2, squared L2 distance, ascending (the default); ip, inner product, "
+                        "or cosine, cosine similarity, both descending (e.g. --metric ip)")
     p.add_argument("--limit", type=_positive, default=None, metavar="N", help="train on the first N vectors only")
     _add_metadata(p)
     p.add_argument("-v", "--verbose", action="store_true", help="print the objective of every iteration on stderr")
@@ -183,7 +202,9 @@ Code size: M*C bytes per vector (C = 1 for pq and ckm). Default iterations: """ 
         epilog="""\
 examples:
   ockstore build sift.ockq sift_base.bvecs.gz -o sift.ock
-  ockstore build sift.ockq base.npy -o base.ock --ids base_ids.npy --norm-encoding f32 --metadata source=photos""",
+  ockstore build sift.ockq base.npy -o base.ock --ids base_ids.npy --norm-encoding f32 --metadata source=photos
+  # keep the vectors too (1 byte per component), for 'ockstore search --rerank'
+  ockstore build sift.ockq sift_base.bvecs.gz -o sift.ock --store-vectors uint8""",
     )
     p.add_argument("quantizer", metavar="QUANTIZER_FILE", help="a quantizer file (ockstore train) or an index file")
     p.add_argument("base", metavar="BASE_FILE", help=f"the vectors to index ({VECTOR_FILES})")
@@ -191,6 +212,10 @@ examples:
     p.add_argument("--norm-encoding", choices=("u8", "f32"), default=None,
                    help="how the norm term of C >= 2 codes is stored: one byte (u8, the default) or float32 (f32); "
                         "not used by pq and ckm")
+    p.add_argument("--store-vectors", choices=STORE_VECTORS, default=None,
+                   help="also store the vectors themselves, for exact re-ranking (search and eval --rerank): "
+                        "float16, float32, or uint8 (only for integer components 0..255, e.g. .bvecs); default: "
+                        "not stored (e.g. --store-vectors float16)")
     p.add_argument("--ids", default=None, metavar="IDS_FILE",
                    help="one non-negative integer id per base vector, in base order (.ivecs with dimension 1, or an "
                         "integer .npy of shape (N,) or (N, 1)); default: 0..N-1")
@@ -212,7 +237,11 @@ examples:
   ockstore search sift.ock sift_query.bvecs.gz -k 10 --limit 3
   ockstore search sift.ock sift_query.bvecs.gz -k 100 -o neighbours.ivecs --distances   # + neighbours.dist.fvecs
   ockstore search sift.ock queries.npy -k 100 --distance sdc -o neighbours.npy           # + neighbours.dist.npy
-Distances are squared L2 (ADC: from the query to each reconstruction; SDC: between reconstructions).""",
+  ockstore search sift.ock sift_query.bvecs.gz -k 10 --rerank 100     # index built with --store-vectors
+  ockstore search sift.ock sift_query.bvecs.gz -k 10 --allow in_stock.txt              # one id per line
+Distances follow the index's metric (ockstore info): squared L2 for l2 (ascending), inner products for ip and cosine
+similarities for cosine (descending). ADC: from the query to each reconstruction; SDC: between reconstructions; with
+--rerank: exact, from the stored vectors.""",
     )
     p.add_argument("index", metavar="INDEX_FILE")
     p.add_argument("queries", metavar="QUERY_FILE", help=f"query vectors ({VECTOR_FILES})")
@@ -223,6 +252,10 @@ Distances are squared L2 (ADC: from the query to each reconstruction; SDC: betwe
     p.add_argument("--distances", action="store_true",
                    help="with -o, also write the distances beside it: OUT's stem + .dist.fvecs (or .dist.npy)")
     p.add_argument("--limit", type=_positive, default=None, metavar="N", help="search the first N queries only")
+    _add_rerank(p)
+    p.add_argument("--allow", default=None, metavar="IDS_FILE",
+                   help="search only the vectors with these ids; ids the index does not hold are ignored. "
+                        f"IDS_FILE: {ID_FILES} (one per line; '#' starts a comment) (e.g. --allow in_stock.txt)")
     _add_threads(p)
     _add_progress(p)
     p.set_defaults(subparser=p)
@@ -258,14 +291,17 @@ example:
         "eval", formatter_class=_Formatter, help="measure recall (and mean overall ratio) against ground truth",
         description=_wrap("Search INDEX_FILE with the queries of QUERY_FILE and compare with the exact neighbours of "
                     "GROUNDTRUTH_FILE (.ivecs: row i holds the base row numbers of query i's neighbours, nearest "
-                    "first). recall@R is the fraction of queries whose true nearest neighbour is among the first R "
-                    "results. With --base, also the mean overall ratio at 10 (1.0 is perfect). The index's ids must "
-                    "be base row numbers (indexes built without --ids)."),
+                    "first; for an ip or cosine index, the best by that metric). recall@R is the fraction of "
+                    "queries whose true nearest neighbour is among the first R results. With --base, also the mean "
+                    "overall ratio at 10 (1.0 is perfect; l2 indexes only). With --rerank, the K results are the "
+                    "best of R candidates re-ranked exactly. The index's ids must be base row numbers (indexes built "
+                    "without --ids)."),
         epilog="""\
 examples:
   ockstore eval sift.ock sift_query.bvecs.gz sift_groundtruth.ivecs.gz
   ockstore eval sift.ock sift_query.bvecs.gz sift_groundtruth.ivecs.gz --recalls 1 10 100 1000 -k 1000 \\
-      --distance sdc --base sift_base.bvecs.gz""",
+      --distance sdc --base sift_base.bvecs.gz
+  ockstore eval sift.ock sift_query.bvecs.gz sift_groundtruth.ivecs.gz -k 10 --rerank 100 --json""",
     )
     p.add_argument("index", metavar="INDEX_FILE")
     p.add_argument("queries", metavar="QUERY_FILE")
@@ -275,8 +311,10 @@ examples:
                    help="the R of recall@R, each <= K (default: 1 10 100, those <= K)")
     p.add_argument("--distance", choices=("adc", "sdc"), default="adc", help="adc (default) or sdc")
     p.add_argument("--base", default=None, metavar="BASE_FILE",
-                   help="the base vectors the index was built from, for the mean overall ratio at 10 (needs K >= 10)")
+                   help="the base vectors the index was built from, for the mean overall ratio at 10 (needs K >= 10; "
+                        "l2 indexes only)")
     p.add_argument("--limit", type=_positive, default=None, metavar="N", help="use the first N queries only")
+    _add_rerank(p)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of aligned lines")
     _add_threads(p)
     _add_progress(p)
@@ -301,6 +339,7 @@ def check_args(args):
             sub.error(f"argument -o/--output: {args.output!r} must end in .ivecs, .ivecs.gz or .npy")
         if args.distances and args.output is None:
             sub.error("argument --distances: needs -o/--output (distances are written beside the ids)")
+        _check_rerank(sub, args)
     elif args.command == "eval":
         if args.recalls is None:
             args.recalls = [r for r in (1, 10, 100) if r <= args.k] or [args.k]
@@ -309,6 +348,13 @@ def check_args(args):
             sub.error(f"argument --recalls: {too_big[0]} is larger than -k {args.k}")
         if args.base is not None and args.k < 10:
             sub.error(f"argument --base: the mean overall ratio at 10 needs -k >= 10, got -k {args.k}")
+        _check_rerank(sub, args)
+
+
+def _check_rerank(sub, args):
+    if args.rerank is not None and args.rerank < args.k:
+        sub.error(f"argument --rerank: {args.rerank} is smaller than -k {args.k} (the best K of R candidates are "
+                  "returned: R must be >= K)")
 
 
 def _check_metadata(sub, items):
