@@ -29,7 +29,7 @@ collection as the writer and ships ``collection.segment_spec`` (a picklable Segm
 stored vectors) to its workers with disjoint id ranges (from ``collection.next_id``); each worker calls
 ``write_pending_segment(folder, spec, X, ids)`` (or streams chunks through a ``SegmentWriter``), which writes a hidden
 ``.pending.<hex>.ock`` file into the folder and returns a PendingSegment (path, rows, id range); a retried task just
-writes another one. The client then calls ``collection._commit_segments(pendings, merge=False)``: every pending file
+writes another one. The client then calls ``collection.commit_segments(pendings, merge=False)``: every pending file
 is checked (same quantizer, encodings, ids unique and not live) and all become segments in ONE commit, or none does.
 Files of failed tasks are unreferenced and removed by ``vacuum()`` (which must not run while workers are still
 writing). Searching per worker: each worker opens the folder with ``open_collection(folder, "r")`` at a generation,

@@ -350,7 +350,7 @@ class Collection:
                                   "two segments")
 
     # ------------------------------------------------------------------------------------------ distributed builds
-    def _commit_segments(self, pending, *, operation="commit", merge=True):
+    def commit_segments(self, pending, *, operation="commit", merge=True):
         """Make pending segments (written by ``write_pending_segment``, e.g. by the workers of a distributed build)
         part of the collection in one commit.
 
@@ -359,7 +359,7 @@ class Collection:
         error nothing is committed (the pending files stay, for the caller to retry or remove). With ``merge`` the
         size-tiered policy runs as after any add; without it every pending file becomes one segment as written.
         """
-        self._check_writer("_commit_segments")
+        self._check_writer("commit_segments")
         pending = list(pending)
         all_ids = []
         for p in pending:
@@ -382,7 +382,8 @@ class Collection:
         ids = self._check_new_ids(ids, ids.size)
         live, _ = self._snap.find_live(ids)
         if live.any():
-            raise ValueError(f"pending: id {int(ids[np.argmax(live)])} is already in the collection")
+            raise ValueError(f"ids: id {int(ids[np.argmax(live)])} is already in the collection (use upsert to replace "
+                             "it)")
         if pending:
             self._apply(operation=operation, pending=pending, next_id=self._next_id_after(ids), merge=merge)
 

@@ -190,7 +190,7 @@ class SegmentView:
 @dataclass(frozen=True)
 class PendingSegment:
     """A segment file written into a collection folder under a hidden name (``.pending.<hex>.ock``), not yet part
-    of any generation: ``Collection._commit_segments`` makes a list of them visible in one commit."""
+    of any generation: ``Collection.commit_segments`` makes a list of them visible in one commit."""
 
     path: str
     rows: int
