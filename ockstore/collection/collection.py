@@ -181,7 +181,7 @@ class Collection:
         """A plain dict: kind ("collection"), path, mode, generation, N (live vectors), rows (stored, deleted ones
         included), deleted, segments (their number), next_id, the quantizer's P, method, metric, M, C, K, T, bits,
         norm_encoding, store_vectors, bytes_per_vector, merge_factor, metadata, problems (why newer manifests were
-        skipped, if any) and segment_files (file, rows, deleted, min_id, max_id of each segment)."""
+        skipped, if any) and segment_files (file, rows, deleted, deletions, min_id, max_id of each segment)."""
         self._check_open()
         snap = self._snap
         m, q = snap.manifest, snap.spec.quantizer
@@ -192,8 +192,8 @@ class Collection:
             "bytes_per_vector": int(q.code_size) + {"f32": 4, "u8": 1, "none": 0}[m.norm_encoding],
             "merge_factor": m.merge_factor, "metadata": storage.canonical_metadata(snap.user),
             "problems": list(snap.problems),
-            "segment_files": [{"file": s.file, "rows": s.rows, "deleted": s.deleted, "min_id": s.min_id,
-                               "max_id": s.max_id} for s in m.segments],
+            "segment_files": [{"file": s.file, "rows": s.rows, "deleted": s.deleted, "deletions": s.deletions,
+                               "min_id": s.min_id, "max_id": s.max_id} for s in m.segments],
         }
 
     # ------------------------------------------------------------------------------------------------------ search
