@@ -405,18 +405,21 @@ class Collection:
         return max(self._snap.manifest.next_id, int(ids.max()) + 1) if ids.size else self._snap.manifest.next_id
 
     def _write(self, X, ids, operation, n_threads):
-        """Encode X with ids into a pending segment, then commit it (deleting the live ids first for upsert)."""
+        """Encode X with ids into the first segment of the next generation (written under its final name: nothing
+        references it before the commit), then commit it (deleting the live ids first for upsert)."""
         snap = self._snap
-        pending = write_pending_segment(self._folder, snap.spec, X, ids, n_threads=n_threads)
+        pending = write_pending_segment(self._folder, snap.spec, X, ids, n_threads=n_threads,
+                                        _name=names.segment_name(self._next_generation, 0))
         try:
             deletes = None
             if operation == "upsert":
                 _, found = snap.find_live(ids)
                 deletes = {number: ids[hit] for number, hit, _rows in found}
             self._apply(operation=operation, pending=[pending], deletes=deletes, next_id=self._next_id_after(ids))
-        finally:
-            if os.path.exists(pending.path):  # not renamed: the commit failed before
-                os.unlink(pending.path)
+        except BaseException:
+            if not os.path.exists(os.path.join(self._folder, names.manifest_name(_generation_of(pending)))):
+                _remove_file(pending.path)  # not committed
+            raise
 
     def _apply(self, **changes):
         """One commit of the next generation; then the files of the generation before last are removed."""
@@ -438,6 +441,18 @@ class Collection:
         self._snap = new
         if dropped is not None:
             _commit.remove_generation(self._folder, dropped, [new.manifest, self._previous])
+
+
+def _generation_of(pending):
+    """The generation whose commit a segment written under its final name (segment.<G>.0.ock) belongs to."""
+    return int(os.path.basename(pending.path).split(".")[1])
+
+
+def _remove_file(path):
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 # ==================================================================================================================

@@ -4,10 +4,10 @@ A commit of generation G, in this order:
 
 1. new deletion files ``deletions.<G>.<i>.ock`` (each the whole sorted set of a segment's deleted ids), written
    atomically; a segment whose every row is deleted is dropped instead;
-2. pending segments renamed to ``segment.<G>.<i>.ock``;
+2. pending segments renamed to ``segment.<G>.<i>.ock`` (the collection's own adds write theirs under that name);
 3. the merges of the size-tiered policy (or of ``compact``), each a new ``segment.<G>.<i>.ock`` holding the live
    rows of the merged segments, copied;
-4. the folder fsynced, then ``manifest.<G>`` written atomically (temporary sibling, fsync, rename, folder fsync):
+4. the folder fsynced (after renames), then ``manifest.<G>`` written atomically (temporary sibling, fsync, rename, folder fsync):
    the rename is the commit point. Every file the manifest references is durable before it.
 
 A crash anywhere before the rename leaves generation G - 1 (or whichever was newest) intact and readable; the files of
@@ -98,9 +98,12 @@ def commit(snapshot, generation, *, operation, pending=(), deletes=None, compact
                 view = SegmentView(view.segment, SegmentEntry(entry.file, entry.rows, entry.min_id, entry.max_id,
                                                               file, int(deleted.size)), deleted)
             views.append(view)
+        renamed = False
         for p in pending:
             file = new_name("segment")
-            os.replace(p.path, os.path.join(folder, file))
+            if p.path != os.path.join(folder, file):  # a pending file (the collection's own adds write the final name)
+                os.replace(p.path, os.path.join(folder, file))
+                renamed = True
             written.append(file)
             entry = SegmentEntry(file, p.rows, p.min_id, p.max_id)
             views.append(SegmentView(open_segment(entry), entry, np.empty(0, dtype=np.int64)))
@@ -122,7 +125,7 @@ def commit(snapshot, generation, *, operation, pending=(), deletes=None, compact
             members.update(group)
         views = [merged_at[i] if i in merged_at else v for i, v in enumerate(views) if i not in members or i in merged_at]
         views = [v for v in views if v is not None]
-        if written:
+        if renamed:
             _atomic.fsync_folder(folder)  # the renames of pending segments (files written atomically are synced)
         manifest = Manifest(generation, old.quantizer, old.norm_encoding, old.store_vectors,
                             old.next_id if next_id is None else next_id, old.merge_factor, old.max_merge_rows,

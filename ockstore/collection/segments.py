@@ -18,14 +18,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import storage
-from .._encoding import BUILD_CHUNK
-from .._validation import as_ids, as_vectors
+from .._encoding import BUILD_CHUNK, encode_rows, vectors_for_storage
+from .._validation import as_ids, as_vectors, resolve_n_threads
 from ..indexfile.reader import open_index
 from ..indexfile.writer import IndexWriter
 from . import names
 
 __all__ = ["SegmentSpec", "IdIndex", "Segment", "SegmentView", "PendingSegment", "SegmentWriter",
            "write_pending_segment", "copy_live_rows", "COPY_ROWS"]
+
+# Chunks of at most this many rows are encoded on one thread (as the codec's own SMALL_ENCODE_ROWS).
+SMALL_CHUNK_ROWS = 256
 
 # Rows copied per step when merging segments: bounds the temporaries of a merge (codes, norms, ids and stored
 # vectors of this many rows) whatever the size of the segments.
@@ -206,22 +209,35 @@ class SegmentWriter:
     file is removed).
     """
 
-    def __init__(self, folder, spec, *, n_threads=None):
-        self.path = os.path.join(folder, names.pending_name())
+    def __init__(self, folder, spec, *, n_threads=None, _name=None):
+        # _name: the collection's own adds write their segment under its final name (saves a rename and an fsync)
+        self.path = os.path.join(folder, names.pending_name() if _name is None else _name)
+        self._spec = spec
+        self._threads = resolve_n_threads(n_threads)
         self._writer = IndexWriter(self.path, spec.quantizer, norm_encoding=spec.norm_encoding,
-                                   store_vectors=spec.store_vectors, n_threads=n_threads)
-        self._dim = spec.quantizer.dim
+                                   store_vectors=spec.store_vectors, n_threads=1)
         self.rows = 0
         self.min_id = None
         self.max_id = None
 
     def add(self, X, ids):
-        """Encode and append ``X`` (n, P) with ``ids`` (n,) (checked: integers >= 0)."""
-        X, _ = as_vectors(X, "X", self._dim, convert=False)
+        """Encode and append ``X`` (n, P) with ``ids`` (n,) (checked: integers >= 0). A chunk that is refused
+        (ValueError, TypeError) leaves the writer as it was."""
+        spec = self._spec
+        X, _ = as_vectors(X, "X", spec.quantizer.dim, convert=False)
         ids = as_ids(ids, "ids", n=X.shape[0])
+        # Encoded here with the collection's quantizer, whose tables are built once, not by the IndexWriter (its own
+        # copy of the model would build them again for every segment: most of the cost of a one-row add).
         for start in range(0, max(X.shape[0], 1), BUILD_CHUNK):  # once with zero rows: declares the ids section
             stop = min(X.shape[0], start + BUILD_CHUNK)
-            self._writer._add(X[start:stop], ids[start:stop], start)
+            vectors = None
+            if spec.store_vectors is not None:  # checked before encoding: a refused value costs no encoding
+                vectors = vectors_for_storage(X[start:stop], spec.store_vectors, "X", start)
+            # A few rows run on one thread: waking others costs more than encoding them (code_sqnorms has no such
+            # guard; the results do not depend on the threads).
+            threads = 1 if stop - start <= SMALL_CHUNK_ROWS else self._threads
+            codes, norms = encode_rows(spec.quantizer, X[start:stop], spec.norm_encoding, threads, start)
+            self._writer._append(codes, norms, ids[start:stop], vectors)
         if ids.size:
             low, high = int(ids.min()), int(ids.max())
             self.min_id = low if self.min_id is None else min(self.min_id, low)
@@ -250,10 +266,10 @@ class SegmentWriter:
         return False
 
 
-def write_pending_segment(folder, spec, X, ids, *, n_threads=None):
+def write_pending_segment(folder, spec, X, ids, *, n_threads=None, _name=None):
     """Encode ``X`` with ``ids`` into a new pending segment of the collection folder ``folder``; returns its
     PendingSegment. For a distributed build: each worker calls this, the client commits them all at once."""
-    with SegmentWriter(folder, spec, n_threads=n_threads) as writer:
+    with SegmentWriter(folder, spec, n_threads=n_threads, _name=_name) as writer:
         writer.add(X, ids)
         return writer.close()
 
