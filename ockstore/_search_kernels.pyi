@@ -12,7 +12,7 @@ I64 = npt.NDArray[np.int64]
 
 def adc_scan(
     codes: U8, luts: F32, qconst: F32, norms_f32: F32, norm_codes: U8, norm_levels: F32, ids: I64,
-    allow: U64, table_stride: int, out_dist: F32, out_rows: I64, n_threads: int,
+    allow: U64, table_stride: int, out_dist: F32, out_rows: I64, n_threads: int, bound: F32 | None = None,
 ) -> None: ...
 
 def make_tables(

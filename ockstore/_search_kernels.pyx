@@ -84,10 +84,11 @@ cdef inline void _consider(float *hd, int64_t *hr, int k, float d, const int64_t
         _heap_push(hd, hr, k, d, row, ids)
 
 
-cdef void _heap_init(float *hd, int64_t *hr, int k) noexcept nogil:
+cdef void _heap_init(float *hd, int64_t *hr, int k, float bound) noexcept nogil:
+    """k empty slots (bound, row -1): only a code at a distance below `bound` enters (INFINITY: any real code)."""
     cdef int j
     for j in range(k):
-        hd[j] = INFINITY
+        hd[j] = bound
         hr[j] = -1
 
 
@@ -181,6 +182,7 @@ cdef struct QueryBatch:
     const float *qconst         # (nq,)
     int nq
     int k
+    const float *bound          # (nq,) or NULL: only codes below bound[q] may enter the results of query q
     float *out_dist             # (nq, k)
     int64_t *out_rows           # (nq, k): row numbers of the results (-1 for padding)
 
@@ -288,6 +290,10 @@ cdef inline void _scan_query(const CodeBase *base, const QueryBatch *batch, int 
                     norm_terms, base.ids, start, stop, hd, hi, batch.k)
 
 
+cdef inline float _bound(const QueryBatch *batch, int q) noexcept nogil:
+    return batch.bound[q] if batch.bound != NULL else INFINITY
+
+
 cdef void _scan_group(const CodeBase *base, const QueryBatch *batch, int q0, int q1, float *norm_buf, float *hd,
                       int64_t *hi) noexcept nogil:
     """Queries q0..q1-1, every block of codes in turn, each block scanned by all of them while it is in cache; the
@@ -297,7 +303,7 @@ cdef void _scan_group(const CodeBase *base, const QueryBatch *batch, int q0, int
     cdef Py_ssize_t start, stop
     cdef const float *norm_terms
     for q in range(q1 - q0):
-        _heap_init(hd + <size_t>q * k, hi + <size_t>q * k, k)
+        _heap_init(hd + <size_t>q * k, hi + <size_t>q * k, k, _bound(batch, q0 + q))
     start = 0
     while start < base.N:
         stop = _block_stop(base, start)
@@ -331,7 +337,8 @@ cdef void _scan_by_query_groups(const CodeBase *base, const QueryBatch *batch, i
 
 
 cdef void _merge_heaps(const float *heap_d, const int64_t *heap_i, int n_heaps, Py_ssize_t stride, int k,
-                       const int64_t *ids, float *merged_d, int64_t *merged_i, float *out_d, int64_t *out_i) noexcept nogil:
+                       const int64_t *ids, float bound, float *merged_d, int64_t *merged_i, float *out_d,
+                       int64_t *out_i) noexcept nogil:
     """The k best pairs of n_heaps heaps (heap t at t * stride), sorted into out; merged_d/merged_i (k,) is scratch.
 
     Each heap holds the k best of its own codes, so the k best of all are among them (the k best of a union do not
@@ -340,12 +347,12 @@ cdef void _merge_heaps(const float *heap_d, const int64_t *heap_i, int n_heaps, 
     cdef int t, j
     cdef const float *hd
     cdef const int64_t *hi
-    _heap_init(merged_d, merged_i, k)
+    _heap_init(merged_d, merged_i, k, bound)
     for t in range(n_heaps):
         hd = heap_d + t * stride
         hi = heap_i + t * stride
         for j in range(k):
-            if hd[j] < INFINITY:  # empty slots are (inf, -1)
+            if hi[j] >= 0:  # empty slots are (bound, -1)
                 _heap_push(merged_d, merged_i, k, hd[j], hi[j], ids)
     _heap_sort_into(merged_d, merged_i, k, ids, out_d, out_i)
 
@@ -363,7 +370,8 @@ cdef void _scan_by_code_blocks(const CodeBase *base, const QueryBatch *batch, in
     cdef int64_t *hi
     for q in range(batch.nq):
         for t in range(n_threads):
-            _heap_init(scratch.heap_d + t * scratch.heap_stride, scratch.heap_i + t * scratch.heap_stride, k)
+            _heap_init(scratch.heap_d + t * scratch.heap_stride, scratch.heap_i + t * scratch.heap_stride, k,
+                       _bound(batch, q))
         with parallel(num_threads=n_threads):
             tid = threadid()
             norm_buf = scratch.norm_terms + tid * scratch.norm_stride if scratch.norm_terms != NULL else NULL
@@ -373,8 +381,9 @@ cdef void _scan_by_code_blocks(const CodeBase *base, const QueryBatch *batch, in
                 start = b * SCAN_BLOCK
                 stop = _block_stop(base, start)
                 _scan_query(base, batch, q, start, stop, _block_norm_terms(base, start, stop, norm_buf), hd, hi)
-        _merge_heaps(scratch.heap_d, scratch.heap_i, n_threads, scratch.heap_stride, k, base.ids, scratch.merged_d,
-                     scratch.merged_i, batch.out_dist + <size_t>q * k, batch.out_rows + <size_t>q * k)
+        _merge_heaps(scratch.heap_d, scratch.heap_i, n_threads, scratch.heap_stride, k, base.ids, _bound(batch, q),
+                     scratch.merged_d, scratch.merged_i, batch.out_dist + <size_t>q * k,
+                     batch.out_rows + <size_t>q * k)
 
 
 def adc_scan(const uint8_t[:, ::1] codes,        # IN (N, W)
@@ -389,7 +398,11 @@ def adc_scan(const uint8_t[:, ::1] codes,        # IN (N, W)
              int table_stride,                   # IN slots per code byte in a table (256: any byte is in range)
              float[:, ::1] out_dist,             # OUT (nq, k) ascending
              int64_t[:, ::1] out_rows,           # OUT (nq, k) the rows of the results; (inf, -1) past the last
-             int n_threads):
+             int n_threads,
+             const float[::1] bound=None):       # IN (nq,) or None: only codes at a distance below bound[q]
+                                                 #    may enter the results of query q; slots left empty come out as
+                                                 #    (bound[q], -1). For scanning parts of one base in turn (the
+                                                 #    segments of a collection): the k-th best so far, just above.
     """Exhaustive ADC scan keeping the k best (dist, id) of each query, among the allowed rows; writes their
     distances and row numbers (the caller maps rows to ids; a row keeps the stored vector reachable for re-ranking).
 
@@ -397,6 +410,11 @@ def adc_scan(const uint8_t[:, ::1] codes,        # IN (N, W)
     decoded norm terms) while the block is in cache. Fewer queries than threads run in parallel over blocks of codes,
     each thread with its own heap, merged at the end. Both give the same results: every distance is summed in the
     same order, and the k best of all codes do not depend on how the codes were split (see _merge_heaps).
+
+    With `bound`, each heap starts full of (bound[q], row -1) slots: a code enters only below bound[q] (a code at
+    exactly bound[q] does not: the empty slot's id -1 wins the tie), so a scan of many codes that cannot enter costs
+    one comparison each. A caller that scans the parts of a base in turn passes the k-th best distance so far, raised
+    to the next float32, and gets exactly the k best of the union when it merges the parts' results.
     """
     cdef CodeBase base
     cdef QueryBatch batch
@@ -421,6 +439,7 @@ def adc_scan(const uint8_t[:, ::1] codes,        # IN (N, W)
     batch.qconst = &qconst[0]
     batch.nq = luts.shape[0]
     batch.k = out_dist.shape[1]
+    batch.bound = &bound[0] if bound is not None else NULL
     batch.out_dist = &out_dist[0, 0]
     batch.out_rows = &out_rows[0, 0]
     # Splitting the codes pays only when there are idle threads (fewer queries than threads) and more than one block

@@ -21,7 +21,11 @@ import pytest
 import ockstore
 from ockstore import collection as coll
 from ockstore.collection import manifest as manifest_module
+from ockstore import _search_kernels
+from ockstore import search as search_module
 from ockstore.collection import names, segments
+from ockstore.collection import scan as scan_module
+from ockstore.collection import snapshot as snapshot_module
 from ockstore.storage import writer as storage_writer
 from ockstore.errors import CollectionLockedError, FormatError
 from collection_model import Model, assert_same_search, reference_index
@@ -102,6 +106,65 @@ def test_search_equals_one_index_of_the_live_rows(quantizers, tmp_path, name, no
     D2, I2 = ref32.search(Q, 10, rerank=40)
     assert np.array_equal(I1, I2) and np.array_equal(D1, D2)
     c.close()
+
+
+def test_the_general_path_of_segment_searches_gives_the_same_results(quantizers, tmp_path, monkeypatch):
+    """C13 for the path that IVF segments will take: each segment's own Index.search, merged by merge_topk."""
+    monkeypatch.setattr(snapshot_module, "_flat", lambda views, options: False)
+    for name in ("ockm", "ockm-ip"):
+        c, model = populated(tmp_path / name, quantizers[name], store_vectors="float32")
+        ref = reference_index(quantizers[name], model, store_vectors="float32")
+        Q = vectors(12, 8)
+        live = model.live_ids()
+        for options in ({}, {"distance": "sdc"}, {"rerank": 25}, {"allow": live[::3]}, {"allow": live[::5], "rerank": 19}):
+            assert_same_search(c, ref, Q, 10, **options)
+        assert_same_search(c, ref, Q, len(model) + 3)
+        c.close()
+
+
+def test_scan_parts_equals_one_scan_of_the_union(q):
+    """scan.scan_parts (one set of tables, each part bounded by the k-th best so far) gives exactly the results of
+    search_codes over the concatenated parts, ties included (duplicated codes in different parts)."""
+    X = vectors(900, 3)
+    X[500:520] = X[100:120]  # equal codes in two parts: equal distances, ordered by id
+    ids = np.random.default_rng(0).permutation(900).astype(np.int64)
+    whole = ockstore.Index.from_vectors(q, X, ids)
+    tables = search_module.QueryTables(q)
+    Q = vectors(7, 4)
+    cuts = [0, 100, 480, 510, 900]
+    parts = [scan_module.Part(np.ascontiguousarray(whole.codes[a:b]), np.ascontiguousarray(ids[a:b]), None,
+                              np.ascontiguousarray(whole.norms[a:b]), np.asarray(q.norm_levels, np.float32), None)
+             for a, b in zip(cuts, cuts[1:])]
+    for k in (1, 5, 40, 1000):
+        for distance in ("adc", "sdc"):
+            D, I, part, rows = scan_module.scan_parts(tables, Q, k, parts, distance=distance, n_threads=2)
+            D2, I2 = whole.search(Q, k, distance=distance)
+            assert np.array_equal(I, I2) and np.array_equal(D, D2)
+            found = I >= 0
+            starts = np.array(cuts[:-1])
+            assert np.array_equal(ids[starts[part[found]] + rows[found]], I[found])
+
+
+def test_the_scan_bound_keeps_only_codes_below_it(q):
+    """_search_kernels.adc_scan(bound=...): the results are those below the bound, the other slots (bound, -1)."""
+    X = vectors(3000, 5)
+    index = ockstore.Index.from_vectors(q, X)
+    tables = search_module.QueryTables(q)
+    Q = vectors(3, 6)
+    luts, qconst = tables.compute(Q, "adc", 1)
+    D, I = index.search(Q, 50)
+    for n_threads, rows in ((1, 3), (2, 1)):  # groups of queries; one query's blocks split over threads
+        bound = D[:rows, 20].copy()  # the 21st best distance (codes at it do not enter: ties included)
+        out_d = np.empty((rows, 50), np.float32)
+        out_r = np.empty((rows, 50), np.int64)
+        _search_kernels.adc_scan(index.codes, luts[:rows], qconst[:rows], np.empty(0, np.float32), index.norms,
+                                 np.asarray(q.norm_levels, np.float32), np.empty(0, np.int64),
+                                 np.empty(0, np.uint64), search_module.LUT_SLOTS, out_d, out_r, n_threads, bound)
+        for qi in range(rows):
+            n = int((D[qi] < bound[qi]).sum())
+            assert 0 < n <= 20
+            assert np.array_equal(out_r[qi, :n], I[qi, :n]) and np.array_equal(out_d[qi, :n], D[qi, :n])
+            assert (out_r[qi, n:] == -1).all() and (out_d[qi, n:] == bound[qi]).all()
 
 
 def test_search_of_an_empty_collection_pads(q, tmp_path):

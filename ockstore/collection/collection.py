@@ -23,7 +23,7 @@ from .lock import WriterLock
 from .manifest import MAX_ID, Manifest, SegmentEntry, write_manifest
 from .policy import DEFAULT_MAX_MERGE_ROWS, DEFAULT_MERGE_FACTOR
 from .segments import IdIndex, PendingSegment, Segment, write_pending_segment
-from .snapshot import load_newest, manifest_generations
+from .snapshot import load_newest, manifest_generations, remember
 
 __all__ = ["Collection", "create_collection", "open_collection"]
 
@@ -432,11 +432,7 @@ class Collection:
                 self._snap = load_newest(self._folder, self._cache, warn=False)
             raise
         self._next_generation = generation + 1
-        self._cache.clear()
-        self._cache[("quantizer", new.manifest.quantizer)] = new.spec.quantizer
-        for view in new.views:
-            self._cache[("segment", view.segment.name)] = view.segment
-            self._cache[("view", view.entry.file, view.entry.deletions)] = view
+        remember(self._cache, new)
         dropped, self._previous = self._previous, self._snap.manifest
         self._snap = new
         if dropped is not None:

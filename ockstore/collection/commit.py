@@ -148,7 +148,7 @@ def commit(snapshot, generation, *, operation, pending=(), deletes=None, compact
     for file in written:
         if file not in referenced:
             _remove(folder, file)
-    return Snapshot(folder, manifest, snapshot.user, spec, views, [])
+    return Snapshot(folder, manifest, snapshot.user, spec, views, [], snapshot._tables, snapshot._cache)
 
 
 def remove_generation(folder, dropped, kept):

@@ -22,6 +22,7 @@ from .._encoding import BUILD_CHUNK, encode_rows, vectors_for_storage
 from .._validation import as_ids, as_vectors, resolve_n_threads
 from ..indexfile.reader import open_index
 from ..indexfile.writer import IndexWriter
+from ..search import rows_bitmap
 from . import names
 
 __all__ = ["SegmentSpec", "IdIndex", "Segment", "SegmentView", "PendingSegment", "SegmentWriter",
@@ -130,6 +131,7 @@ class SegmentView:
         self.entry = entry
         self.deleted_ids = deleted_ids  # int64 sorted unique, empty when nothing is deleted
         self._live_mask = None
+        self._live_bitmap = None
 
     @property
     def index(self):
@@ -155,6 +157,15 @@ class SegmentView:
             mask.flags.writeable = False
             self._live_mask = mask
         return mask
+
+    def live_bitmap(self):
+        """None when every row is live, else the scan's bitmap of live rows (search.rows_bitmap; cached)."""
+        if self.entry.deleted == 0:
+            return None
+        bitmap = self._live_bitmap
+        if bitmap is None:
+            bitmap = self._live_bitmap = rows_bitmap(self.live_mask())
+        return bitmap
 
     def find_live(self, wanted):
         """(hit, rows) of the ``wanted`` ids (int64) that are live in this segment (see IdIndex.find)."""

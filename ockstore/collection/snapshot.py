@@ -18,13 +18,15 @@ from .. import _search_options, storage
 from .._validation import as_vectors, check_choice, check_k, resolve_n_threads
 from ..errors import FormatError
 from ..index import Index
+from ..search import QueryTables, rows_bitmap
 from ..indexfile.reader import load_quantizer
 from . import names
 from .manifest import read_deletions, read_manifest
 from .merge import merge_topk
+from .scan import Part, scan_parts
 from .segments import Segment, SegmentSpec, SegmentView
 
-__all__ = ["CollectionWarning", "Snapshot", "manifest_generations", "load_newest"]
+__all__ = ["CollectionWarning", "Snapshot", "manifest_generations", "load_newest", "remember"]
 
 # Loading retries with a newer manifest this many times when files of the chosen one vanish meanwhile (a writer
 # removed an old generation's files between our reading its manifest and opening them).
@@ -49,13 +51,16 @@ def manifest_generations(folder):
 class Snapshot:
     """A generation opened for searching; ``views`` are its segments with their deletions, in manifest order."""
 
-    def __init__(self, folder, manifest, user, spec, views, problems):
+    def __init__(self, folder, manifest, user, spec, views, problems, tables=None, cache=None):
         self.folder = folder
         self.manifest = manifest
         self.user = user
         self.spec = spec
         self.views = views
         self.problems = problems
+        self._tables = tables  # QueryTables, built on first search
+        self._cache = cache  # the collection's cache (see remember), which keeps the tables for later generations
+        self._norm_levels = None
 
     @property
     def generation(self) -> int:
@@ -103,21 +108,63 @@ class Snapshot:
         Q, was_1d = as_vectors(Q, "Q", quantizer.dim)
         allowed = None if allow is None else _allowed_ids(allow)
         width = k if rerank is None else rerank
-        parts, searched = [], []
-        for view in self.views:
-            mask = view.live_mask() if allowed is None else view.allowed_mask(allowed)
-            if allowed is not None and mask is None:
-                continue  # no allowed row here
-            parts.append(view.index.search(Q, min(width, view.segment.rows), distance=distance, allow=mask,
-                                           n_threads=threads, **segment_options))
-            searched.append(view)
-        D, I, part = merge_topk(parts, width, descending=quantizer.metric != "l2", n_queries=Q.shape[0],
-                                return_part=True)
+        Qp = quantizer._prepare(Q, "Q")  # what Index.search scans with: unit rows for cosine
+        searched, rows = [], None
+        if _flat(self.views, segment_options):
+            # flat segments: one set of query tables, each segment bounded by the k-th best so far (scan.py)
+            parts = []
+            for view in self.views:
+                if allowed is None:
+                    bitmap = view.live_bitmap()
+                else:
+                    mask = view.allowed_mask(allowed)
+                    if mask is None:
+                        continue  # no allowed row here
+                    bitmap = rows_bitmap(mask)
+                parts.append(self._part(view, bitmap))
+                searched.append(view)
+            keys, I, part, rows = scan_parts(self.tables, Qp, width, parts, distance=distance, n_threads=threads)
+            D = keys if quantizer.metric == "l2" else np.negative(keys)  # scores descending, padding -inf
+        else:
+            # IVF segments (options such as n_probe): each segment's own search, merged exactly
+            results = []
+            for view in self.views:
+                mask = view.live_mask() if allowed is None else view.allowed_mask(allowed)
+                if allowed is not None and mask is None:
+                    continue
+                results.append(view.index.search(Q, min(width, view.segment.rows), distance=distance, allow=mask,
+                                                 n_threads=threads, **segment_options))
+                searched.append(view)
+            D, I, part = merge_topk(results, width, descending=quantizer.metric != "l2", n_queries=Q.shape[0],
+                                    return_part=True)
         if rerank is not None:
-            D, I = self._rerank(quantizer._prepare(Q, "Q"), I, part, searched, vectors, k)
+            D, I = self._rerank(Qp, I, part, rows, searched, vectors, k)
         if was_1d:
             return D[0], I[0]
         return D, I
+
+    @property
+    def tables(self):
+        """The QueryTables of the collection's quantizer (built on first search, kept by the next generations)."""
+        tables = self._tables
+        if tables is None:
+            tables = self._tables = QueryTables(self.spec.quantizer)
+            if self._cache is not None:
+                self._cache[("tables", self.manifest.quantizer)] = tables
+        return tables
+
+    def _part(self, view, bitmap):
+        index = view.index
+        norm_term = self.tables.uses_norm_term
+        f32 = norm_term and index.norm_encoding == "f32"
+        u8 = norm_term and index.norm_encoding == "u8"
+        levels = None
+        if u8:
+            levels = self._norm_levels
+            if levels is None:
+                levels = self._norm_levels = np.ascontiguousarray(self.spec.quantizer.norm_levels, dtype=np.float32)
+        return Part(index.codes, index.ids, index.norms if f32 else None, index.norms if u8 else None, levels,
+                    bitmap)
 
     def _check_segment_options(self, options):
         if not options:
@@ -129,7 +176,7 @@ class Snapshot:
                 if name not in accepted:
                     raise TypeError(f"search() got an unexpected keyword argument {name!r}")
 
-    def _rerank(self, Q, I, part, views, vectors, k):
+    def _rerank(self, Q, I, part, rows, views, vectors, k):
         """The best k of the merged candidates by their exact distances, computed as Index.search(rerank=...) does
         (the same function, on the candidates' vectors gathered from their segments or from ``vectors`` by id), so
         the results equal those of one index holding the live rows."""
@@ -146,22 +193,35 @@ class Snapshot:
             unique_ids, where = np.unique(cand[valid], return_inverse=True)
             if vectors is not None:
                 data = _fetch_by_id(vectors, unique_ids)
-            else:
+            else:  # each candidate's stored vector, from its segment (rows found by id when the scan gave none)
                 part_of = np.empty(unique_ids.shape, dtype=np.int64)
                 part_of[where] = cand_part[valid]
+                row_of = None
+                if rows is not None:
+                    row_of = np.empty(unique_ids.shape, dtype=np.int64)
+                    row_of[where] = rows[start:stop][valid]
                 data = np.empty((unique_ids.size, self.spec.quantizer.dim), dtype=views[0].index.vectors.dtype)
                 for p in np.unique(part_of):
                     chosen = part_of == p
-                    _, rows = views[p].segment.ids_index().find(unique_ids[chosen])
-                    order = np.argsort(rows)
-                    block = np.empty((rows.size, data.shape[1]), dtype=data.dtype)
-                    block[order] = views[p].index.vectors[rows[order]]
+                    if row_of is None:
+                        _, found = views[p].segment.ids_index().find(unique_ids[chosen])
+                    else:
+                        found = row_of[chosen]
+                    order = np.argsort(found)
+                    block = np.empty((found.size, data.shape[1]), dtype=data.dtype)
+                    block[order] = views[p].index.vectors[found[order]]
                     data[chosen] = block
             local = np.full(cand.shape, -1, dtype=np.int64)
             local[valid] = where
             D_out[start:stop], I_out[start:stop] = _search_options.rerank_exact(Q[start:stop], local, data, metric,
                                                                                 unique_ids, k)
         return D_out, I_out
+
+
+def _flat(views, options):
+    """Whether every segment is a flat Index searched without segment options: then scan.py scans them all with one
+    set of tables; otherwise (IVF segments, n_probe) each segment's own search runs and the results are merged."""
+    return not options and all(type(view.index) is Index for view in views)
 
 
 def _allowed_ids(allow):
@@ -238,12 +298,22 @@ def _open_generation(folder, manifest, user, cache, problems):
         for segment in opened:
             segment.close()
         raise
+    snapshot = Snapshot(folder, manifest, user, spec, views, problems, cache.get(("tables", manifest.quantizer)),
+                        cache)
+    remember(cache, snapshot)
+    return snapshot
+
+
+def remember(cache, snapshot):
+    """Make ``cache`` hold what ``snapshot`` opened (and nothing of older generations): its quantizer, segments,
+    views and query tables, for the next generation to reuse."""
     cache.clear()
-    cache[quantizer_key] = quantizer
-    for view in views:
+    cache[("quantizer", snapshot.manifest.quantizer)] = snapshot.spec.quantizer
+    if snapshot._tables is not None:
+        cache[("tables", snapshot.manifest.quantizer)] = snapshot._tables
+    for view in snapshot.views:
         cache[("segment", view.segment.name)] = view.segment
         cache[("view", view.entry.file, view.entry.deletions)] = view
-    return Snapshot(folder, manifest, user, spec, views, problems)
 
 
 def load_newest(folder, cache, *, warn=True):
