@@ -5,9 +5,9 @@ deletion masks, and writing them: new rows (``SegmentWriter``, ``write_pending_s
 A segment is an ordinary index file that always stores ids (docs/FORMAT.md rule C7). Its ids are unique within it;
 an id may appear in several segments, but is live (not deleted) in at most one.
 
-IVF segments (a later file kind, rows stored list after list): the two places that will need them are marked
-"IVF:" below — ``copy_live_rows`` must hand the writer each row's list with its code, and ``SegmentWriter`` writes
-whatever ``IndexWriter`` writes for the collection's quantizer.
+IVF segments (a later file kind, rows stored list after list): the two places here that will need them are marked
+"IVF:" below — ``copy_live_rows`` must hand the writer each row's list with its code, and ``SegmentWriter`` encodes
+rows itself (with the collection's quantizer, whose tables are built once) and must then pass their lists too.
 """
 
 from __future__ import annotations
@@ -239,6 +239,7 @@ class SegmentWriter:
         ids = as_ids(ids, "ids", n=X.shape[0])
         # Encoded here with the collection's quantizer, whose tables are built once, not by the IndexWriter (its own
         # copy of the model would build them again for every segment: most of the cost of a one-row add).
+        # IVF: the writer of an IVF segment needs each row's list with its code.
         for start in range(0, max(X.shape[0], 1), BUILD_CHUNK):  # once with zero rows: declares the ids section
             stop = min(X.shape[0], start + BUILD_CHUNK)
             vectors = None
