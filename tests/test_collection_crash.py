@@ -121,6 +121,7 @@ def _trials(setup, tmp_path, n_trials, seed):
         _trial(setup, tmp_path / f"trial-{trial}", run_seed, event if trial % 2 else -event)
 
 
+@pytest.mark.slow
 def test_sigkill_at_random_events_of_commits(setup, tmp_path):
     """C10: a few kills at random events (before or after each)."""
     _trials(setup, tmp_path, 6, seed=1)

@@ -180,7 +180,7 @@ class CollectionMachine(RuleBasedStateMachine):
 
 
 TestCollectionMachine = CollectionMachine.TestCase
-TestCollectionMachine.settings = settings(max_examples=30, stateful_step_count=25, deadline=None,
+TestCollectionMachine.settings = settings(max_examples=20, stateful_step_count=25, deadline=None,
                                           suppress_health_check=[HealthCheck.too_slow])
 
 
