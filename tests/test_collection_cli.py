@@ -97,3 +97,17 @@ def test_collection_command_errors(files, tmp_path):
     assert_usage_error(run("add", folder), "BASE_FILE")
     assert_data_error(run("create", files["dir"] / "nothing.ockq", tmp_path / "y"), "nothing.ockq")
     assert not (tmp_path / "y").exists()
+
+
+def test_add_is_one_commit_or_none(files, tmp_path):
+    """A bad vector in the last chunk: nothing is added (no commit, no file left), exit 1 with one line."""
+    folder = tmp_path / "coll"
+    run("create", files["q"], folder, check=0)
+    bad = np.array(files["ds"].base[:900], dtype=np.float32)
+    bad[850, 3] = np.nan
+    np.save(tmp_path / "bad.npy", bad)
+    before = sorted(p.name for p in folder.iterdir())
+    assert_data_error(run("add", folder, tmp_path / "bad.npy", "--chunk-size", "300"), "NaN")
+    assert sorted(p.name for p in folder.iterdir()) == before
+    with ockstore.open_collection(folder) as c:
+        assert c.generation == 0 and len(c) == 0

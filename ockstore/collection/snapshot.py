@@ -32,14 +32,11 @@ __all__ = ["CollectionWarning", "Snapshot", "manifest_generations", "load_newest
 # removed an old generation's files between our reading its manifest and opening them).
 LOAD_ATTEMPTS = 20
 
-# Options that Collection.search handles itself; any other keyword goes to each segment's search (e.g. IVF's n_probe).
-OWN_OPTIONS = ("distance", "rerank", "vectors", "allow", "n_threads")
-
-
 class CollectionWarning(UserWarning):
     """A collection was opened at an older generation than its newest manifest file: that manifest does not verify
     (the message says why). The data of the skipped generations are not visible; ``info()["problems"]`` keeps the
-    reasons and ``verify()`` fails until a writer has committed past them and vacuumed."""
+    reasons and ``verify()`` fails, until a writer commits a newer generation (a vacuum then removes the damaged
+    file)."""
 
 
 def manifest_generations(folder):
