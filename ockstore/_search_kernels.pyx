@@ -24,6 +24,11 @@ cdef enum:
     # Codes per scan block. A block's codes (SCAN_BLOCK * W bytes) and its norm terms stay in L1/L2 while every query
     # of a group scans them, so a batch reads each code from memory once per group instead of once per query.
     SCAN_BLOCK = 2048
+    # A block with a bitmap is scanned whole (every distance computed, the bits tested only for codes that may enter
+    # the heap) when at least 1/DENSE_FRACTION of its rows are allowed; sparser blocks read only the allowed rows.
+    # Reading one allowed row costs a few times what a row of the unrolled block loop costs (its bit, a dependent
+    # chain of adds): 1/4 keeps a 10% filter on the sparse path and a collection's few deletions on the dense one.
+    DENSE_FRACTION = 4
     # Queries per group at most: a group's tables (8 KiB per query for 64-bit codes) stay in L2 next to the block of
     # codes they scan.
     MAX_GROUP = 8
@@ -38,6 +43,7 @@ cdef enum:
 
 cdef extern from *:
     int _count_trailing_zeros "__builtin_ctzll"(unsigned long long) noexcept nogil
+    int _popcount "__builtin_popcountll"(unsigned long long) noexcept nogil
 
 
 cdef inline int64_t _id_of(const int64_t *ids, int64_t row) noexcept nogil:
@@ -77,10 +83,12 @@ cdef inline void _heap_push(float *hd, int64_t *hr, int k, float d, int64_t row,
         _heap_replace_top(hd, hr, k, d, row, ids)
 
 
-cdef inline void _consider(float *hd, int64_t *hr, int k, float d, const int64_t *ids, Py_ssize_t row) noexcept nogil:
-    """Offer code `row` at distance d. Almost every code fails the first test, so its id (8 bytes, as much memory
-    traffic as the code itself) is only read for the few that may enter."""
-    if d <= hd[0]:
+cdef inline void _consider(float *hd, int64_t *hr, int k, float d, const int64_t *ids, Py_ssize_t row,
+                           const uint64_t *allow) noexcept nogil:
+    """Offer code `row` at distance d, if the bitmap `allow` (NULL: every row) allows it. Almost every code fails the
+    first test, so its id (8 bytes, as much memory traffic as the code itself) and its bit are only read for the few
+    that may enter."""
+    if d <= hd[0] and (allow == NULL or (allow[row >> 6] >> (row & 63)) & 1):
         _heap_push(hd, hr, k, d, row, ids)
 
 
@@ -114,10 +122,11 @@ cdef void _heap_sort_into(float *hd, int64_t *hr, int k, const int64_t *ids, flo
 
 
 cdef void _scan_range(const uint8_t *codes, int W, int table_stride, const float *lut, float qconst,
-                      const float *norm_term, const int64_t *ids, Py_ssize_t start, Py_ssize_t stop, float *hd,
-                      int64_t *hr, int k) noexcept nogil:
+                      const float *norm_term, const int64_t *ids, const uint64_t *allow, Py_ssize_t start,
+                      Py_ssize_t stop, float *hd, int64_t *hr, int k) noexcept nogil:
     """Scan codes[start:stop] for one query (byte w of a code indexes lut + w * table_stride). norm_term is indexed
-    from `start` (NULL when there is none)."""
+    from `start` (NULL when there is none). With a bitmap `allow`, every distance is computed and only the allowed
+    rows are offered: the way to scan a block where most rows are allowed (see _dense_block)."""
     cdef Py_ssize_t i = start
     cdef int w
     cdef float d0, d1, d2, d3
@@ -148,17 +157,17 @@ cdef void _scan_range(const uint8_t *codes, int W, int table_stride, const float
             d1 = d1 + l[c1[w]]
             d2 = d2 + l[c2[w]]
             d3 = d3 + l[c3[w]]
-        _consider(hd, hr, k, d0, ids, i)
-        _consider(hd, hr, k, d1, ids, i + 1)
-        _consider(hd, hr, k, d2, ids, i + 2)
-        _consider(hd, hr, k, d3, ids, i + 3)
+        _consider(hd, hr, k, d0, ids, i, allow)
+        _consider(hd, hr, k, d1, ids, i + 1, allow)
+        _consider(hd, hr, k, d2, ids, i + 2, allow)
+        _consider(hd, hr, k, d3, ids, i + 3, allow)
         i += 4
     while i < stop:
         c0 = codes + <size_t>i * W
         d0 = qconst + norm_term[i - start] if norm_term != NULL else qconst
         for w in range(W):
             d0 = d0 + lut[<size_t>w * table_stride + c0[w]]
-        _consider(hd, hr, k, d0, ids, i)
+        _consider(hd, hr, k, d0, ids, i, allow)
         i += 1
 
 
@@ -230,12 +239,26 @@ cdef inline Py_ssize_t _block_stop(const CodeBase *base, Py_ssize_t start) noexc
     return start + SCAN_BLOCK if start + SCAN_BLOCK < base.N else base.N
 
 
-cdef const float *_block_norm_terms(const CodeBase *base, Py_ssize_t start, Py_ssize_t stop,
+cdef bint _dense_block(const CodeBase *base, Py_ssize_t start, Py_ssize_t stop) noexcept nogil:
+    """Whether the rows start..stop-1 (start a multiple of 64) are scanned as a whole block: no bitmap, or at least
+    1/DENSE_FRACTION of them allowed. Computing a distance in the 4-codes-at-a-time loop costs a fraction of reading
+    one allowed row out of a sparse bitmap, so a mostly allowed block (a collection's segment with a few deleted rows)
+    is scanned whole, its bits tested only for the codes that may enter the heap."""
+    cdef Py_ssize_t word
+    cdef Py_ssize_t allowed = 0
+    if base.allow == NULL:
+        return True
+    for word in range(start >> 6, (stop + 63) >> 6):
+        allowed += _popcount(base.allow[word])
+    return allowed * DENSE_FRACTION >= stop - start
+
+
+cdef const float *_block_norm_terms(const CodeBase *base, Py_ssize_t start, Py_ssize_t stop, bint dense,
                                     float *buf) noexcept nogil:
     """The norm terms of codes start..stop-1 written to buf (float32 norms, or the level of each one-byte code) and
-    returned; NULL, with buf untouched, when the codes have no norm term."""
+    returned; NULL, with buf untouched, when the codes have no norm term or the block is not `dense`."""
     cdef Py_ssize_t j
-    if base.allow != NULL:
+    if not dense:
         return NULL  # _scan_allowed reads the norm terms of the rows it scans
     if base.norms_f32 != NULL:
         memcpy(buf, base.norms_f32 + start, (stop - start) * sizeof(float))
@@ -274,20 +297,21 @@ cdef void _scan_allowed(const CodeBase *base, const float *lut, int table_stride
                 d = d + base.norm_levels[base.norm_codes[row]]
             for w in range(base.W):
                 d = d + lut[<size_t>w * table_stride + c[w]]
-            _consider(hd, hr, k, d, base.ids, row)
+            _consider(hd, hr, k, d, base.ids, row, NULL)
         first += 64
 
 
 cdef inline void _scan_query(const CodeBase *base, const QueryBatch *batch, int q, Py_ssize_t start,
-                             Py_ssize_t stop, const float *norm_terms, float *hd, int64_t *hi) noexcept nogil:
+                             Py_ssize_t stop, bint dense, const float *norm_terms, float *hd,
+                             int64_t *hi) noexcept nogil:
     """Offer codes start..stop-1 (the allowed ones) to the heap (hd, hi) of query q; norm_terms from
     _block_norm_terms (unused with a bitmap)."""
-    if base.allow != NULL:
+    if not dense:
         _scan_allowed(base, batch.luts + q * batch.lut_row, batch.table_stride, batch.qconst[q], start, stop, hd, hi,
                       batch.k)
     else:
         _scan_range(base.codes, base.W, batch.table_stride, batch.luts + q * batch.lut_row, batch.qconst[q],
-                    norm_terms, base.ids, start, stop, hd, hi, batch.k)
+                    norm_terms, base.ids, base.allow, start, stop, hd, hi, batch.k)
 
 
 cdef inline float _bound(const QueryBatch *batch, int q) noexcept nogil:
@@ -301,15 +325,18 @@ cdef void _scan_group(const CodeBase *base, const QueryBatch *batch, int q0, int
     cdef int k = batch.k
     cdef int q
     cdef Py_ssize_t start, stop
+    cdef bint dense
     cdef const float *norm_terms
     for q in range(q1 - q0):
         _heap_init(hd + <size_t>q * k, hi + <size_t>q * k, k, _bound(batch, q0 + q))
     start = 0
     while start < base.N:
         stop = _block_stop(base, start)
-        norm_terms = _block_norm_terms(base, start, stop, norm_buf)
+        dense = _dense_block(base, start, stop)
+        norm_terms = _block_norm_terms(base, start, stop, dense, norm_buf)
         for q in range(q0, q1):
-            _scan_query(base, batch, q, start, stop, norm_terms, hd + <size_t>(q - q0) * k, hi + <size_t>(q - q0) * k)
+            _scan_query(base, batch, q, start, stop, dense, norm_terms, hd + <size_t>(q - q0) * k,
+                        hi + <size_t>(q - q0) * k)
         start = stop
     for q in range(q0, q1):
         _heap_sort_into(hd + <size_t>(q - q0) * k, hi + <size_t>(q - q0) * k, k, base.ids,
@@ -364,6 +391,7 @@ cdef void _scan_by_code_blocks(const CodeBase *base, const QueryBatch *batch, in
     cdef int k = batch.k
     cdef Py_ssize_t n_blocks = (base.N + SCAN_BLOCK - 1) // SCAN_BLOCK
     cdef Py_ssize_t b, start, stop
+    cdef bint dense
     cdef int q, t, tid
     cdef float *norm_buf
     cdef float *hd
@@ -380,7 +408,9 @@ cdef void _scan_by_code_blocks(const CodeBase *base, const QueryBatch *batch, in
             for b in prange(n_blocks, schedule='static'):
                 start = b * SCAN_BLOCK
                 stop = _block_stop(base, start)
-                _scan_query(base, batch, q, start, stop, _block_norm_terms(base, start, stop, norm_buf), hd, hi)
+                dense = _dense_block(base, start, stop)
+                _scan_query(base, batch, q, start, stop, dense, _block_norm_terms(base, start, stop, dense, norm_buf),
+                            hd, hi)
         _merge_heaps(scratch.heap_d, scratch.heap_i, n_threads, scratch.heap_stride, k, base.ids, _bound(batch, q),
                      scratch.merged_d, scratch.merged_i, batch.out_dist + <size_t>q * k,
                      batch.out_rows + <size_t>q * k)

@@ -167,6 +167,25 @@ def test_the_scan_bound_keeps_only_codes_below_it(q):
             assert (out_r[qi, n:] == -1).all() and (out_d[qi, n:] == bound[qi]).all()
 
 
+@pytest.mark.parametrize("fraction", [0.02, 0.2, 0.3, 0.9, 0.999])
+def test_filters_of_any_density_give_the_top_k_of_the_allowed_rows(q, fraction, monkeypatch):
+    """The scan reads the allowed rows of a sparse block one by one and scans a mostly allowed block whole (testing
+    the bits of the codes that may enter): both give exactly the results of an index of the allowed rows only. The
+    collections' deletions are such filters (most rows allowed)."""
+    monkeypatch.setattr(search_module, "SMALL_SCAN_CODES", 0)  # n_threads=2 really runs on two threads
+    X = vectors(9000, 12)
+    ids = np.random.default_rng(1).permutation(9000).astype(np.int64) + 7
+    index = ockstore.Index.from_vectors(q, X, ids, norm_encoding="f32")
+    mask = np.random.default_rng(2).random(9000) < fraction
+    mask[:2048] = np.random.default_rng(3).random(2048) < 0.1  # one sparse block whatever the fraction
+    allowed = ockstore.Index.from_vectors(q, X[mask], ids[mask], norm_encoding="f32")
+    for n_threads in (1, 2):
+        for Q in (vectors(6, 13), vectors(1, 14)):  # batches (groups of queries) and one query (blocks split)
+            D1, I1 = index.search(Q, 25, allow=mask, n_threads=n_threads)
+            D2, I2 = allowed.search(Q, 25)
+            assert np.array_equal(I1, I2) and np.array_equal(D1, D2)
+
+
 def test_search_of_an_empty_collection_pads(q, tmp_path):
     with ockstore.create_collection(tmp_path / "c", q) as c:
         D, I = c.search(vectors(3, 2), 4)
