@@ -8,9 +8,12 @@ it).
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 import ockstore
+from conftest import gaussian_mixture
 
 INT64_MAX = np.iinfo(np.int64).max
 
@@ -82,3 +85,44 @@ def assert_same_search(collection, reference, Q, k, **options):
     np.testing.assert_array_equal(I1, I2, err_msg=f"ids differ with {options}")
     np.testing.assert_array_equal(D1, D2, err_msg=f"values differ with {options}")
     return D1, I1
+
+
+# ----------------------------------------------------------------------------------------- small test collections
+P = 10  # the dimension of the vectors of tests/test_collection*.py
+
+
+def vectors(n, seed):
+    """n seeded vectors of dimension P (a Gaussian mixture)."""
+    return gaussian_mixture(n, P, seed=seed)
+
+
+@functools.lru_cache(maxsize=None)
+def fitted_quantizers():
+    """Small fitted quantizers of dimension P, by name (fitted once per process)."""
+    learn = vectors(1500, 1)
+    return {
+        "ockm": ockstore.OCKM(3, 2, 4, n_codewords=16, n_iter=3, seed=0).fit(learn),
+        "pq": ockstore.PQ(5, n_codewords=16, n_iter=3, seed=0).fit(learn),
+        "ockm-ip": ockstore.OCKM(3, 2, 4, n_codewords=16, n_iter=3, metric="ip", seed=0).fit(learn),
+        "pq-cosine": ockstore.PQ(5, n_codewords=16, n_iter=3, metric="cosine", seed=0).fit(learn),
+    }
+
+
+def populated(path, quantizer, *, store_vectors=None, norm_encoding=None, merge_factor=3, seed=0):
+    """A new collection with several segments, deletions and an upsert, and its model."""
+    c = ockstore.create_collection(path, quantizer, store_vectors=store_vectors, norm_encoding=norm_encoding,
+                                   merge_factor=merge_factor)
+    model = Model(P)
+    rng = np.random.default_rng(seed)
+    for step in range(6):
+        X = vectors(int(rng.integers(20, 90)), 100 * seed + step)
+        ids = None if step % 2 == 0 else rng.choice(100_000, size=len(X), replace=False) + 1000 * step
+        assert np.array_equal(c.add(X, ids), model.add(X, ids))
+    doomed = rng.choice(model.live_ids(), size=40, replace=False)
+    assert c.delete(doomed) == model.delete(doomed)
+    replaced = np.concatenate([rng.choice(model.live_ids(), size=5, replace=False), [7_777_777, 8_888_888]])
+    X = vectors(len(replaced), 999 + seed)
+    c.upsert(X, replaced)
+    model.upsert(X, replaced)
+    assert len(c.info()["segment_files"]) > 1 and c.info()["deleted"] > 0
+    return c, model

@@ -13,7 +13,6 @@ import os
 import sys
 import time
 
-import numpy as np
 
 if __name__ == "__main__":  # run as a script: import the repository's ockstore
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
