@@ -232,8 +232,9 @@ class SegmentWriter:
         self.max_id = None
 
     def add(self, X, ids):
-        """Encode and append ``X`` (n, P) with ``ids`` (n,) (checked: integers >= 0). A chunk that is refused
-        (ValueError, TypeError) leaves the writer as it was."""
+        """Encode and append ``X`` (n, P) with ``ids`` (n,) (checked: integers >= 0), BUILD_CHUNK rows at a time.
+        After an error (a refused value in a later step) part of ``X`` may be appended: abort the writer (leaving a
+        ``with`` block by the exception does)."""
         spec = self._spec
         X, _ = as_vectors(X, "X", spec.quantizer.dim, convert=False)
         ids = as_ids(ids, "ids", n=X.shape[0])
@@ -257,7 +258,7 @@ class SegmentWriter:
         self.rows += ids.size
 
     def close(self):
-        """Write the file (atomically, under its hidden name); returns the PendingSegment."""
+        """Write the file (atomically, under its name); returns the PendingSegment."""
         if self.rows == 0:
             self.abort()
             raise ValueError("a segment needs at least one row")
