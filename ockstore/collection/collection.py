@@ -38,7 +38,8 @@ class Collection:
     Made by :func:`create_collection` or :func:`open_collection`, not by this constructor. Every change (``add``,
     ``upsert``, ``delete``, ``compact``) is one atomic, durable commit of a new generation when it returns; a call
     that changes nothing commits nothing. Searches may run in several threads at once, also while another thread
-    commits (a search uses the generation that was current when it started); changes are made by one thread at a time.
+    commits or refreshes (a search uses the generation that was current when it started); changes are made by one
+    thread at a time, and ``close`` must wait for the searches in progress (it closes the segments).
 
     Attributes
     ----------
