@@ -11,10 +11,11 @@ U64 = npt.NDArray[np.uint64]
 I64 = npt.NDArray[np.int64]
 
 TABLE_PANEL: int
+TABLE_SLOTS: int
 
 class TableModel:
     def __init__(
-        self, rot: F32, words: F32, sqnorms: F64, n_codebooks: int, sub_dim: int, kind: int, slots: int,
+        self, rot: F32, words: F32, sqnorms: F64, n_codebooks: int, sub_dim: int, kind: int,
     ) -> None: ...
 
 def scan(

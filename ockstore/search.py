@@ -43,7 +43,7 @@ from . import _search_kernels
 __all__ = ["QueryTables", "search_codes", "rows_bitmap", "panels", "LUT_SLOTS"]
 
 # Table slots per code byte, whatever K is: a byte can only index 0..255, so the scan never reads past a table.
-LUT_SLOTS = 256
+LUT_SLOTS = _search_kernels.TABLE_SLOTS
 
 # Queries whose SDC reconstructions are computed per call of the scan: bounds the (queries x M*S) float64 vectors of
 # a batch. ADC needs none: the kernel computes each group's tables in its own bounded scratch.
@@ -107,8 +107,7 @@ class QueryTables:
         else:
             self.kind = TABLE_L2_WHOLE if C == 1 else TABLE_L2_NORM_TERM
         words = np.stack([panels(w) for w in np.asarray(tables.words_t, dtype=np.float32)])   # (M, S*C*K)
-        self.model = _search_kernels.TableModel(panels(tables.rot_pad), words, word_sqnorms, C, S, self.kind,
-                                                LUT_SLOTS)
+        self.model = _search_kernels.TableModel(panels(tables.rot_pad), words, word_sqnorms, C, S, self.kind)
 
     @property
     def uses_norm_term(self) -> bool:
