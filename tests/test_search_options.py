@@ -699,9 +699,9 @@ def file_data(data, store):
 @pytest.mark.parametrize("store", [None, "float16", "float32", "uint8"])
 @pytest.mark.parametrize("case", FILE_CASES, ids=case_id)
 def test_file_round_trip(tmp_path, quantizers, data, case, store):
-    """build_index, IndexWriter (chunks) and Index.save write the same index; open_index gives the same searches as
-    the in-memory index (every option), the same stored vectors, the metric, store_vectors, format 1.1 exactly when
-    the metric is not "l2" or vectors are stored."""
+    """I15-I18 (docs/FORMAT.md): build_index, IndexWriter (chunks) and Index.save write the same index; open_index
+    gives the same searches as the in-memory index (every option), the same stored vectors, the metric,
+    store_vectors, format 1.1 exactly when the metric is not "l2" or vectors are stored."""
     metric, method, enc = case
     q = quantizers[method, metric]
     X, Q = file_data(data, store)
@@ -755,6 +755,7 @@ def test_file_round_trip(tmp_path, quantizers, data, case, store):
 
 
 def test_quantizer_file_keeps_the_metric(tmp_path, quantizers):
+    """I15, I18: a quantizer file keeps its metric; it is format 1.1 exactly when the metric is not "l2"."""
     for (method, metric), q in quantizers.items():
         path = tmp_path / f"{method}-{metric}.ockq"
         ockstore.save_quantizer(path, q)
