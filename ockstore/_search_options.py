@@ -91,11 +91,18 @@ def allow_bitmap(allow, n_rows, ids, id_lookup):
     return mask
 
 
-def _fetch_rows(vectors, rows):
-    """float32 copies of vectors[rows] (rows increasing and unique, as h5py requires); ValueError for NaN/inf."""
-    block = np.asarray(vectors[rows], dtype=np.float32)
+def _candidate_vectors(vectors, rows):
+    """float32 copies of vectors[rows] (rows: the candidates' rows, in any order, a row possibly repeated across
+    queries); ValueError naming the smallest row that holds NaN or inf. An ndarray (the stored section, a memory map)
+    is indexed directly; any other array-like (an HDF5 dataset) is read once per distinct row, in increasing order,
+    as h5py requires. Either way a row's values are the same."""
+    if isinstance(vectors, np.ndarray):
+        block = vectors[rows].astype(np.float32, copy=False)  # fancy indexing copies
+    else:
+        unique_rows, where = np.unique(rows, return_inverse=True)
+        block = np.asarray(vectors[unique_rows], dtype=np.float32)[where]
     if not np.isfinite(block).all():
-        bad = int(rows[np.argmin(np.isfinite(block).all(axis=1))])
+        bad = int(rows[~np.isfinite(block).all(axis=1)].min())
         raise ValueError(f"vectors row {bad} holds NaN or infinite values")
     return block
 
@@ -106,17 +113,17 @@ def rerank_exact(Q, rows, vectors, metric, ids, k):
     Parameters
     ----------
     Q : (nq, P) float32 queries (unit rows for cosine)
-    rows : (nq, R) int64 candidate rows from the scan, -1 for none
+    rows : (nq, R) int64 candidate rows from the scan, -1 for none (after the real ones)
     vectors : (N, P) array-like, indexable by increasing row numbers
     metric : "l2", "ip" or "cosine"
     ids : (N,) int64 or None (row numbers): the ids returned, which break ties
     k : int <= R
 
     Returns (values (nq, k) float32, ids (nq, k) int64): squared L2 distances ascending, or scores descending
-    (inner product; cosine similarity q . x / ||x||), each computed in float32 from the float32 vectors; padding
-    (+inf or -inf, -1).
+    (inner product; cosine similarity q . x / ||x||), each computed in float32 from the float32 vectors by one
+    NumPy reduction per candidate (its value does not depend on the other candidates); padding (+inf or -inf, -1).
     """
-    nq = Q.shape[0]
+    nq, R = rows.shape
     pad = np.inf if metric == "l2" else -np.inf
     D = np.full((nq, k), pad, dtype=np.float32)
     I = np.full((nq, k), -1, dtype=np.int64)
@@ -124,32 +131,41 @@ def rerank_exact(Q, rows, vectors, metric, ids, k):
         stop = min(nq, start + RERANK_QUERIES_PER_STEP)
         cand = rows[start:stop]
         valid = cand >= 0
-        if not valid.any():
+        every = bool(valid.all())  # the common case: R real candidates per query
+        flat = cand.reshape(-1) if every else cand[valid]
+        if flat.size == 0:
             continue
-        unique_rows, where = np.unique(cand[valid], return_inverse=True)
-        data = _fetch_rows(vectors, unique_rows)
-        query_of = np.nonzero(valid)[0]
-        V = data[where]
-        Qv = Q[start:stop][query_of]
+        V = _candidate_vectors(vectors, flat)
+        Qv = np.repeat(Q[start:stop], R, axis=0) if every else Q[start:stop][np.nonzero(valid)[0]]
         if metric == "l2":
             diff = Qv - V
             exact = np.einsum("ij,ij->i", diff, diff)
         else:
             exact = np.einsum("ij,ij->i", Qv, V)
             if metric == "cosine":
-                lengths = np.sqrt(np.einsum("ij,ij->i", data, data))
+                lengths = np.sqrt(np.einsum("ij,ij->i", V, V))
                 if (lengths == 0).any():
-                    bad = int(unique_rows[np.argmax(lengths == 0)])
+                    bad = int(flat[lengths == 0].min())
                     raise ValueError(f"vectors row {bad} is a zero vector: its cosine similarity is undefined")
-                exact = exact / lengths[where]
-        values = np.full(cand.shape, np.inf, dtype=np.float32)  # the sort key: ascending, padding last
-        values[valid] = exact if metric == "l2" else -exact
-        cand_ids = np.full(cand.shape, -1, dtype=np.int64)
-        cand_ids[valid] = cand[valid] if ids is None else ids[cand[valid]]
-        order = np.lexsort((np.where(valid, cand_ids, np.iinfo(np.int64).max), values), axis=-1)[:, :k]
+                exact = exact / lengths
+        key = exact if metric == "l2" else -exact  # the sort key: ascending
+        found_ids = flat if ids is None else ids[flat]
+        if every:
+            values, cand_ids = key.reshape(cand.shape), found_ids.reshape(cand.shape)
+            tie_ids = cand_ids
+        else:
+            values = np.full(cand.shape, np.inf, dtype=np.float32)  # padding sorts last
+            values[valid] = key
+            cand_ids = np.full(cand.shape, -1, dtype=np.int64)
+            cand_ids[valid] = found_ids
+            tie_ids = np.where(valid, cand_ids, np.iinfo(np.int64).max)
+        order = np.lexsort((tie_ids, values), axis=-1)[:, :k]
         best = np.take_along_axis(values, order, axis=1)
         best_ids = np.take_along_axis(cand_ids, order, axis=1)
-        found = best_ids >= 0
-        D[start:stop, :order.shape[1]] = np.where(found, best if metric == "l2" else -best, pad)
-        I[start:stop, :order.shape[1]] = best_ids
+        kk = order.shape[1]
+        if every:
+            D[start:stop, :kk] = best if metric == "l2" else -best
+        else:
+            D[start:stop, :kk] = np.where(best_ids >= 0, best if metric == "l2" else -best, pad)
+        I[start:stop, :kk] = best_ids
     return D, I

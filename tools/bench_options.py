@@ -27,7 +27,10 @@ Sections (``--sections``, default all four); every search is timed on one thread
    option on: ``rerank=100`` (``store_vectors="float32"``; faiss IndexRefineFlat k_factor 10), ``allow`` 10% of the
    ids (ours: id array and mask, converted in each call; faiss: IVFPQ(nlist=1) with a selector made once), metric
    cosine (ours: a cosine-trained OCKM, the raw query, normalised by search; faiss: IndexPQ inner product on
-   normalised vectors, the query normalised before timing). Targets: plain search < 40 us (P=128), < 80 us (P=384).
+   normalised vectors, the query normalised before timing). faiss OPQMatrix + IndexPQ (IndexPreTransform, trained
+   on the same learn set, cached) is the peer that also rotates. An index of one vector gives the fixed cost of a
+   call (validation, tables, heap) of ours, IndexPQ and OPQ; ``model_bytes`` is what a query's tables read (rotation
+   and codebooks, float32). Targets: plain search < 40 us (P=128), < 80 us (P=384), and at most faiss IndexPQ.
 4. **Metric recall.** minilm-real with metric "cosine" at 64 and 128 bits (OCKM M=4 and M=8, C=2), sift-real with
    metric "ip" at 64 bits: recall@1/10/100 (the paper's definition: the true nearest neighbour among the first R;
    exact ties count) and 10-recall@10 (|top 10 ∩ true top 10| / 10) against the exact cosine / inner-product ground
@@ -77,6 +80,7 @@ QUICK_BASE = 100_000
 QUICK_LEARN = 20_000
 QUICK_ITER = 5
 LATENCY_SIZES = (1_000, 10_000)
+LATENCY_FIXED_N = 1  # an index of one vector: the fixed cost of a call (validation, tables, heap), without the scan
 LATENCY_ROUND = 200  # calls per round of one method before the next method takes its turn
 TARGETS = {
     "rerank recall@1": 0.95,
@@ -280,6 +284,30 @@ class Bench:
             print(f"  faiss IndexPQ {name} M={M}x8 {metric}: trained in {train_s:.1f}s", flush=True)
             self._faiss[key] = (index, train_s)
         return self._faiss[key][0]
+
+    def faiss_opq(self, name, M):
+        """A trained, empty faiss OPQMatrix(P, M) + IndexPQ(P, M, 8) (IndexPreTransform) on the same learn set: the
+        peer that also rotates (as OCKM does) at the same code bytes; trained once and cached (faiss.write_index)."""
+        import faiss
+
+        data = self.data(name)
+        path = self.cache_dir / f"faiss-opq-{name}-learn{len(data.learn)}-M{M}{'-quick' if self.args.quick else ''}.index"
+        if path.exists() and not self.args.retrain:
+            index = faiss.read_index(str(path))
+            print(f"  faiss OPQ {name} M={M}x8: loaded from {path}", flush=True)
+        else:
+            index = faiss.IndexPreTransform(faiss.OPQMatrix(data.dim, M), faiss.IndexPQ(data.dim, M, 8))
+            if self.args.quick:
+                faiss.downcast_VectorTransform(index.chain.at(0)).niter = 5
+            faiss.omp_set_num_threads(self.threads)
+            t0 = time.perf_counter()
+            index.train(np.ascontiguousarray(data.learn, dtype=np.float32))
+            faiss.omp_set_num_threads(1)
+            print(f"  faiss OPQ {name} M={M}x8: trained in {time.perf_counter() - t0:.1f}s, saved to {path}",
+                  flush=True)
+            faiss.write_index(index, str(path))
+        index.reset()
+        return index
 
     def faiss_copy(self, name, M, metric="l2"):
         """A new empty IndexPQ holding the trained codebooks of faiss_pq(name, M, metric)."""
@@ -587,6 +615,13 @@ def latency_calls(ours, ours_cos, pq, refine, ivf, pq_cos, ids, mask, p_bitmap, 
     }
 
 
+def model_bytes(method, P, M, C=1, K=256):
+    """Bytes of model a query's tables read: the rotation (P x P float32) when the method rotates, and the codebooks
+    (M subspaces x C codebooks x K words x ceil(P / M) float32)."""
+    rotation = 4 * P * P if method in ("ockm", "opq") else 0
+    return rotation + 4 * M * C * K * -(-P // M)
+
+
 def section_latency(bench, targets):
     import faiss
 
@@ -604,48 +639,67 @@ def section_latency(bench, targets):
         queries_cos = [normalised(x) for x in queries2d]
         bench.faiss_pq(name, faiss_M)
         bench.faiss_pq(name, faiss_M, "cosine")
-        for N in LATENCY_SIZES:
+        opq = bench.faiss_opq(name, faiss_M)
+        models = {"ours plain": model_bytes("ockm", P, M, 2), "faiss IndexPQ": model_bytes("pq", P, faiss_M),
+                  "faiss OPQ+IndexPQ": model_bytes("opq", P, faiss_M)}
+        for N in (LATENCY_FIXED_N, *LATENCY_SIZES):
             base = data.base[:N]
             ours = Index.from_vectors(q_l2, base, store_vectors="float32", n_threads=bench.threads)
-            ours_cos = Index.from_vectors(q_cos, base, n_threads=bench.threads)
             pq = bench.faiss_copy(name, faiss_M)
-            refine = faiss.IndexRefineFlat(pq)
-            add_in_chunks(refine, base)
-            refine.k_factor = RERANK / 10
-            ivf = faiss_ivf_like(pq)
-            add_in_chunks(ivf, base)
-            pq_cos = bench.faiss_copy(name, faiss_M, "cosine")
-            add_in_chunks(pq_cos, base, normalise=True)
-            rng = np.random.default_rng(SEED)
-            ids = rng.choice(N, size=N // 10, replace=False).astype(np.int64)
-            mask = np.zeros(N, dtype=bool)
-            mask[ids] = True
-            bitmap, batch = faiss_selectors(mask)
-            p_bitmap = faiss.SearchParametersIVF(sel=bitmap, nprobe=1)
-            p_batch = faiss.SearchParametersIVF(sel=batch, nprobe=1)
-            fns = latency_calls(ours, ours_cos, pq, refine, ivf, pq_cos, ids, mask, p_bitmap, p_batch, queries,
-                                queries2d, queries_cos)
+            add_in_chunks(pq, base)
+            opq.reset()
+            add_in_chunks(opq, base)
+            if N == LATENCY_FIXED_N:  # the fixed cost of a call: plain searches only
+                fns = {"ours plain": lambda i: ours.search(queries[i], 1, n_threads=1),
+                       "faiss IndexPQ": lambda i: pq.search(queries2d[i], 1),
+                       "faiss OPQ+IndexPQ": lambda i: opq.search(queries2d[i], 1)}
+            else:
+                ours_cos = Index.from_vectors(q_cos, base, n_threads=bench.threads)
+                refine = faiss.IndexRefineFlat(bench.faiss_copy(name, faiss_M))
+                add_in_chunks(refine, base)
+                refine.k_factor = RERANK / 10
+                ivf = faiss_ivf_like(pq)
+                add_in_chunks(ivf, base)
+                pq_cos = bench.faiss_copy(name, faiss_M, "cosine")
+                add_in_chunks(pq_cos, base, normalise=True)
+                rng = np.random.default_rng(SEED)
+                ids = rng.choice(N, size=N // 10, replace=False).astype(np.int64)
+                mask = np.zeros(N, dtype=bool)
+                mask[ids] = True
+                bitmap, batch = faiss_selectors(mask)
+                p_bitmap = faiss.SearchParametersIVF(sel=bitmap, nprobe=1)
+                p_batch = faiss.SearchParametersIVF(sel=batch, nprobe=1)
+                fns = latency_calls(ours, ours_cos, pq, refine, ivf, pq_cos, ids, mask, p_bitmap, p_batch, queries,
+                                    queries2d, queries_cos)
+                fns["faiss OPQ+IndexPQ"] = lambda i: opq.search(queries2d[i], 10)
             timed = time_calls(fns, queries, calls, warmup)
             print(f"  {name} P={P} N={N}: ours {ours.bytes_per_vector} B/vector, faiss {pq.sa_code_size()} B/vector",
                   flush=True)
             for method, t in timed.items():
                 row = {"data": name, "P": P, "N": N, "method": method,
                        "bytes_per_vector": (ours.bytes_per_vector if method.startswith("ours")
-                                            else int(pq.sa_code_size())), **t}
+                                            else int(pq.sa_code_size())),
+                       "model_bytes": models.get(method), **t}
                 rows.append(row)
                 print(f"    {method:<44} median {t['median_us']:8.1f} us   p90 {t['p90_us']:8.1f} us   "
                       f"min {t['min_us']:8.1f} us", flush=True)
-            pairs = [("ours plain", "faiss IndexPQ"), (f"ours rerank={RERANK}",
-                                                       f"faiss IndexRefineFlat k_factor={RERANK // 10}"),
-                     ("ours allow 10% ids", "faiss IVFPQ(1) IDSelectorBitmap 10%"),
-                     ("ours allow 10% mask", "faiss IVFPQ(1) IDSelectorBitmap 10%"),
-                     ("ours cosine", "faiss IndexPQ inner product (normalised)")]
-            for a, b in pairs:
+            pairs = [("ours plain", "faiss IndexPQ", "ours / faiss"),
+                     ("ours plain", "faiss OPQ+IndexPQ", "ours / faiss OPQ")]
+            if N != LATENCY_FIXED_N:
+                pairs += [(f"ours rerank={RERANK}", f"faiss IndexRefineFlat k_factor={RERANK // 10}", "ours / faiss"),
+                          ("ours allow 10% ids", "faiss IVFPQ(1) IDSelectorBitmap 10%", "ours / faiss"),
+                          ("ours allow 10% mask", "faiss IVFPQ(1) IDSelectorBitmap 10%", "ours / faiss"),
+                          ("ours cosine", "faiss IndexPQ inner product (normalised)", "ours / faiss")]
+            for a, b, column in pairs:
                 r = next(x for x in rows if x["method"] == a and x["N"] == N and x["data"] == name)
-                r["ours / faiss"] = timed[a]["median_us"] / timed[b]["median_us"]
-            target_row(targets, f"latency plain P={P} N={N} (median us)", timed["ours plain"]["median_us"], target)
-    print_rows(rows, ["data", "P", "N", "method", "bytes_per_vector", "median_us", "p90_us", "min_us",
-                      "ours / faiss"])
+                r[column] = timed[a]["median_us"] / timed[b]["median_us"]
+            if N != LATENCY_FIXED_N:
+                target_row(targets, f"latency plain P={P} N={N} (median us)", timed["ours plain"]["median_us"], target)
+                target_row(targets, f"latency plain P={P} N={N} / faiss IndexPQ", timed["ours plain"]["median_us"]
+                           / timed["faiss IndexPQ"]["median_us"], 1.0,
+                           note=f"OPQ+IndexPQ: {timed['ours plain']['median_us'] / timed['faiss OPQ+IndexPQ']['median_us']:.2f}")
+    print_rows(rows, ["data", "P", "N", "method", "bytes_per_vector", "model_bytes", "median_us", "p90_us", "min_us",
+                      "ours / faiss", "ours / faiss OPQ"])
     return {"rows": rows, "calls": calls, "warmup": warmup}
 
 
