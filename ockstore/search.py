@@ -39,6 +39,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _search_kernels
+from ._validation import resolve_n_threads
 
 __all__ = ["QueryTables", "search_codes", "rows_bitmap", "panels", "LUT_SLOTS"]
 
@@ -149,7 +150,7 @@ def search_codes(tables, Q, k, codes, ids, *, distance="adc", norms=None, norm_c
         At most one of norms / norm_codes, and only when ``tables.uses_norm_term``.
     allow : ndarray of shape (ceil(N / 64),), dtype uint64, or None
         Bitmap of the rows to scan (``rows_bitmap``); None scans every row.
-    n_threads : int >= 1
+    n_threads : int >= 1, or None (every core, resolved only when the scan is large enough to use them)
 
     Returns
     -------
@@ -171,6 +172,8 @@ def search_codes(tables, Q, k, codes, ids, *, distance="adc", norms=None, norm_c
         return D, rows
     if nq * N < SMALL_SCAN_CODES:
         n_threads = 1  # waking other threads costs more than scanning this few codes (results are the same)
+    elif n_threads is None:
+        n_threads = resolve_n_threads(None)
     out_d, out_r = (D, rows) if kk == k else (D[:, :kk].copy(), rows[:, :kk].copy())
     if norm_codes is None:
         norm_levels = None
