@@ -107,20 +107,18 @@ def test_scan_parts_equals_one_scan_of_the_union(q):
 
 
 def test_the_scan_bound_keeps_only_codes_below_it(q):
-    """_search_kernels.adc_scan(bound=...): the results are those below the bound, the other slots (bound, -1)."""
+    """_search_kernels.scan(bound=...): the results are those below the bound, the other slots (bound, -1)."""
     X = vectors(3000, 5)
     index = ockstore.Index.from_vectors(q, X)
     tables = search_module.QueryTables(q)
     Q = vectors(3, 6)
-    luts, qconst = tables.compute(Q, "adc", 1)
     D, I = index.search(Q, 50)
     for n_threads, rows in ((1, 3), (2, 1)):  # groups of queries; one query's blocks split over threads
         bound = D[:rows, 20].copy()  # the 21st best distance (codes at it do not enter: ties included)
         out_d = np.empty((rows, 50), np.float32)
         out_r = np.empty((rows, 50), np.int64)
-        _search_kernels.adc_scan(index.codes, luts[:rows], qconst[:rows], np.empty(0, np.float32), index.norms,
-                                 np.asarray(q.norm_levels, np.float32), np.empty(0, np.int64),
-                                 np.empty(0, np.uint64), search_module.LUT_SLOTS, out_d, out_r, n_threads, bound)
+        _search_kernels.scan(tables.model, Q[:rows], None, index.codes, None, index.norms,
+                             np.asarray(q.norm_levels, np.float32), None, None, out_d, out_r, n_threads, bound)
         for qi in range(rows):
             n = int((D[qi] < bound[qi]).sum())
             assert 0 < n <= 20

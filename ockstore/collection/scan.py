@@ -1,11 +1,11 @@
 """Scanning the segments of a collection as if they were one index (flat segments; docs/ARCHITECTURE.md,
 "Collections").
 
-Every segment has the collection's quantizer, so one set of query tables serves them all: the tables of a batch of
-queries are computed once, not once per segment. The segments are scanned in turn (the largest first), each with the
-k-th best distance found so far as a bound (``_search_kernels.adc_scan(bound=...)``): its heap only takes codes that
-can still be among the k best, so ten segments cost about what one segment of all their rows costs, not ten heaps
-filling up. The parts' results are then merged exactly (``merge.topk_columns``: by distance, equal distances by the
+Every segment has the collection's quantizer, so one table model serves them all (and, for SDC, one encoding of the
+queries); the kernel computes each query's tables as it scans (a few microseconds per query and segment). The segments
+are scanned in turn (the largest first), each with the k-th best distance found so far as a bound
+(``_search_kernels.scan(..., bound=...)``): its heap only takes codes that can still be among the k best, so ten
+segments cost about what one segment of all their rows costs, not ten heaps filling up. The parts' results are then merged exactly (``merge.topk_columns``: by distance, equal distances by the
 smaller id), so the results are those of one scan over the union of the rows, bit for bit.
 
 No input validation here: ``Snapshot.search`` checks everything first.
@@ -18,14 +18,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import _search_kernels
-from ..search import LUT_SLOTS, SMALL_SCAN_CODES
+from ..search import SMALL_SCAN_CODES
 from .merge import topk_columns
 
-__all__ = ["Part", "scan_parts"]
+__all__ = ["Part", "scan_parts", "QUERIES_PER_STEP"]
 
-_EMPTY_F32 = np.empty(0, dtype=np.float32)
-_EMPTY_U8 = np.empty(0, dtype=np.uint8)
-_EMPTY_U64 = np.empty(0, dtype=np.uint64)
+# Queries whose results are gathered per step: bounds the per-part results held at once (queries x k x segments).
+QUERIES_PER_STEP = 1024
 
 
 @dataclass(frozen=True)
@@ -67,11 +66,13 @@ def scan_parts(tables, Q, k, parts, *, distance="adc", n_threads=1):
     if nq == 0 or not parts:
         return D, ids, part, rows
     order = sorted(range(len(parts)), key=lambda p: -parts[p].codes.shape[0])  # largest first: a tight bound early
-    step = tables.queries_per_batch
-    for start in range(0, nq, step):
-        stop = min(nq, start + step)
+    for start in range(0, nq, QUERIES_PER_STEP):
+        stop = min(nq, start + QUERIES_PER_STEP)
         nb = stop - start
-        luts, qconst = tables.compute(Q if nb == nq else Q[start:stop], distance, n_threads)
+        Qb = Q if nb == nq else Q[start:stop]
+        # ADC: each scan computes the tables of its queries (in its scratch); SDC: the queries' reconstructions,
+        # computed once, serve every part.
+        queries, rotated = (Qb, None) if distance == "adc" else (None, tables.sdc_rotated(Qb, n_threads))
         best = np.full((nb, k), np.inf, dtype=np.float32)  # the k best distances so far (unordered): the bound
         found_d, found_i, found_p, found_r = [], [], [], []
         for p in order:
@@ -81,12 +82,9 @@ def scan_parts(tables, Q, k, parts, *, distance="adc", n_threads=1):
             out_d = np.empty((nb, kk), dtype=np.float32)
             out_r = np.empty((nb, kk), dtype=np.int64)
             bound = np.nextafter(best.max(axis=1), np.float32(np.inf))  # a code at the k-th best distance enters
-            _search_kernels.adc_scan(
-                pa.codes, luts, qconst, pa.norms if pa.norms is not None else _EMPTY_F32,
-                pa.norm_codes if pa.norm_codes is not None else _EMPTY_U8,
-                pa.norm_levels if pa.norm_codes is not None else _EMPTY_F32, pa.ids,
-                pa.allow if pa.allow is not None else _EMPTY_U64, LUT_SLOTS, out_d, out_r,
-                1 if nb * N < SMALL_SCAN_CODES else n_threads, bound)
+            _search_kernels.scan(tables.model, queries, rotated, pa.codes, pa.norms, pa.norm_codes,
+                                 pa.norm_levels if pa.norm_codes is not None else None, pa.ids, pa.allow, out_d,
+                                 out_r, 1 if nb * N < SMALL_SCAN_CODES else n_threads, bound)
             real = out_r >= 0
             out_i = np.where(real, pa.ids[np.where(real, out_r, 0)], -1)
             found_d.append(out_d)

@@ -181,8 +181,9 @@ class Snapshot:
         nq = I.shape[0]
         D_out = np.full((nq, k), np.inf if metric == "l2" else -np.inf, dtype=np.float32)
         I_out = np.full((nq, k), -1, dtype=np.int64)
-        for start in range(0, nq, _search_options.RERANK_QUERIES_PER_STEP):
-            stop = min(nq, start + _search_options.RERANK_QUERIES_PER_STEP)
+        step = max(1, _search_options.RERANK_STEP_BYTES // (4 * max(1, I.shape[1]) * self.spec.quantizer.dim))
+        for start in range(0, nq, step):
+            stop = min(nq, start + step)
             cand, cand_part = I[start:stop], part[start:stop]
             valid = cand >= 0
             if not valid.any():
