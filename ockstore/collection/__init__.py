@@ -14,7 +14,7 @@ they opened (a snapshot) until ``refresh()``.
     lock.py        the writer's OS lock (flock; msvcrt on Windows)
     policy.py      the size-tiered merge policy (pure functions of segment sizes)
     merge.py       the exact merge of per-part top-k results (``merge_topk``)
-    scan.py        flat segments scanned as one index: shared query tables, each segment bounded by the k-th best
+    scan.py        flat segments scanned as one index: one table model, each segment bounded by the k-th best
     segments.py    opened segments, id lookups, deletion masks; writing new and merged segments
     snapshot.py    one opened generation: loading the newest one, searching it
     commit.py      a commit (files, then the manifest), removing old generations, vacuum
@@ -23,8 +23,8 @@ they opened (a snapshot) until ``refresh()``.
 Searching scans every segment with its deletions as a row filter (the bitmap of filtered search, built once per
 segment and deletion file, never per search) and merges the per-segment top-k exactly: ties by the smaller id, so
 the results equal one search over an index holding the live rows. Flat segments are scanned by ``scan.py`` with one
-set of query tables, each segment bounded by the k-th best distance so far; other segments (IVF, with ``n_probe``)
-by their own ``Index.search``, merged with ``merge_topk``.
+table model, each segment bounded by the k-th best distance so far; other segments (IVF, with ``n_probe``) by their
+own ``Index.search``, merged with ``merge_topk``.
 
 Distributed builds (an entry point for a Dask build, docs/ARCHITECTURE.md "Collections"): the client opens the
 collection as the writer and ships ``collection.segment_spec`` (a picklable SegmentSpec: quantizer, norm encoding,

@@ -108,7 +108,7 @@ class Snapshot:
         Qp = quantizer._prepare(Q, "Q")  # what Index.search scans with: unit rows for cosine
         searched, rows = [], None
         if _flat(self.views, segment_options):
-            # flat segments: one set of query tables, each segment bounded by the k-th best so far (scan.py)
+            # flat segments: one table model, each segment bounded by the k-th best so far (scan.py)
             parts = []
             for view in self.views:
                 if allowed is None:
