@@ -35,6 +35,11 @@ cdef enum:
     # Codes per scan block. A block's codes (SCAN_BLOCK * W bytes) and its norm terms stay in L1/L2 while every query
     # of a group scans them, so a batch reads each code from memory once per group instead of once per query.
     SCAN_BLOCK = 2048
+    # A block with a bitmap is scanned whole (every distance computed, the bits tested only for codes that may enter
+    # the heap) when at least 1/DENSE_FRACTION of its rows are allowed; sparser blocks read only the allowed rows.
+    # Reading one allowed row costs a few times what a row of the unrolled block loop costs (its bit, a dependent
+    # chain of adds): 1/4 keeps a 10% filter on the sparse path and a collection's few deletions on the dense one.
+    DENSE_FRACTION = 4
     # Queries per group at most: a group's tables (8 KiB per query for 64-bit codes, 32 KiB for 256-bit), computed
     # by the thread that scans the group, stay in L2 next to the block of codes they scan.
     MAX_GROUP = 8
@@ -49,6 +54,7 @@ cdef enum:
 
 cdef extern from *:
     int _count_trailing_zeros "__builtin_ctzll"(unsigned long long) noexcept nogil
+    int _popcount "__builtin_popcountll"(unsigned long long) noexcept nogil
 
 cdef extern from *:
     """
@@ -103,17 +109,20 @@ cdef inline void _heap_push(float *hd, int64_t *hr, int k, float d, int64_t row,
         _heap_replace_top(hd, hr, k, d, row, ids)
 
 
-cdef inline void _consider(float *hd, int64_t *hr, int k, float d, const int64_t *ids, Py_ssize_t row) noexcept nogil:
-    """Offer code `row` at distance d. Almost every code fails the first test, so its id (8 bytes, as much memory
-    traffic as the code itself) is only read for the few that may enter."""
-    if d <= hd[0]:
+cdef inline void _consider(float *hd, int64_t *hr, int k, float d, const int64_t *ids, Py_ssize_t row,
+                           const uint64_t *allow) noexcept nogil:
+    """Offer code `row` at distance d, if the bitmap `allow` (NULL: every row) allows it. Almost every code fails the
+    first test, so its id (8 bytes, as much memory traffic as the code itself) and its bit are only read for the few
+    that may enter."""
+    if d <= hd[0] and (allow == NULL or (allow[row >> 6] >> (row & 63)) & 1):
         _heap_push(hd, hr, k, d, row, ids)
 
 
-cdef void _heap_init(float *hd, int64_t *hr, int k) noexcept nogil:
+cdef void _heap_init(float *hd, int64_t *hr, int k, float bound) noexcept nogil:
+    """k empty slots (bound, row -1): only a code at a distance below `bound` enters (INFINITY: any real code)."""
     cdef int j
     for j in range(k):
-        hd[j] = INFINITY
+        hd[j] = bound
         hr[j] = -1
 
 
@@ -139,10 +148,11 @@ cdef void _heap_sort_into(float *hd, int64_t *hr, int k, const int64_t *ids, flo
 
 
 cdef void _scan_range(const uint8_t *codes, int W, const float *lut, float qconst,
-                      const float *norm_term, const int64_t *ids, Py_ssize_t start, Py_ssize_t stop, float *hd,
-                      int64_t *hr, int k) noexcept nogil:
+                      const float *norm_term, const int64_t *ids, const uint64_t *allow, Py_ssize_t start,
+                      Py_ssize_t stop, float *hd, int64_t *hr, int k) noexcept nogil:
     """Scan codes[start:stop] for one query (byte w of a code indexes lut + w * SLOTS). norm_term is indexed
-    from `start` (NULL when there is none)."""
+    from `start` (NULL when there is none). With a bitmap `allow`, every distance is computed and only the allowed
+    rows are offered: the way to scan a block where most rows are allowed (see _dense_block)."""
     cdef Py_ssize_t i = start
     cdef int w, j
     cdef float d0, d1, d2, d3
@@ -195,17 +205,17 @@ cdef void _scan_range(const uint8_t *codes, int W, const float *lut, float qcons
             d3 = d3 + l[c3[w]]
             l = l + SLOTS
             w += 1
-        _consider(hd, hr, k, d0, ids, i)
-        _consider(hd, hr, k, d1, ids, i + 1)
-        _consider(hd, hr, k, d2, ids, i + 2)
-        _consider(hd, hr, k, d3, ids, i + 3)
+        _consider(hd, hr, k, d0, ids, i, allow)
+        _consider(hd, hr, k, d1, ids, i + 1, allow)
+        _consider(hd, hr, k, d2, ids, i + 2, allow)
+        _consider(hd, hr, k, d3, ids, i + 3, allow)
         i += 4
     while i < stop:
         c0 = codes + <size_t>i * W
         d0 = qconst + norm_term[i - start] if norm_term != NULL else qconst
         for w in range(W):
             d0 = d0 + lut[<size_t>w * SLOTS + c0[w]]
-        _consider(hd, hr, k, d0, ids, i)
+        _consider(hd, hr, k, d0, ids, i, allow)
         i += 1
 
 
@@ -238,6 +248,7 @@ cdef struct QueryBatch:
     Py_ssize_t lut_row          # floats of one query's tables: W * SLOTS
     int nq
     int k
+    const float *bound          # (nq,) or NULL: only codes below bound[q] may enter the results of query q
     float *out_dist             # (nq, k)
     int64_t *out_rows           # (nq, k): row numbers of the results (-1 for padding)
 
@@ -317,12 +328,26 @@ cdef inline Py_ssize_t _block_stop(const CodeBase *base, Py_ssize_t start) noexc
     return start + SCAN_BLOCK if start + SCAN_BLOCK < base.N else base.N
 
 
-cdef const float *_block_norm_terms(const CodeBase *base, Py_ssize_t start, Py_ssize_t stop,
+cdef bint _dense_block(const CodeBase *base, Py_ssize_t start, Py_ssize_t stop) noexcept nogil:
+    """Whether the rows start..stop-1 (start a multiple of 64) are scanned as a whole block: no bitmap, or at least
+    1/DENSE_FRACTION of them allowed. Computing a distance in the 4-codes-at-a-time loop costs a fraction of reading
+    one allowed row out of a sparse bitmap, so a mostly allowed block (a collection's segment with a few deleted rows)
+    is scanned whole, its bits tested only for the codes that may enter the heap."""
+    cdef Py_ssize_t word
+    cdef Py_ssize_t allowed = 0
+    if base.allow == NULL:
+        return True
+    for word in range(start >> 6, (stop + 63) >> 6):
+        allowed += _popcount(base.allow[word])
+    return allowed * DENSE_FRACTION >= stop - start
+
+
+cdef const float *_block_norm_terms(const CodeBase *base, Py_ssize_t start, Py_ssize_t stop, bint dense,
                                     float *buf) noexcept nogil:
     """The norm terms of codes start..stop-1 written to buf (float32 norms, or the level of each one-byte code) and
-    returned; NULL, with buf untouched, when the codes have no norm term."""
+    returned; NULL, with buf untouched, when the codes have no norm term or the block is not `dense`."""
     cdef Py_ssize_t j
-    if base.allow != NULL:
+    if not dense:
         return NULL  # _scan_allowed reads the norm terms of the rows it scans
     if base.norms_f32 != NULL:
         memcpy(buf, base.norms_f32 + start, (stop - start) * sizeof(float))
@@ -361,19 +386,23 @@ cdef void _scan_allowed(const CodeBase *base, const float *lut, float qconst, Py
                 d = d + base.norm_levels[base.norm_codes[row]]
             for w in range(base.W):
                 d = d + lut[<size_t>w * SLOTS + c[w]]
-            _consider(hd, hr, k, d, base.ids, row)
+            _consider(hd, hr, k, d, base.ids, row, NULL)
         first += 64
 
 
 cdef inline void _scan_query(const CodeBase *base, const float *lut, float qconst, int k,
-                             Py_ssize_t start, Py_ssize_t stop, const float *norm_terms, float *hd,
+                             Py_ssize_t start, Py_ssize_t stop, bint dense, const float *norm_terms, float *hd,
                              int64_t *hi) noexcept nogil:
     """Offer codes start..stop-1 (the allowed ones) to the heap (hd, hi) of a query with tables lut and constant term
-    qconst; norm_terms from _block_norm_terms (unused with a bitmap)."""
-    if base.allow != NULL:
+    qconst; `dense` and norm_terms from _dense_block and _block_norm_terms (norm_terms unused when not dense)."""
+    if not dense:
         _scan_allowed(base, lut, qconst, start, stop, hd, hi, k)
     else:
-        _scan_range(base.codes, base.W, lut, qconst, norm_terms, base.ids, start, stop, hd, hi, k)
+        _scan_range(base.codes, base.W, lut, qconst, norm_terms, base.ids, base.allow, start, stop, hd, hi, k)
+
+
+cdef inline float _bound(const QueryBatch *batch, int q) noexcept nogil:
+    return batch.bound[q] if batch.bound != NULL else INFINITY
 
 
 cdef void _scan_group(const CodeBase *base, const QueryBatch *batch, int q0, int q1, float *norm_buf, float *hd,
@@ -384,16 +413,18 @@ cdef void _scan_group(const CodeBase *base, const QueryBatch *batch, int q0, int
     cdef int k = batch.k
     cdef int q
     cdef Py_ssize_t start, stop
+    cdef bint dense
     cdef const float *norm_terms
     for q in range(q1 - q0):
         qconst[q] = _query_tables(batch.tables, q0 + q, work, luts + q * batch.lut_row)
-        _heap_init(hd + <size_t>q * k, hi + <size_t>q * k, k)
+        _heap_init(hd + <size_t>q * k, hi + <size_t>q * k, k, _bound(batch, q0 + q))
     start = 0
     while start < base.N:
         stop = _block_stop(base, start)
-        norm_terms = _block_norm_terms(base, start, stop, norm_buf)
+        dense = _dense_block(base, start, stop)
+        norm_terms = _block_norm_terms(base, start, stop, dense, norm_buf)
         for q in range(q1 - q0):
-            _scan_query(base, luts + q * batch.lut_row, qconst[q], k, start, stop, norm_terms,
+            _scan_query(base, luts + q * batch.lut_row, qconst[q], k, start, stop, dense, norm_terms,
                         hd + <size_t>q * k, hi + <size_t>q * k)
         start = stop
     for q in range(q0, q1):
@@ -426,7 +457,8 @@ cdef void _scan_by_query_groups(const CodeBase *base, const QueryBatch *batch, i
 
 
 cdef void _merge_heaps(const float *heap_d, const int64_t *heap_i, int n_heaps, Py_ssize_t stride, int k,
-                       const int64_t *ids, float *merged_d, int64_t *merged_i, float *out_d, int64_t *out_i) noexcept nogil:
+                       const int64_t *ids, float bound, float *merged_d, int64_t *merged_i, float *out_d,
+                       int64_t *out_i) noexcept nogil:
     """The k best pairs of n_heaps heaps (heap t at t * stride), sorted into out; merged_d/merged_i (k,) is scratch.
 
     Each heap holds the k best of its own codes, so the k best of all are among them (the k best of a union do not
@@ -435,12 +467,12 @@ cdef void _merge_heaps(const float *heap_d, const int64_t *heap_i, int n_heaps, 
     cdef int t, j
     cdef const float *hd
     cdef const int64_t *hi
-    _heap_init(merged_d, merged_i, k)
+    _heap_init(merged_d, merged_i, k, bound)
     for t in range(n_heaps):
         hd = heap_d + t * stride
         hi = heap_i + t * stride
         for j in range(k):
-            if hd[j] < INFINITY:  # empty slots are (inf, -1)
+            if hi[j] >= 0:  # empty slots are (bound, -1)
                 _heap_push(merged_d, merged_i, k, hd[j], hi[j], ids)
     _heap_sort_into(merged_d, merged_i, k, ids, out_d, out_i)
 
@@ -453,24 +485,26 @@ cdef void _scan_by_code_blocks(const CodeBase *base, const QueryBatch *batch, in
     cdef int k = batch.k
     cdef Py_ssize_t n_blocks = (base.N + SCAN_BLOCK - 1) // SCAN_BLOCK
     cdef Py_ssize_t b, start, stop
+    cdef bint dense
     cdef int q, t, tid
     cdef float *norm_buf
     cdef float qconst
     for q in range(batch.nq):
         qconst = _query_tables(batch.tables, q, s.work, s.luts)
         for t in range(n_threads):
-            _heap_init(s.heap_d + t * s.heap_stride, s.heap_i + t * s.heap_stride, k)
+            _heap_init(s.heap_d + t * s.heap_stride, s.heap_i + t * s.heap_stride, k, _bound(batch, q))
         with parallel(num_threads=n_threads):
             tid = threadid()
             norm_buf = s.norm_terms + tid * s.norm_stride if s.norm_terms != NULL else NULL
             for b in prange(n_blocks, schedule='static'):
                 start = b * SCAN_BLOCK
                 stop = _block_stop(base, start)
-                _scan_query(base, s.luts, qconst, k, start, stop,
-                            _block_norm_terms(base, start, stop, norm_buf), s.heap_d + tid * s.heap_stride,
+                dense = _dense_block(base, start, stop)
+                _scan_query(base, s.luts, qconst, k, start, stop, dense,
+                            _block_norm_terms(base, start, stop, dense, norm_buf), s.heap_d + tid * s.heap_stride,
                             s.heap_i + tid * s.heap_stride)
-        _merge_heaps(s.heap_d, s.heap_i, n_threads, s.heap_stride, k, base.ids, s.merged_d, s.merged_i,
-                     batch.out_dist + <size_t>q * k, batch.out_rows + <size_t>q * k)
+        _merge_heaps(s.heap_d, s.heap_i, n_threads, s.heap_stride, k, base.ids, _bound(batch, q), s.merged_d,
+                     s.merged_i, batch.out_dist + <size_t>q * k, batch.out_rows + <size_t>q * k)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -520,7 +554,11 @@ def scan(TableModel model,                   # IN the quantizer's table arrays
          const uint64_t[::1] allow,          # IN (ceil(N / 64),) bitmap of the rows to scan, or None: all
          float[:, ::1] out_dist,             # OUT (nq, k) ascending
          int64_t[:, ::1] out_rows,           # OUT (nq, k) the rows of the results; (inf, -1) past the last
-         int n_threads):
+         int n_threads,
+         const float[::1] bound=None):       # IN (nq,) or None: only codes at a distance below bound[q] may
+                                             #    enter the results of query q; slots left empty come out as
+                                             #    (bound[q], -1). For scanning the parts of one base in turn (the
+                                             #    segments of a collection): the k-th best so far, just above.
     """The tables of each query, then an exhaustive ADC scan keeping the k best (dist, id) of each query among the
     allowed rows; writes their distances and row numbers (the caller maps rows to ids; a row keeps the stored vector
     reachable for re-ranking). Arguments that are None are passed as None (no conversion).
@@ -531,6 +569,11 @@ def scan(TableModel model,                   # IN the quantizer's table arrays
     Both give the same results: a query's tables are computed by the same code wherever it runs, every distance is
     summed in the same order, and the k best of all codes do not depend on how the codes were split (_merge_heaps).
     Memory: the tables of at most MAX_GROUP queries per thread, whatever nq.
+
+    With `bound`, each heap starts full of (bound[q], row -1) slots: a code enters only below bound[q] (a code at
+    exactly bound[q] does not: the empty slot's id -1 wins the tie), so a scan of many codes that cannot enter costs
+    one comparison each. A caller that scans the parts of a base in turn passes the k-th best distance so far, raised
+    to the next float32, and gets exactly the k best of the union when it merges the parts' results.
     """
     cdef CodeBase base
     cdef QueryBatch batch
@@ -557,6 +600,7 @@ def scan(TableModel model,                   # IN the quantizer's table arrays
     batch.lut_row = <Py_ssize_t>base.W * SLOTS
     batch.nq = out_dist.shape[0]
     batch.k = out_dist.shape[1]
+    batch.bound = &bound[0] if bound is not None else NULL
     batch.out_dist = &out_dist[0, 0]
     batch.out_rows = &out_rows[0, 0]
     # Splitting the codes pays only when there are idle threads (fewer queries than threads) and more than one block
