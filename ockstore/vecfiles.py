@@ -21,7 +21,7 @@ from ._validation import as_ids, as_vectors, check_bool, check_int
 from .errors import FormatError
 from .paths import check_input_file, check_output_file
 
-__all__ = ["read_vecs", "iter_vecs", "write_vecs", "count_vecs", "read_ids", "MAX_DIM"]
+__all__ = ["read_vecs", "iter_vecs", "read_rows", "write_vecs", "count_vecs", "read_ids", "MAX_DIM"]
 
 # Component dtype of each texmex extension (the dimension prefix is always little-endian int32).
 _TEXMEX_DTYPES = {"fvecs": np.dtype("<f4"), "bvecs": np.dtype("u1"), "ivecs": np.dtype("<i4")}
@@ -144,11 +144,12 @@ def _read_texmex_plain(path, kind):
     return out
 
 
-def _iter_texmex_plain(path, kind, d, n, chunk_size):
+def _iter_texmex_plain(path, kind, d, n, chunk_size, start=0, stop=None):
     mm = _mmap_records(path, kind, d, n)
+    stop = n if stop is None else min(stop, n)
     try:
-        for i in range(0, n, chunk_size):
-            recs = mm[i : i + chunk_size]
+        for i in range(start, stop, chunk_size):
+            recs = mm[i : min(i + chunk_size, stop)]
             out = np.empty((len(recs), d), dtype=_native(kind))
             _copy_checked(path, recs, out, i, d)
             yield out
@@ -261,10 +262,16 @@ def _read_texmex_gz(path, kind):
     return out if n == out.shape[0] else out[:n].copy()
 
 
-def _iter_texmex_gz(path, kind, chunk_size):
+def _iter_texmex_gz(path, kind, chunk_size, start=0, stop=None):
     parts, have = [], 0
-    for d, recs, _ in _gz_blocks(path, kind, chunk_size):
-        vecs = recs["v"]
+    blocks = _gz_blocks(path, kind, chunk_size)
+    for d, recs, row in blocks:
+        if stop is not None and row >= stop:
+            blocks.close()  # the rows wanted are behind: stop decompressing
+            break
+        if row + len(recs) <= start:
+            continue
+        vecs = recs["v"][max(0, start - row) : len(recs) if stop is None else max(0, stop - row)]
         i = 0
         while i < len(vecs):
             take = min(chunk_size - have, len(vecs) - i)
@@ -321,10 +328,11 @@ def _read_npy(path):
     return np.memmap(path, dtype=dtype, mode="r", shape=shape, order="F" if fortran else "C", offset=offset)
 
 
-def _iter_npy(path, chunk_size):
+def _iter_npy(path, chunk_size, start=0, stop=None):
     arr = _read_npy(path)
-    for i in range(0, arr.shape[0], chunk_size):
-        yield np.array(arr[i : i + chunk_size], order="C")
+    stop = arr.shape[0] if stop is None else min(stop, arr.shape[0])
+    for i in range(start, stop, chunk_size):
+        yield np.array(arr[i : min(i + chunk_size, stop)], order="C")
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -370,8 +378,8 @@ def read_vecs(path):
     return _read_texmex_plain(path, kind)
 
 
-def iter_vecs(path, chunk_size=100_000):
-    """Iterate over a vector file in chunks of rows, with memory bounded by the chunk.
+def iter_vecs(path, chunk_size=100_000, *, start=0, stop=None):
+    """Iterate over a vector file (or its rows ``[start:stop]``) in chunks of rows, with memory bounded by the chunk.
 
     Parameters
     ----------
@@ -379,6 +387,9 @@ def iter_vecs(path, chunk_size=100_000):
         As for :func:`read_vecs`.
     chunk_size : int, default 100_000
         Rows per chunk (≥ 1); the last chunk may be shorter.
+    start, stop : int ≥ 0, or None for ``stop`` (the end)
+        Rows as a slice of the file (clipped to its end). A gzip stream is decompressed from its beginning up to
+        ``stop`` (the rows before ``start`` skipped); other files are read from ``start`` directly.
 
     Yields
     ------
@@ -395,13 +406,51 @@ def iter_vecs(path, chunk_size=100_000):
     path = check_input_file(path, "path")
     kind, gz = _texmex_kind(path)
     chunk_size = check_int(chunk_size, "chunk_size", min_value=1)
+    start = check_int(start, "start", min_value=0)
+    if stop is not None:
+        stop = check_int(stop, "stop", min_value=start)
     if kind == "npy":
         _npy_header(path)
-        return _iter_npy(path, chunk_size)
+        return _iter_npy(path, chunk_size, start, stop)
     if gz:
-        return _iter_texmex_gz(path, kind, chunk_size)
+        return _iter_texmex_gz(path, kind, chunk_size, start, stop)
     d, n = _texmex_header(path, kind)
-    return _iter_texmex_plain(path, kind, d, n, chunk_size)
+    return _iter_texmex_plain(path, kind, d, n, chunk_size, start, stop)
+
+
+def read_rows(path, rows):
+    """The rows ``rows`` (strictly increasing, in 0..n-1; ValueError otherwise) of a vector file, e.g. a random sample,
+    shape (len(rows), dim), C-contiguous, in the file's dtype (as :func:`read_vecs`). Uncompressed files and ``.npy``
+    read only those rows (memory-mapped); a gzip stream is decompressed up to the last one."""
+    path = check_input_file(path, "path")
+    kind, gz = _texmex_kind(path)
+    rows = as_ids(rows, "rows")  # 1-D integers >= 0, int64
+    if not bool((rows[1:] > rows[:-1]).all()):
+        raise ValueError("rows must be strictly increasing")
+    if kind == "npy" or not gz:
+        (n, d), dtype = _npy_header(path)[::2] if kind == "npy" else (_texmex_header(path, kind)[::-1], None)
+        if rows.size and int(rows[-1]) >= n:
+            raise ValueError(f"rows: row {int(rows[-1])} is past the end of {path} ({n} rows)")
+        if kind == "npy":
+            return np.ascontiguousarray(_read_npy(path)[rows]) if n else np.empty((0, d), dtype)
+        out = np.empty((rows.size, d), dtype=_native(kind))
+        recs = _mmap_records(path, kind, d, n)[rows]
+        bad = np.flatnonzero(recs["dim"] != d)[:1]  # the first offending record, named by its own offset
+        _check_prefixes(path, recs["dim"][bad], d, int(rows[bad[0]]) * recs.itemsize if bad.size else 0,
+                        recs.itemsize, False)
+        out[...] = recs["v"]
+        return out
+    parts, at, d = [], 0, None
+    for d, recs, row in _gz_blocks(path, kind):
+        stop = at + int(np.searchsorted(rows[at:], row + len(recs)))
+        if stop > at:
+            parts.append(np.array(recs["v"][rows[at:stop] - row], dtype=_native(kind)))
+            at = stop
+        if at == rows.size:
+            break
+    if at < rows.size:
+        raise ValueError(f"rows: row {int(rows[-1])} is past the end of {path}")
+    return np.concatenate(parts) if parts else np.empty((0, d), dtype=_native(kind))
 
 
 def count_vecs(path):
@@ -437,7 +486,6 @@ def _peek_dim(path):
 
 # --------------------------------------------------------------------------------------------------------------------
 # writing
-
 
 
 def _check_finite(arr, name, allow_inf=False):

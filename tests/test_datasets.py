@@ -202,6 +202,48 @@ def test_failed_write_keeps_old_file(tmp_path):
     np.testing.assert_array_equal(read_vecs(path), [[7, 8, 9]])
 
 
+@pytest.mark.parametrize("name", ["x.fvecs", "x.fvecs.gz", "x.bvecs", "x.bvecs.gz", "x.npy"])
+def test_row_ranges_and_chosen_rows(tmp_path, monkeypatch, name):
+    """iter_vecs(start=, stop=) yields exactly the slice X[start:stop] (clipped at the end), and read_rows the rows
+    asked for, for every kind of file; gzip blocks of 3 records put the ranges across block edges."""
+    kind = "bvecs" if "bvecs" in name else "fvecs"
+    X = _sample(kind, n=23, d=5)
+    monkeypatch.setattr(vecfiles, "_BLOCK_BYTES", 3 * (4 + 5 * X.itemsize) + 1)
+    path = tmp_path / name
+    write_vecs(path, X)
+    for start, stop in [(0, 23), (0, 1), (5, 17), (7, 7), (22, 23), (20, 40), (30, None), (3, None)]:
+        for chunk_size in (1, 4, 100):
+            chunks = list(iter_vecs(path, chunk_size, start=start, stop=stop))
+            assert all(1 <= len(c) <= chunk_size for c in chunks)
+            got = np.concatenate(chunks) if chunks else np.empty((0, 5), X.dtype)
+            np.testing.assert_array_equal(got, X[start:stop])
+    for rows in ([0], [22], [1, 2, 3, 10, 11, 21], list(range(23)), []):
+        got = vecfiles.read_rows(path, np.array(rows, dtype=np.int64))
+        assert got.dtype == X.dtype and got.shape == (len(rows), 5) and got.flags.c_contiguous
+        np.testing.assert_array_equal(got, X[rows])
+    with pytest.raises(ValueError, match="row 23 is past the end"):
+        vecfiles.read_rows(path, [3, 23])
+    with pytest.raises(ValueError, match="strictly increasing"):
+        vecfiles.read_rows(path, [4, 4])
+    with pytest.raises(ValueError, match="rows"):
+        vecfiles.read_rows(path, [-1, 2])
+    with pytest.raises(TypeError, match="rows"):
+        vecfiles.read_rows(path, [1.5])
+    with pytest.raises(ValueError, match="stop"):
+        iter_vecs(path, start=5, stop=4)
+    with pytest.raises(ValueError, match="start"):
+        iter_vecs(path, start=-1)
+
+
+def test_chosen_rows_check_their_prefixes(tmp_path):
+    rows = [(4, [1.0, 2.0, 3.0, 4.0])] * 3 + [(5, [1.0, 2.0, 3.0, 4.0])] + [(4, [0.0] * 4)] * 2
+    path = tmp_path / "bad.fvecs"
+    path.write_bytes(_texmex_bytes(rows, "f"))
+    np.testing.assert_array_equal(vecfiles.read_rows(path, [0, 2]), [[1, 2, 3, 4]] * 2)
+    with pytest.raises(FormatError, match=r"byte offset 60\b"):  # row 3 starts at byte 60
+        vecfiles.read_rows(path, [1, 3])
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # bad files written by hand
 
