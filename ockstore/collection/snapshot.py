@@ -26,7 +26,7 @@ from .merge import merge_topk
 from .scan import Part, scan_parts
 from .segments import Segment, SegmentSpec, SegmentView
 
-__all__ = ["CollectionWarning", "Snapshot", "manifest_generations", "load_newest", "remember"]
+__all__ = ["CollectionWarning", "Snapshot", "manifest_generations", "load_newest", "open_generation", "remember"]
 
 # Loading retries with a newer manifest this many times when files of the chosen one vanish meanwhile (a writer
 # removed an old generation's files between our reading its manifest and opening them).
@@ -270,9 +270,10 @@ def _fetch_by_id(vectors, ids):
 # loading
 
 
-def _open_generation(folder, manifest, user, cache, problems):
+def _open_generation(folder, manifest, user, cache, problems, files=None):
     """The Snapshot of a verified manifest; ``cache`` (a dict kept by the caller) holds the quantizer, the Segments and
-    SegmentViews already opened, reused when the files are the same. FileNotFoundError when a file is missing."""
+    SegmentViews already opened, reused when the files are the same. FileNotFoundError when a file is missing.
+    ``files``: open only the segments of these names (a share of the generation; see open_generation)."""
     quantizer_key = ("quantizer", manifest.quantizer)
     quantizer = cache.get(quantizer_key)
     if quantizer is None:
@@ -281,6 +282,8 @@ def _open_generation(folder, manifest, user, cache, problems):
     views, opened = [], []
     try:
         for entry in manifest.segments:
+            if files is not None and entry.file not in files:
+                continue
             view = cache.get(("view", entry.file, entry.deletions))
             if view is None or view.segment.index.closed:
                 segment = cache.get(("segment", entry.file))
@@ -300,6 +303,18 @@ def _open_generation(folder, manifest, user, cache, problems):
                         cache)
     remember(cache, snapshot)
     return snapshot
+
+
+def open_generation(folder, generation, *, files=None, cache=None):
+    """The Snapshot of generation ``generation`` of ``folder`` (not necessarily the newest), or of a share of it: with
+    ``files``, only the segments of those names are opened and searched, while ``live`` and the checks of ``search``
+    (k, rerank) stay those of the whole generation. For the workers of a distributed search, which each search a share
+    of one generation (docs/ARCHITECTURE.md, "Collections"); ``cache`` as for load_newest, to reuse what an earlier
+    share of the folder opened. FileNotFoundError when the manifest or a file of the share is gone (a writer removed
+    that generation: search a newer one); FormatError when the manifest does not verify."""
+    manifest, user = read_manifest(os.path.join(folder, names.manifest_name(generation)), generation)
+    return _open_generation(folder, manifest, user, {} if cache is None else cache, [],
+                            None if files is None else frozenset(files))
 
 
 def remember(cache, snapshot):
