@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import numpy as np
@@ -175,6 +176,51 @@ def compact(args, out):
     print(f"compacted {args.folder}: {before['segments']} segments ({before['rows']:,} rows, {before['deleted']:,} "
           f"deleted) -> {after['segments']} ({after['N']:,} vectors) in {elapsed:.2f} s, generation "
           f"{after['generation']}" + ("" if args.no_vacuum else f"; removed {len(removed)} old files"), file=out)
+    return 0
+
+
+def build_distributed(args, out):
+    """`ockstore build ... --workers N | --scheduler ADDRESS`: a collection folder built on a Dask cluster
+    (ockstore.distributed), with a progress bar over its tasks."""
+    try:
+        from ockstore import distributed as od  # noqa: PLC0415 - the optional extra, imported only when asked for
+        from ockstore.distributed.cluster import embedded  # noqa: PLC0415
+    except ImportError as exc:
+        raise ImportError(f"--workers/--scheduler: {exc}") from None
+    q = ockstore.load_quantizer(args.quantizer)
+    ids = vecfiles.read_ids(args.ids) if args.ids is not None else None
+    options = {"norm_encoding": args.norm_encoding, "store_vectors": args.store_vectors,
+               "metadata": dict(args.metadata) or None}
+    options = {name: value for name, value in options.items() if value is not None}  # only what was asked for
+    source = args.base[0] if len(args.base) == 1 else list(args.base)
+    bar = None
+
+    def progress(done, total, rows, _rows_total):
+        nonlocal bar
+        if bar is None:
+            bar = Progress(total, "build", unit="tasks", enabled=progress_enabled(args))
+        bar.update(done - bar.done)
+
+    t0 = time.perf_counter()
+    try:
+        with (embedded(args.workers) if args.workers is not None else contextlib.nullcontext(args.scheduler)) as cl:
+            workers = len(cl.nthreads()) if not isinstance(cl, str) else None
+            c = od.build_collection(args.output, q, source, ids=ids, client=cl, partition_rows=args.partition_rows,
+                                    progress=progress, **options)
+    except BaseException:
+        if bar is not None:
+            bar.abort()
+        raise
+    if bar is not None:
+        bar.close()
+    elapsed = time.perf_counter() - t0
+    with c:
+        info = c.info()
+    rate = info["N"] / elapsed if elapsed > 0 else float("inf")
+    on = f"{workers} local workers" if workers is not None else f"the cluster of {args.scheduler}"
+    print(f"built collection {info['path']} on {on}: {info['N']:,} vectors in {info['segments']} segments, "
+          f"generation {info['generation']}, {info['method'].upper()} {info['bits']} bits, metric {info['metric']}, "
+          f"{elapsed:.1f} s ({rate_text(rate)} vectors/s)", file=out)
     return 0
 
 

@@ -17,7 +17,7 @@ from ockstore import evaluation, paths, vecfiles
 from ockstore.errors import FormatError
 from ockstore.quantizers import METHODS
 
-from .collections import COMMANDS as COLLECTION_COMMANDS
+from .collections import COMMANDS as COLLECTION_COMMANDS, build_distributed
 from .output import (
     distances_path, fmt_bytes, jsonable, print_info, print_results, write_distances, write_ids,
 )
@@ -173,6 +173,8 @@ def train(args, out):
 
 
 def build(args, out):
+    if args.workers is not None or args.scheduler is not None:
+        return build_distributed(args, out)  # a collection folder, on a Dask cluster
     _check_output(args.output, "-o/--output")
     q = ockstore.load_quantizer(args.quantizer)
     ids = vecfiles.read_ids(args.ids) if args.ids is not None else None

@@ -198,17 +198,26 @@ Code size: M*C bytes per vector (C = 1 for pq and ckm). Default iterations: """ 
         "build", formatter_class=_Formatter, help="encode a base with a quantizer into an index file",
         description=_wrap("Encode the vectors of BASE_FILE with the quantizer of QUANTIZER_FILE (a quantizer file or an "
                     "index file) and write the index file INDEX_FILE. The base is streamed CHUNK rows at a time: "
-                    "memory stays bounded by the chunk size. The file appears under its name only when complete."),
+                    "memory stays bounded by the chunk size. The file appears under its name only when complete.")
+                    + "\n\n" + _wrap("With --workers or --scheduler the build runs on a Dask cluster (pip install "
+                    "'ockstore[dask]') and writes a collection folder: one task, one segment per partition of the "
+                    "base (each BASE_FILE, or ranges of --partition-rows rows), committed at once when every task "
+                    "succeeded (into an existing collection folder, the vectors are added to it)."),
         epilog="""\
 examples:
   ockstore build sift.ockq sift_base.bvecs.gz -o sift.ock
   ockstore build sift.ockq base.npy -o base.ock --ids base_ids.npy --norm-encoding f32 --metadata source=photos
   # keep the vectors too (1 byte per component), for 'ockstore search --rerank'
-  ockstore build sift.ockq sift_base.bvecs.gz -o sift.ock --store-vectors uint8""",
+  ockstore build sift.ockq sift_base.bvecs.gz -o sift.ock --store-vectors uint8
+  # a collection folder built by 2 local worker processes, or on a running Dask cluster
+  ockstore build sift.ockq base.npy -o sift/ --workers 2 --partition-rows 250000
+  ockstore build sift.ockq part0.fvecs part1.fvecs -o /shared/sift/ --scheduler tcp://10.0.0.1:8786""",
     )
     p.add_argument("quantizer", metavar="QUANTIZER_FILE", help="a quantizer file (ockstore train) or an index file")
-    p.add_argument("base", metavar="BASE_FILE", help=f"the vectors to index ({VECTOR_FILES})")
-    p.add_argument("-o", "--output", required=True, metavar="INDEX_FILE", help="the index file to write")
+    p.add_argument("base", metavar="BASE_FILE", nargs="+",
+                   help=f"the vectors to index ({VECTOR_FILES}); several files only with --workers or --scheduler")
+    p.add_argument("-o", "--output", required=True, metavar="INDEX_FILE",
+                   help="the index file to write (with --workers or --scheduler: the collection folder)")
     p.add_argument("--norm-encoding", choices=("u8", "f32"), default=None,
                    help="how the norm term of C >= 2 codes is stored: one byte (u8, the default) or float32 (f32); "
                         "not used by pq and ckm")
@@ -219,11 +228,21 @@ examples:
     p.add_argument("--ids", default=None, metavar="IDS_FILE",
                    help="one non-negative integer id per base vector, in base order (.ivecs with dimension 1, or an "
                         "integer .npy of shape (N,) or (N, 1)); default: 0..N-1")
-    p.add_argument("--chunk-size", type=_positive, default=DEFAULT_CHUNK, metavar="CHUNK",
-                   help=f"base vectors read and encoded per step (default {DEFAULT_CHUNK:,})")
+    p.add_argument("--chunk-size", type=_positive, default=None, metavar="CHUNK",
+                   help=f"base vectors read and encoded per step (default {DEFAULT_CHUNK:,}; not with --workers or "
+                        "--scheduler, whose tasks read 65,536 rows at a time)")
     _add_metadata(p)
     _add_threads(p)
     _add_progress(p)
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--workers", type=_positive, default=None, metavar="N",
+                   help="build a collection on a Dask cluster of N local worker processes (one thread each)")
+    g.add_argument("--scheduler", default=None, metavar="ADDRESS",
+                   help="build a collection on the Dask cluster of this scheduler (e.g. tcp://10.0.0.1:8786); "
+                        "the output folder and the base files must be at the same paths on every worker")
+    p.add_argument("--partition-rows", type=_positive, default=None, metavar="ROWS",
+                   help="with --workers or --scheduler: rows per task and segment (default: each BASE_FILE when "
+                        "several are given, else 262,144)")
     p.set_defaults(subparser=p)
 
     # --------------------------------------------------------------------------------------------------- search
@@ -338,6 +357,8 @@ def check_args(args):
         _check_metadata(sub, args.metadata)
     elif args.command in ("build", "create"):
         _check_metadata(sub, args.metadata)
+        if args.command == "build":
+            _check_build(sub, args)
     elif args.command == "search":
         if args.output is not None and output.output_kind(args.output) is None:
             sub.error(f"argument -o/--output: {args.output!r} must end in .ivecs, .ivecs.gz or .npy")
@@ -353,6 +374,24 @@ def check_args(args):
         if args.base is not None and args.k < 10:
             sub.error(f"argument --base: the mean overall ratio at 10 needs -k >= 10, got -k {args.k}")
         _check_rerank(sub, args)
+
+
+def _check_build(sub, args):
+    """A single-process build writes one index file from one base file; --workers/--scheduler a collection folder."""
+    if args.workers is None and args.scheduler is None:
+        if len(args.base) > 1:
+            sub.error(f"argument BASE_FILE: {len(args.base)} files given; several base files need --workers or "
+                      "--scheduler (a collection folder), an index file is built from one")
+        if args.partition_rows is not None:
+            sub.error("argument --partition-rows: needs --workers or --scheduler")
+        args.base = args.base[0]
+        if args.chunk_size is None:
+            args.chunk_size = DEFAULT_CHUNK
+        return
+    for given, flag in ((args.threads, "--threads"), (args.chunk_size, "--chunk-size")):
+        if given is not None:
+            sub.error(f"argument {flag}: not with --workers or --scheduler (each task encodes on one thread, 65,536 "
+                      "rows at a time; the cluster's workers set the parallelism)")
 
 
 def _check_rerank(sub, args):
