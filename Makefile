@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test test-fast bench bench-codec bench-search bench-storage bench-options bench-collection reproduce clean
+.PHONY: install demo test test-fast bench bench-codec bench-search bench-storage bench-options bench-collection bench-distributed reproduce clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,13 +31,17 @@ $(VENV)/.bench: $(STAMP)
 	$(BIN)/python -m pip install -q faiss-cpu matplotlib
 	touch $(VENV)/.bench
 
-bench: bench-codec bench-search bench-storage bench-options bench-collection
+bench: bench-codec bench-search bench-storage bench-options bench-collection bench-distributed
 
 bench-codec: $(VENV)/.bench
 	$(BIN)/python tools/bench_codec.py
 
 bench-collection: $(VENV)/.bench
 	$(BIN)/python tools/bench_collection.py
+
+# Dask (the extra ockstore[dask]) is among the test extras the stamp installs.
+bench-distributed: $(VENV)/.bench
+	$(BIN)/python tools/bench_distributed.py
 
 bench-search: $(VENV)/.bench
 	$(BIN)/python tools/bench_search.py

@@ -34,8 +34,10 @@ stored vectors) to its workers with disjoint id ranges (from ``collection.next_i
 writes another one. The client then calls ``collection.commit_segments(pendings, merge=False)``: every pending file
 is checked (same quantizer, encodings, ids unique and not live) and all become segments in ONE commit, or none does.
 Files of failed tasks are unreferenced and removed by ``vacuum()`` (which must not run while workers are still
-writing). Searching per worker: each worker opens the folder with ``open_collection(folder, "r")`` at a generation,
-searches its share of the segments, and the client merges the per-worker top-k with ``merge_topk``.
+writing). Searching per worker: each worker opens its share of the segments of one generation with
+``snapshot.open_generation(folder, generation, files=...)``, searches it, and the client merges the per-worker top-k
+with ``merge_topk``. ``ockstore.distributed`` does all this on Dask (docs/ARCHITECTURE.md, "Distributed builds and
+searches").
 """
 
 from .collection import Collection, create_collection, open_collection

@@ -124,6 +124,8 @@ def _share(folder, generation, files):
         _SHARES[key] = snap
         while len(_SHARES) > MAX_SHARES:
             _SHARES.popitem(last=False)
+        for gone in set(_OPENED) - {k[0] for k in _SHARES}:
+            del _OPENED[gone]  # no share of that folder left
         return snap
 
 

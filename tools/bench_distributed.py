@@ -1,0 +1,251 @@
+"""Distributed benchmark (issue 12): building and searching a collection on a Dask LocalCluster against the
+single-process build (IndexWriter) and the in-process search, in one run on the same data.
+
+Data: the sift-real base (1M x 128 uint8), converted once from ``sift_base.bvecs.gz`` to an uncompressed ``.npy``
+in ``--cache-dir`` (the build reads it memory-mapped: the workers and the single process read the same file, from the
+page cache after the first run); the first ``--queries`` (1,000) queries. Quantizer: OCKM M=4 C=2 T=10 (64-bit codes,
+u8 norm term), the one ``tools/bench_collection.py`` caches (loaded, or trained on the learn set and saved).
+
+1. **Build.** Runs interleaved, ``--repeats`` (3) times each, min and median wall time:
+   ``IndexWriter`` (one file, chunks of 65,536 rows read from the .npy) with n_threads=1 and 2; ``build_collection``
+   from the .npy (``--partition-rows``, default 125,000: 8 partitions) on a LocalCluster of 1 worker and of 2 workers
+   (processes, one thread each; started once, before the runs: their start-up time is printed apart). Targets: 2
+   workers >= 1.7x faster than 1 worker; each within 1.3x of IndexWriter at the same thread count (the cost of Dask).
+   The collection's search results are checked equal to the index file's.
+2. **Search.** 1,000 queries, k = 10 and 100: ``search_collection`` on the 2-worker cluster (each worker's share
+   already open: the first, cold call is timed apart) against ``Collection.search`` in this process with 1 and 2
+   threads, and the index file; every result checked equal.
+
+The machine (CPU, cores) and the load average before and after each section are printed: the machine is shared,
+measure when it is quiet. Typical use, from the repository root:
+
+    python tools/bench_distributed.py --json distributed.json     # ~4 min on 2 cores (plus converting the data once)
+    python tools/bench_distributed.py --quick                    # smoke test on 100K base rows
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import ockstore  # noqa: E402
+from _machine import core_count, cpu_model  # noqa: E402
+from ockstore import distributed as od  # noqa: E402
+from ockstore import vecfiles  # noqa: E402
+
+import distributed  # noqa: E402
+
+CHUNK = 65536  # rows per IndexWriter.add: the chunk of a distributed build's tasks
+
+
+def load_avg():
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def base_npy(args):
+    """The sift-real base as an uncompressed .npy (uint8), converted once into the cache folder."""
+    path = Path(args.cache_dir) / "sift-real-base.npy"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        t0 = time.perf_counter()
+        X = vecfiles.read_vecs(Path(args.sift) / "sift_base.bvecs.gz")
+        vecfiles.write_vecs(path, X)
+        print(f"data: converted sift_base.bvecs.gz to {path} in {time.perf_counter() - t0:.1f} s", flush=True)
+    return path
+
+
+def quantizer(args):
+    key = "sift-learn100000-ockm-M4-C2-T10-l2-default-seed0"  # as tools/bench_collection.py caches it
+    path = Path(args.cache_dir) / f"{key}.ockq"
+    if path.exists():
+        print(f"quantizer: loaded {path}", flush=True)
+        return ockstore.load_quantizer(path)
+    learn = vecfiles.read_vecs(Path(args.sift) / "sift_learn.bvecs.gz")
+    t0 = time.perf_counter()
+    q = ockstore.OCKM(4, 2, 10).fit(learn)
+    ockstore.save_quantizer(path, q, metadata={"train_s": time.perf_counter() - t0, "key": key})
+    print(f"quantizer: trained in {time.perf_counter() - t0:.1f} s, saved to {path}", flush=True)
+    return q
+
+
+def cluster(n_workers):
+    logging.getLogger("distributed").setLevel(logging.ERROR)  # no INFO lines of the scheduler in the report
+    t0 = time.perf_counter()
+    lc = distributed.LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None,
+                                  silence_logs=logging.ERROR)
+    client = distributed.Client(lc)
+    return lc, client, time.perf_counter() - t0
+
+
+def section_build(q, npy, rows, work, clients, args):
+    def index_writer(threads):
+        def run():
+            path = work / f"one-{threads}.ock"
+            X = vecfiles.read_vecs(npy)  # memory-mapped
+            with ockstore.IndexWriter(path, q, n_threads=threads) as w:
+                for s in range(0, rows, CHUNK):
+                    w.add(X[s:min(rows, s + CHUNK)])
+            return path
+        return run
+
+    def dask_build(n_workers):
+        def run():
+            folder = work / f"dask-{n_workers}"
+            shutil.rmtree(folder, ignore_errors=True)
+            c = od.build_collection(folder, q, npy, client=clients[n_workers], partition_rows=args.partition_rows)
+            c.close()
+            return folder
+        return run
+
+    runs = {"IndexWriter, 1 thread": index_writer(1), "build_collection, 1 worker": dask_build(1),
+            "IndexWriter, 2 threads": index_writer(2), "build_collection, 2 workers": dask_build(2)}
+    times = {name: [] for name in runs}
+    made = {}
+    for _ in range(args.repeats):  # interleaved
+        for name, fn in runs.items():
+            t0 = time.perf_counter()
+            made[name] = fn()
+            times[name].append(time.perf_counter() - t0)
+    best = {name: min(t) for name, t in times.items()}
+    print(f"\n### 1. Build of {rows:,} vectors (load before: {args.load_before})\n")
+    print("| build | min s | median s | vectors/s (min) | per core vectors/s | ratio |\n|---|---:|---:|---:|---:|---|")
+    out = {}
+    ratios = {"IndexWriter, 1 thread": "", "IndexWriter, 2 threads": "",
+              "build_collection, 1 worker": f"{best['build_collection, 1 worker'] / best['IndexWriter, 1 thread']:.3f}"
+                                            " x IndexWriter 1 thread",
+              "build_collection, 2 workers": f"{best['build_collection, 2 workers'] / best['IndexWriter, 2 threads']:.3f}"
+                                             " x IndexWriter 2 threads; speed-up over 1 worker "
+                                             f"{best['build_collection, 1 worker'] / best['build_collection, 2 workers']:.2f}"}
+    for name in runs:
+        cores = 2 if "2" in name else 1
+        out[name] = {"min_s": best[name], "median_s": statistics.median(times[name]), "all_s": times[name],
+                     "vectors_per_s": rows / best[name], "per_core_vectors_per_s": rows / best[name] / cores}
+        print(f"| {name} | {best[name]:.2f} | {statistics.median(times[name]):.2f} | {rows / best[name]:,.0f} | "
+              f"{rows / best[name] / cores:,.0f} | {ratios[name]} |")
+    out["speedup_2_over_1_workers"] = best["build_collection, 1 worker"] / best["build_collection, 2 workers"]
+    out["dask_1_over_indexwriter_1"] = best["build_collection, 1 worker"] / best["IndexWriter, 1 thread"]
+    out["dask_2_over_indexwriter_2"] = best["build_collection, 2 workers"] / best["IndexWriter, 2 threads"]
+    with ockstore.open_collection(made["build_collection, 2 workers"]) as c:
+        info = c.info()
+    out["segments"], out["collection_bytes"] = info["segments"], sum(
+        os.path.getsize(os.path.join(info["path"], f["file"])) for f in info["segment_files"])
+    print(f"\nspeed-up 2 workers / 1 worker: {out['speedup_2_over_1_workers']:.2f} (target >= 1.7); build_collection / "
+          f"IndexWriter: {out['dask_1_over_indexwriter_1']:.3f} (1), {out['dask_2_over_indexwriter_2']:.3f} (2) "
+          f"(target <= 1.3); {info['segments']} segments, {out['collection_bytes'] / 1e6:.1f} MB of segments")
+    return out, made["IndexWriter, 2 threads"], made["build_collection, 2 workers"]
+
+
+def section_search(index_path, folder, Q, client, args):
+    index = ockstore.open_index(index_path)
+    coll = ockstore.open_collection(folder)
+    client.run(od.tasks.clear_cache)
+    t0 = time.perf_counter()
+    od.search_collection(folder, Q, 10, client=client)
+    cold = time.perf_counter() - t0
+    contenders = {
+        "search_collection, 2 workers x 1 thread": lambda k: od.search_collection(folder, Q, k, client=client),
+        "Collection.search, 1 thread": lambda k: coll.search(Q, k, n_threads=1),
+        "Collection.search, 2 threads": lambda k: coll.search(Q, k, n_threads=2),
+        "index file, 2 threads": lambda k: index.search(Q, k, n_threads=2),
+    }
+    print(f"\n### 2. Search of {len(Q):,} queries (load before: {load_avg()}); first fan-out call, shares not yet open: "
+          f"{1e3 * cold:.0f} ms for k=10\n")
+    print("| search | k | min ms (batch) | median ms | ms/query (min) | / in-process 2 threads |\n"
+          "|---|---:|---:|---:|---:|---:|")
+    out = {"cold_fan_out_ms": 1e3 * cold}
+    for k in (10, 100):
+        times = {name: [] for name in contenders}
+        results = {}
+        for _ in range(args.repeats * 3):
+            for name, fn in contenders.items():
+                t0 = time.perf_counter()
+                results[name] = fn(k)
+                times[name].append(time.perf_counter() - t0)
+        first = next(iter(contenders))
+        for name in contenders:
+            np.testing.assert_array_equal(results[name][1], results[first][1], err_msg=f"{name}, k={k}")
+            np.testing.assert_array_equal(results[name][0], results[first][0], err_msg=f"{name}, k={k}")
+        ref = min(times["Collection.search, 2 threads"])
+        for name in contenders:
+            t = min(times[name])
+            out[f"{name}, k={k}"] = {"min_ms": 1e3 * t, "median_ms": 1e3 * statistics.median(times[name]),
+                                     "ms_per_query": 1e3 * t / len(Q), "ratio_to_in_process_2_threads": t / ref}
+            print(f"| {name} | {k} | {1e3 * t:.1f} | {1e3 * statistics.median(times[name]):.1f} | "
+                  f"{1e3 * t / len(Q):.3f} | {t / ref:.2f} |")
+    coll.close()
+    index.close()
+    return out
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sift", default=str(REPO.parent / "shared" / "data" / "sift-real"))
+    parser.add_argument("--cache-dir", default="/tmp/ockstore-bench-cache")
+    parser.add_argument("--work", default=None, help="folder for the files made (default: a temporary folder)")
+    parser.add_argument("--queries", type=int, default=1000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--partition-rows", type=int, default=125_000)
+    parser.add_argument("--quick", action="store_true", help="100K base rows, 200 queries, 2 repeats")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    if args.quick:
+        args.queries, args.repeats, args.partition_rows = 200, 2, 12_500
+    print(f"machine: {cpu_model()}, {core_count()} cores; load average {load_avg()}", flush=True)
+    npy = base_npy(args)
+    args.full_rows = vecfiles.count_vecs(npy)[0]
+    rows = 100_000 if args.quick else args.full_rows
+    if rows != args.full_rows:  # the first rows, as their own .npy
+        small = Path(args.cache_dir) / f"sift-real-base-{rows}.npy"
+        if not small.exists():
+            vecfiles.write_vecs(small, vecfiles.read_vecs(npy)[:rows])
+        npy = small
+    Q = np.ascontiguousarray(vecfiles.read_vecs(Path(args.sift) / "sift_query.bvecs.gz")[:args.queries],
+                             dtype=np.float32)
+    q = quantizer(args)
+    work = Path(args.work or tempfile.mkdtemp(prefix="bench-distributed-"))
+    work.mkdir(parents=True, exist_ok=True)
+    clusters = {}
+    results = {"machine": cpu_model(), "cores": core_count(), "load_before": load_avg(), "N": rows,
+               "partition_rows": args.partition_rows, "queries": len(Q)}
+    try:
+        for n in (1, 2):
+            lc, client, started = cluster(n)
+            clusters[n] = (lc, client)
+            results[f"cluster_{n}_start_s"] = started
+            print(f"LocalCluster of {n} worker(s), 1 thread each: started in {started:.1f} s", flush=True)
+        args.load_before = load_avg()
+        clients = {n: c for n, (_lc, c) in clusters.items()}
+        results["build"], index_path, folder = section_build(q, npy, rows, work, clients, args)
+        results["load_after_build"] = load_avg()
+        results["search"] = section_search(index_path, folder, Q, clients[2], args)
+        results["load_after"] = load_avg()
+        print(f"\nload average after: {results['load_after']}")
+    finally:
+        for lc, client in clusters.values():
+            client.close()
+            lc.close()
+        if args.work is None:
+            shutil.rmtree(work, ignore_errors=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=2)
+        print(f"wrote {args.json}")
+
+
+if __name__ == "__main__":
+    main()
