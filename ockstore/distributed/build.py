@@ -58,16 +58,18 @@ def build_collection(path, quantizer, source, *, ids=None, client=None, partitio
             collection = open_collection(folder, "a")
         else:
             collection = create_collection(folder, quantizer, **collection_options)
+        launched = False
         try:
             _check_against(collection, quantizer, src, ids)
             if src.rows:
+                launched = True
                 pending = _encode_all(cl, collection, src, ids, progress)
                 collection.commit_segments(pending, operation="build", merge=False)
-            collection.vacuum()  # temporary files of tasks whose worker died
+                collection.vacuum()  # temporary files of tasks whose worker died
         except BaseException:
-            if existing:
-                try:
-                    collection.vacuum()  # pending files of tasks lost with their worker (every task has ended)
+            if existing and launched:
+                try:  # files of tasks lost with their worker, or of a refused commit (every task has ended)
+                    collection.vacuum()
                 except Exception:  # noqa: BLE001 - best effort: the build's own error is the one to raise
                     pass
             collection.close()
