@@ -15,7 +15,8 @@ u8 norm term), the one ``tools/bench_collection.py`` caches (loaded, or trained 
    The collection's search results are checked equal to the index file's.
 2. **Search.** 1,000 queries, k = 10 and 100: ``search_collection`` on the 2-worker cluster (each worker's share
    already open: the first, cold call is timed apart) against ``Collection.search`` in this process with 1 and 2
-   threads, and the index file; every result checked equal.
+   threads, and the index file; every result checked equal. Then ``--single`` (100) queries one at a time (latency:
+   the fan-out's round trip is not hidden behind a batch).
 
 The machine (CPU, cores) and the load average before and after each section are printed: the machine is shared,
 measure when it is quiet. Typical use, from the repository root:
@@ -191,6 +192,25 @@ def section_search(index_path, folder, Q, client, args):
                                      "ms_per_query": 1e3 * t / len(Q), "ratio_to_in_process_2_threads": t / ref}
             print(f"| {name} | {k} | {1e3 * t:.1f} | {1e3 * statistics.median(times[name]):.1f} | "
                   f"{1e3 * t / len(Q):.3f} | {t / ref:.2f} |")
+    # one query at a time: the latency, where the fan-out's round trip (client -> scheduler -> workers -> client)
+    # is not hidden behind a batch
+    single = {"search_collection, 2 workers x 1 thread": lambda i: od.search_collection(folder, Q[i], 10,
+                                                                                       client=client),
+              "Collection.search, 1 thread": lambda i: coll.search(Q[i], 10, n_threads=1),
+              "Collection.search, 2 threads": lambda i: coll.search(Q[i], 10, n_threads=2)}
+    times = {name: [] for name in single}
+    for i in range(args.single):
+        for name, fn in single.items():
+            t0 = time.perf_counter()
+            fn(i)
+            times[name].append(time.perf_counter() - t0)
+    print(f"\nOne query at a time (k=10, {args.single} queries, interleaved):\n")
+    print("| search | min ms | median ms | 90th percentile ms |\n|---|---:|---:|---:|")
+    for name in single:
+        t = np.array(times[name]) * 1e3
+        out[f"single query: {name}"] = {"min_ms": float(t.min()), "median_ms": float(np.median(t)),
+                                        "p90_ms": float(np.percentile(t, 90))}
+        print(f"| {name} | {t.min():.2f} | {np.median(t):.2f} | {np.percentile(t, 90):.2f} |")
     coll.close()
     index.close()
     return out
@@ -204,6 +224,7 @@ def main():
     parser.add_argument("--queries", type=int, default=1000)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--partition-rows", type=int, default=125_000)
+    parser.add_argument("--single", type=int, default=100, help="queries searched one at a time (latency)")
     parser.add_argument("--quick", action="store_true", help="100K base rows, 200 queries, 2 repeats")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
