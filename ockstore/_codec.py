@@ -83,11 +83,15 @@ class CodecTables:
         self.words = np.ascontiguousarray(codebooks, dtype=np.float32)
         self.words_t = np.ascontiguousarray(self.words.transpose(0, 3, 1, 2).reshape(M, S, C * K))
         self.word_sqnorms = np.ascontiguousarray(np.einsum("mcks,mcks->mck", self.words, self.words).reshape(M, C * K))
-        pairs = [
-            2.0 * (self.words[:, c] @ self.words[:, c2].transpose(0, 2, 1))
-            for c in range(C)
-            for c2 in range(c + 1, C)
-        ]
+        # On one BLAS thread, as every product of the encoder: a multi-threaded sgemm may round differently, and the
+        # tables (hence norm terms) would then depend on the process's BLAS threads (a Dask worker runs with
+        # OPENBLAS_NUM_THREADS=1, its client with every core), not only on the model.
+        with blas_single_thread():
+            pairs = [
+                2.0 * (self.words[:, c] @ self.words[:, c2].transpose(0, 2, 1))
+                for c in range(C)
+                for c2 in range(c + 1, C)
+            ]
         if pairs:
             stacked = np.stack(pairs, axis=1)  # (M, n_pairs, K, K)
             self.pair_tables = np.ascontiguousarray(stacked.reshape(M, -1), dtype=np.float32)

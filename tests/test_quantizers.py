@@ -7,6 +7,7 @@ The oracles live in ``tests/reference.py``; they share no code with the package.
 from __future__ import annotations
 
 import copy
+import os
 import subprocess
 import sys
 import textwrap
@@ -17,7 +18,7 @@ import pytest
 import reference as ref
 from conftest import REPO, gaussian_mixture
 from helpers import random_rotation
-from ockstore import CKM, ECKM, OCKM, PQ, NotFittedError
+from ockstore import CKM, ECKM, OCKM, PQ, NotFittedError, load_quantizer, save_quantizer
 from ockstore._codec import CodecTables, SubspaceLayout
 from ockstore.quantizers import quantizer_from_state
 
@@ -384,6 +385,30 @@ def test_same_seed_bit_identical_any_threads(method, determinism_data):
             np.testing.assert_array_equal(q.decode(codes, n_threads=t), first.decode(codes, n_threads=1))
             np.testing.assert_array_equal(q.code_norms(codes, n_threads=t), first.code_norms(codes, n_threads=1))
             assert q.distortion(X, n_threads=t) == first.distortion(X, n_threads=1)
+
+
+def test_model_tables_do_not_depend_on_the_process_blas_threads(tmp_path):
+    """The tables derived from a model (the codebooks' cross products of the encoder and the norm terms) are the same
+    bits in a process whose BLAS runs on one thread (a Dask worker: OPENBLAS_NUM_THREADS=1) as in one using every
+    core: files built by either are identical. A 256 x 256 x 32 product is large enough for a threaded sgemm."""
+    X = gaussian_mixture(800, 64, n_clusters=20, seed=3)
+    q = OCKM(2, 2, 4, n_iter=1, seed=0).fit(X)
+    codes = q.encode(X[:400], n_threads=1)
+    path = tmp_path / "q.ockq"
+    save_quantizer(path, q)
+    script = textwrap.dedent(f"""
+        import numpy as np, ockstore
+        q = ockstore.load_quantizer({str(path)!r})
+        X = np.load({str(tmp_path / "x.npy")!r})
+        np.save({str(tmp_path / "pairs.npy")!r}, q._tables.pair_tables)
+        np.save({str(tmp_path / "norms.npy")!r}, q.code_norms(q.encode(X, n_threads=1), n_threads=1))
+    """)
+    np.save(tmp_path / "x.npy", X[:400])
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    subprocess.run([sys.executable, "-c", script], cwd=REPO, env=env, check=True, timeout=120)
+    loaded = load_quantizer(path)
+    np.testing.assert_array_equal(np.load(tmp_path / "pairs.npy"), loaded._tables.pair_tables)
+    np.testing.assert_array_equal(np.load(tmp_path / "norms.npy"), loaded.code_norms(codes, n_threads=2))
 
 
 @pytest.mark.parametrize("method", ["PQ", "CKM", "ECKM", "OCKM"])
