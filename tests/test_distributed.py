@@ -20,6 +20,7 @@ pytest.importorskip("distributed", reason="dask[distributed] is not installed (p
 import dask.array as da  # noqa: E402
 
 import ockstore  # noqa: E402
+from conftest import gaussian_mixture  # noqa: E402
 from ockstore import distributed as od  # noqa: E402
 from ockstore.datasets import write_vecs  # noqa: E402
 from ockstore.distributed import search as dsearch  # noqa: E402
@@ -70,6 +71,18 @@ def test_segments_are_byte_identical_to_a_single_process_build(client, X, q, tmp
     assert leftovers(tmp_path / "c") == []
     assert sorted(n for n in os.listdir(tmp_path / "c") if n.startswith("manifest")) == \
         ["manifest.0000000000", "manifest.0000000001"]  # created, then the one commit of every segment
+
+
+def test_segments_do_not_depend_on_the_blas_threads_of_the_workers(client, tmp_path):
+    """K = 256 words of 32 dimensions and float32 norm terms: every bit of the encoder's tables shows in the file.
+    The workers' BLAS runs on one thread (their nanny sets OPENBLAS_NUM_THREADS=1), this process's on every core;
+    the segments are still the bytes of the single-process build."""
+    X = gaussian_mixture(1500, 64, n_clusters=20, seed=5)
+    q = ockstore.OCKM(2, 2, 4, n_iter=1, seed=0).fit(X[:800])
+    od.build_collection(tmp_path / "c", q, da.from_array(X, chunks=(500, 64)), client=client, norm_encoding="f32",
+                        store_vectors="float32").close()
+    assert segment_bytes(tmp_path / "c") == reference_segments(tmp_path / "ref", q, X, ranges(1500, 500),
+                                                               norm_encoding="f32", store_vectors="float32")
 
 
 def test_every_kind_of_source_gives_the_same_segments(client, X, q, tmp_path):
