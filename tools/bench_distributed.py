@@ -227,6 +227,7 @@ def main():
     parser.add_argument("--single", type=int, default=100, help="queries searched one at a time (latency)")
     parser.add_argument("--quick", action="store_true", help="100K base rows, 200 queries, 2 repeats")
     parser.add_argument("--json", default=None)
+    parser.add_argument("--build-only", action="store_true", help="section 1 only")
     args = parser.parse_args()
     if args.quick:
         args.queries, args.repeats, args.partition_rows = 200, 2, 12_500
@@ -257,7 +258,9 @@ def main():
         clients = {n: c for n, (_lc, c) in clusters.items()}
         results["build"], index_path, folder = section_build(q, npy, rows, work, clients, args)
         results["load_after_build"] = load_avg()
-        results["search"] = section_search(index_path, folder, Q, clients[2], args)
+        print(f"load average after the build: {results['load_after_build']}", flush=True)
+        if not args.build_only:
+            results["search"] = section_search(index_path, folder, Q, clients[2], args)
         results["load_after"] = load_avg()
         print(f"\nload average after: {results['load_after']}")
     finally:
