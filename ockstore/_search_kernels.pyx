@@ -13,6 +13,7 @@ from libc.stdlib cimport free
 from libc.string cimport memcpy, memset
 
 from ockstore._scratch cimport _alloc, _slice_items
+from ockstore._topk cimport _consider, _heap_init, _heap_sort_into, _merge_heaps
 
 cdef extern from "_tables.h" nogil:
     void ock_rotate(const float *q, const float *rot, int P, int D, double *qd, double *z)
@@ -38,78 +39,6 @@ cdef enum:
 
 cdef extern from *:
     int _count_trailing_zeros "__builtin_ctzll"(unsigned long long) noexcept nogil
-
-
-cdef inline int64_t _id_of(const int64_t *ids, int64_t row) noexcept nogil:
-    """The id of a row (its row number when ids is NULL); -1 for the empty slot of a heap (row -1)."""
-    if row < 0:
-        return -1
-    return ids[row] if ids != NULL else row
-
-
-cdef inline bint _worse(float d1, int64_t r1, float d2, int64_t r2, const int64_t *ids) noexcept nogil:
-    """(d1, row r1) ranks after (d2, row r2): a larger distance, or an equal one and a larger id."""
-    return d1 > d2 or (d1 == d2 and _id_of(ids, r1) > _id_of(ids, r2))
-
-
-cdef void _heap_replace_top(float *hd, int64_t *hr, int k, float d, int64_t row,
-                            const int64_t *ids) noexcept nogil:
-    """Replace the worst element (the root) of a max-heap by (d, row) and restore the heap."""
-    cdef int pos = 0
-    cdef int child
-    while True:
-        child = 2 * pos + 1
-        if child >= k:
-            break
-        if child + 1 < k and _worse(hd[child + 1], hr[child + 1], hd[child], hr[child], ids):
-            child += 1
-        if not _worse(hd[child], hr[child], d, row, ids):
-            break
-        hd[pos] = hd[child]
-        hr[pos] = hr[child]
-        pos = child
-    hd[pos] = d
-    hr[pos] = row
-
-
-cdef inline void _heap_push(float *hd, int64_t *hr, int k, float d, int64_t row, const int64_t *ids) noexcept nogil:
-    if d < hd[0] or (d == hd[0] and _id_of(ids, row) < _id_of(ids, hr[0])):
-        _heap_replace_top(hd, hr, k, d, row, ids)
-
-
-cdef inline void _consider(float *hd, int64_t *hr, int k, float d, const int64_t *ids, Py_ssize_t row) noexcept nogil:
-    """Offer code `row` at distance d. Almost every code fails the first test, so its id (8 bytes, as much memory
-    traffic as the code itself) is only read for the few that may enter."""
-    if d <= hd[0]:
-        _heap_push(hd, hr, k, d, row, ids)
-
-
-cdef void _heap_init(float *hd, int64_t *hr, int k) noexcept nogil:
-    cdef int j
-    for j in range(k):
-        hd[j] = INFINITY
-        hr[j] = -1
-
-
-cdef void _heap_sort_into(float *hd, int64_t *hr, int k, const int64_t *ids, float *out_d,
-                          int64_t *out_r) noexcept nogil:
-    """Write the heap's elements to out in ascending (dist, id) order; the heap is consumed.
-
-    Empty slots hold (inf, row -1); every real result has a finite distance, so they sort last.
-    """
-    cdef int size = k
-    cdef float d
-    cdef int64_t row
-    while size > 0:
-        # The root is the worst remaining: it goes to the end.
-        out_d[size - 1] = hd[0]
-        out_r[size - 1] = hr[0]
-        size -= 1
-        if size == 0:
-            break
-        d = hd[size]
-        row = hr[size]
-        _heap_replace_top(hd, hr, size, d, row, ids)
 
 
 cdef void _scan_range(const uint8_t *codes, int W, int table_stride, const float *lut, float qconst,
@@ -328,26 +257,6 @@ cdef void _scan_by_query_groups(const CodeBase *base, const QueryBatch *batch, i
             q0 = g * group_size
             q1 = q0 + group_size if q0 + group_size < batch.nq else batch.nq
             _scan_group(base, batch, q0, q1, norm_buf, hd, hi)
-
-
-cdef void _merge_heaps(const float *heap_d, const int64_t *heap_i, int n_heaps, Py_ssize_t stride, int k,
-                       const int64_t *ids, float *merged_d, int64_t *merged_i, float *out_d, int64_t *out_i) noexcept nogil:
-    """The k best pairs of n_heaps heaps (heap t at t * stride), sorted into out; merged_d/merged_i (k,) is scratch.
-
-    Each heap holds the k best of its own codes, so the k best of all are among them (the k best of a union do not
-    depend on how the codes were split).
-    """
-    cdef int t, j
-    cdef const float *hd
-    cdef const int64_t *hi
-    _heap_init(merged_d, merged_i, k)
-    for t in range(n_heaps):
-        hd = heap_d + t * stride
-        hi = heap_i + t * stride
-        for j in range(k):
-            if hd[j] < INFINITY:  # empty slots are (inf, -1)
-                _heap_push(merged_d, merged_i, k, hd[j], hi[j], ids)
-    _heap_sort_into(merged_d, merged_i, k, ids, out_d, out_i)
 
 
 cdef void _scan_by_code_blocks(const CodeBase *base, const QueryBatch *batch, int n_threads,
