@@ -38,7 +38,8 @@ import numpy as np
 
 from . import _search_kernels
 
-__all__ = ["QueryTables", "search_codes", "rows_bitmap", "LUT_BYTES", "LUT_SLOTS"]
+__all__ = ["QueryTables", "search_codes", "rows_bitmap", "LUT_BYTES", "LUT_SLOTS", "TABLE_L2_NORM_TERM",
+           "TABLE_L2_WHOLE", "TABLE_NEG_DOT"]
 
 # Table slots per code byte, whatever K is: a byte can only index 0..255, so the scan never reads past a table.
 LUT_SLOTS = 256
@@ -67,11 +68,14 @@ class QueryTables:
     quantizer : fitted Quantizer
         Its ``_tables`` (``rot_pad`` (P, M*S), ``words_t`` (M, S, C*K), ``words`` (M, C, K, S)) and its ``metric``
         are read once; the quantizer must not be refitted while these tables are in use.
+    kind : TABLE_L2_NORM_TERM, TABLE_L2_WHOLE, TABLE_NEG_DOT or None
+        None: the kind the quantizer's metric and C call for. An inverted file asks for TABLE_L2_NORM_TERM with
+        metric "l2" whatever C is: its stored norm term (of the whole reconstruction) completes every distance.
 
     No input validation in this class: callers pass fitted quantizers and checked queries.
     """
 
-    def __init__(self, quantizer):
+    def __init__(self, quantizer, kind=None):
         tables = quantizer._tables
         M, C, K, S = tables.words.shape
         self.n_subspaces, self.n_codebooks, self.n_codewords, self.sub_dim = M, C, K, S
@@ -84,7 +88,9 @@ class QueryTables:
         self.words = np.ascontiguousarray(tables.words, dtype=np.float64)              # (M, C, K, S)
         # ||d[m, k]||^2 in float64, for the classic C = 1 table.
         self.word_sqnorms = np.einsum("mcks,mcks->mck", self.words, self.words).reshape(M, C * K)
-        if self.metric != "l2":
+        if kind is not None:
+            self.kind = kind
+        elif self.metric != "l2":
             self.kind = TABLE_NEG_DOT
         else:
             self.kind = TABLE_L2_WHOLE if C == 1 else TABLE_L2_NORM_TERM

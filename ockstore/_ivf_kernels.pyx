@@ -1,0 +1,415 @@
+"""Compiled loops of the inverted file (IVF): coarse assignment and k-means sums, the choice of the lists a query
+probes, and the scan of those lists with one ADC table per query and a bounded top-k heap.
+
+Every function here trusts its arguments (the Python layers validate and allocate): C-contiguous arrays of the
+documented shapes and dtypes, list ids < L, list offsets non-decreasing from 0 to N. Arguments are tagged IN or OUT;
+outputs are allocated by the caller. The loops run without the GIL and never raise or touch Python objects: the only
+error is MemoryError, raised with the GIL before a parallel region when its scratch memory cannot be allocated.
+
+Notation (docs/ARCHITECTURE.md, "Inverted file"): L lists with centroids c_l (P dims), a code b of W = M*C bytes
+stored in list l, its norm term n_b = ||c_l + R z_hat_b||^2. For a query q with z = R^T q:
+
+    ||q - c_l - R z_hat_b||^2 = ||q||^2 - 2 q.c_l - 2 z.z_hat_b + n_b        (metric "l2", "cosine" on unit vectors)
+    -(q.c_l + z.z_hat_b)                                                     (minus the score, metric "ip"/"cosine")
+
+The query's table holds -2 z_m.d (or -z_m.d) for every word, its constant term ||q||^2 (or 0); the list term
+-2 q.c_l (or -q.c_l) comes from the coarse step. So one table per query serves every list it probes.
+"""
+
+from cython.parallel cimport parallel, prange, threadid
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
+from libc.stdlib cimport free
+
+from ockstore._gemm cimport _gemm
+from ockstore._scratch cimport _alloc, _slice_items
+from ockstore._topk cimport TopK, _topk_init, _topk_offer, _topk_sort_into
+
+cdef extern from "_ivf.h" nogil:
+    void ock_coarse_dots(const float *q, const float *ct, int P, int L, float *out)
+    double ock_dot_f64(const float *a, const float *b, int P)
+
+cdef extern from "_simd.h" nogil:
+    float ock_min_of_sum(const float *a, const float *b, int n)
+    int ock_first_index_of_sum(const float *a, const float *b, int n, float target)
+
+cdef extern from *:
+    int _count_trailing_zeros "__builtin_ctzll"(unsigned long long) noexcept nogil
+
+
+cdef enum:
+    # Rows per sgemm call of coarse_assign: each call runs near BLAS peak, and a thread's products
+    # (ASSIGN_ROWS x L floats: 1 MiB for 1,024 lists) stay in L2 while their minima are taken. The chunks are fixed
+    # row ranges, so which thread computes one never changes its result.
+    ASSIGN_ROWS = 256
+    # How lists are ranked for probing (PROBE_* in ockstore/ivf.py).
+    PROBE_L2 = 0   # by ||q - c_l||^2 (up to the constant ||q||^2); list term -2 q.c_l
+    PROBE_IP = 1   # by q.c_l, largest first; list term -q.c_l
+    # Candidates a query's TopK collector holds beyond its k (at least; k more for k above it): each compaction
+    # (linear in k + slack) then frees room for at least this many candidates.
+    TOPK_SLACK = 256
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Coarse assignment and k-means sums.
+
+def coarse_assign(const float[:, ::1] X,            # IN (n, P)
+                  const float[:, ::1] neg2_ct,      # IN (P, L): -2 times the centroids, transposed
+                  const float[::1] c_sqnorms,       # IN (L,): ||c_l||^2
+                  int32_t[::1] labels,              # OUT (n,): the nearest centroid of each row (ties: smaller l)
+                  float[::1] distances,             # OUT (n,): its squared distance ||x - c||^2 (clamped at 0)
+                  int n_threads):
+    """The nearest centroid of every row: argmin_l ||c_l||^2 - 2 x.c_l, one BLAS product per chunk of rows
+    (BLAS itself must run on one thread: see blas_single_thread)."""
+    cdef Py_ssize_t n = X.shape[0]
+    cdef int P = X.shape[1]
+    cdef int L = neg2_ct.shape[1]
+    cdef Py_ssize_t n_chunks = (n + ASSIGN_ROWS - 1) // ASSIGN_ROWS
+    cdef Py_ssize_t stride = _slice_items(<Py_ssize_t>ASSIGN_ROWS * L)
+    cdef Py_ssize_t chunk, start, i
+    cdef int count, p, tid
+    cdef float *products = NULL
+    cdef float *g
+    cdef float best
+    cdef double xx
+    cdef const float *x
+    if n == 0:
+        return
+    if n_threads < 1:
+        n_threads = 1
+    try:
+        products = <float *>_alloc(<size_t>n_threads * stride * sizeof(float),
+                                   "coarse_assign's products of a chunk (per thread)")
+        with nogil, parallel(num_threads=n_threads):
+            tid = threadid()
+            g = products + tid * stride
+            for chunk in prange(n_chunks, schedule='static'):
+                start = chunk * ASSIGN_ROWS
+                count = <int>(n - start) if n - start < ASSIGN_ROWS else ASSIGN_ROWS
+                # g (count x L) = X[start:start+count] (count x P) @ neg2_ct (P x L) = -2 x.c_l
+                _gemm(count, L, P, &X[start, 0], P, False, &neg2_ct[0, 0], L, g, L)
+                for i in range(count):
+                    best = ock_min_of_sum(&c_sqnorms[0], g + i * L, L)
+                    labels[start + i] = ock_first_index_of_sum(&c_sqnorms[0], g + i * L, L, best)
+                    x = &X[start + i, 0]
+                    xx = 0
+                    for p in range(P):
+                        xx = xx + <double>x[p] * x[p]
+                    xx = xx + best
+                    distances[start + i] = <float>xx if xx > 0 else 0
+    finally:
+        free(products)
+
+
+def cluster_sums(const float[:, ::1] X,       # IN (n, P)
+                 const int32_t[::1] labels,   # IN (n,) in 0..L-1
+                 double[:, ::1] sums,         # OUT (L, P): the sum of the rows of each cluster, in row order
+                 int64_t[::1] counts):        # OUT (L,): the rows of each cluster
+    """Sums and sizes of the clusters (the k-means update), in float64, one row after another (deterministic)."""
+    cdef Py_ssize_t n = X.shape[0]
+    cdef int P = X.shape[1]
+    cdef Py_ssize_t L = sums.shape[0]
+    cdef Py_ssize_t i, l
+    cdef int p
+    cdef double *s
+    cdef const float *x
+    with nogil:
+        for l in range(L):
+            counts[l] = 0
+            for p in range(P):
+                sums[l, p] = 0
+        for i in range(n):
+            l = labels[i]
+            counts[l] += 1
+            s = &sums[l, 0]
+            x = &X[i, 0]
+            for p in range(P):
+                s[p] = s[p] + x[p]
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Probing: the n_probe best lists of each query, and their list terms.
+
+cdef inline bint _ranks_after(float k1, int32_t l1, float k2, int32_t l2) noexcept nogil:
+    return k1 > k2 or (k1 == k2 and l1 > l2)
+
+
+cdef void _select_lists(const float *keys, int L, int n_probe, float *hk, int32_t *hl) noexcept nogil:
+    """The n_probe smallest (key, l) pairs of keys[0:L], ascending by (key, l), written to hk / hl (n_probe each).
+
+    A max-heap of n_probe pairs whose root is the worst kept; almost every later key fails the first comparison."""
+    cdef int j, pos, child, size
+    cdef int32_t l
+    cdef float key, k_last
+    cdef int32_t l_last
+    for j in range(n_probe):  # the first n_probe lists, heapified
+        hk[j] = keys[j]
+        hl[j] = j
+    for j in range(n_probe // 2 - 1, -1, -1):
+        _sift_down(hk, hl, n_probe, j)
+    for l in range(n_probe, L):
+        key = keys[l]
+        if _ranks_after(hk[0], hl[0], key, l):
+            hk[0] = key
+            hl[0] = l
+            _sift_down(hk, hl, n_probe, 0)
+    size = n_probe  # heap sort, in place: the worst goes to the end
+    while size > 1:
+        k_last = hk[size - 1]
+        l_last = hl[size - 1]
+        hk[size - 1] = hk[0]
+        hl[size - 1] = hl[0]
+        size -= 1
+        hk[0] = k_last
+        hl[0] = l_last
+        _sift_down(hk, hl, size, 0)
+
+
+cdef inline void _sift_down(float *hk, int32_t *hl, int size, int pos) noexcept nogil:
+    cdef int child
+    cdef float key = hk[pos]
+    cdef int32_t l = hl[pos]
+    while True:
+        child = 2 * pos + 1
+        if child >= size:
+            break
+        if child + 1 < size and _ranks_after(hk[child + 1], hl[child + 1], hk[child], hl[child]):
+            child += 1
+        if not _ranks_after(hk[child], hl[child], key, l):
+            break
+        hk[pos] = hk[child]
+        hl[pos] = hl[child]
+        pos = child
+    hk[pos] = key
+    hl[pos] = l
+
+
+def probe(const float[:, ::1] queries,      # IN (nq, P)
+          const float[:, ::1] ct,           # IN (P, L): the centroids, transposed
+          const float[:, ::1] centroids,    # IN (L, P)
+          const float[::1] c_sqnorms,       # IN (L,): ||c_l||^2 (read for PROBE_L2)
+          int kind,                         # IN PROBE_L2 or PROBE_IP
+          int32_t[:, ::1] out_lists,        # OUT (nq, n_probe): the lists to scan, best first (ties: smaller l)
+          float[:, ::1] out_terms,          # OUT (nq, n_probe): their list terms, -2 q.c_l (L2) or -q.c_l (IP)
+          int n_threads):
+    """Rank the lists of each query by ||q - c_l||^2 (PROBE_L2) or by -q.c_l (PROBE_IP), keep the n_probe best and
+    their list terms. The ranking uses float32 inner products summed in a fixed order (_ivf.h); the terms of the
+    kept lists are recomputed in float64 and rounded once. Queries run in parallel; each query's result depends on
+    nothing else."""
+    cdef int nq = queries.shape[0]
+    cdef int P = queries.shape[1]
+    cdef int L = ct.shape[1]
+    cdef int n_probe = out_lists.shape[1]
+    cdef Py_ssize_t key_stride = _slice_items(L)
+    cdef Py_ssize_t heap_stride = _slice_items(n_probe)
+    cdef float *keys = NULL
+    cdef float *heap_keys = NULL
+    cdef int32_t *heap_lists = NULL
+    cdef float *kk
+    cdef float *hk
+    cdef int32_t *hl
+    cdef int q, l, j, tid
+    cdef double dot
+    if nq == 0 or n_probe == 0:
+        return
+    if n_threads < 1:
+        n_threads = 1
+    try:
+        keys = <float *>_alloc(<size_t>n_threads * key_stride * sizeof(float), "probe's list keys (per thread)")
+        heap_keys = <float *>_alloc(<size_t>n_threads * heap_stride * sizeof(float), "probe's heap (per thread)")
+        heap_lists = <int32_t *>_alloc(<size_t>n_threads * heap_stride * sizeof(int32_t), "probe's heap (per thread)")
+        with nogil, parallel(num_threads=n_threads):
+            tid = threadid()
+            kk = keys + tid * key_stride
+            hk = heap_keys + tid * heap_stride
+            hl = heap_lists + tid * heap_stride
+            for q in prange(nq, schedule='dynamic'):
+                ock_coarse_dots(&queries[q, 0], &ct[0, 0], P, L, kk)
+                if kind == PROBE_L2:
+                    for l in range(L):
+                        kk[l] = c_sqnorms[l] - 2 * kk[l]
+                else:
+                    for l in range(L):
+                        kk[l] = -kk[l]
+                _select_lists(kk, L, n_probe, hk, hl)
+                for j in range(n_probe):
+                    out_lists[q, j] = hl[j]
+                    dot = ock_dot_f64(&queries[q, 0], &centroids[hl[j], 0], P)
+                    out_terms[q, j] = <float>(-2 * dot if kind == PROBE_L2 else -dot)
+    finally:
+        free(keys)
+        free(heap_keys)
+        free(heap_lists)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The scan of the probed lists.
+#
+# For a query with tables lut[w, k], constant term qconst, and a probed list l with term t_l, the distance to code b
+# of the list with norm term n_b is
+#     dist = (qconst + t_l) + n_b + sum_w lut[w, b_w]
+# accumulated in exactly this order whatever the threading. Each query collects its k best (dist, id) pairs in a
+# TopK buffer (_topk.pxd; a smaller id wins a tie): a query scans only thousands of codes, too few for a heap to pay.
+
+cdef struct ListBase:
+    # The rows of an IVF index, list after list (arrays of N rows, as given to ivf_scan).
+    const uint8_t *codes        # (N, W), or NULL when N == 0
+    int W
+    const float *norms_f32      # (N,) float32 norm terms, or NULL
+    const uint8_t *norm_codes   # (N,) one-byte norm codes, or NULL
+    const float *norm_levels    # (256,) the levels of norm_codes (NULL with them)
+    const int64_t *ids          # (N,)
+    const uint64_t *allow       # (ceil(N / 64),) bitmap of the rows to scan (bit r % 64 of word r // 64), or NULL
+    const int64_t *offsets      # (L + 1,): list l holds rows offsets[l] .. offsets[l+1] - 1
+
+
+cdef inline float _norm_term(const ListBase *base, Py_ssize_t row) noexcept nogil:
+    if base.norms_f32 != NULL:
+        return base.norms_f32[row]
+    if base.norm_codes != NULL:
+        return base.norm_levels[base.norm_codes[row]]
+    return 0
+
+
+cdef void _scan_list(const ListBase *base, const float *lut, int table_stride, float start_term, Py_ssize_t start,
+                     Py_ssize_t stop, TopK *t) noexcept nogil:
+    """Offer rows start..stop-1 (one list) to the collector t; start_term = qconst + the list term."""
+    cdef Py_ssize_t i = start
+    cdef int w
+    cdef int W = base.W
+    cdef float d0, d1, d2, d3
+    cdef const uint8_t *c0
+    cdef const uint8_t *c1
+    cdef const uint8_t *c2
+    cdef const uint8_t *c3
+    cdef const float *l
+    # Four codes at a time: four independent sums, so each add need not wait for the previous one.
+    while i + 4 <= stop:
+        c0 = base.codes + <size_t>i * W
+        c1 = c0 + W
+        c2 = c1 + W
+        c3 = c2 + W
+        d0 = start_term + _norm_term(base, i)
+        d1 = start_term + _norm_term(base, i + 1)
+        d2 = start_term + _norm_term(base, i + 2)
+        d3 = start_term + _norm_term(base, i + 3)
+        for w in range(W):
+            l = lut + <size_t>w * table_stride
+            d0 = d0 + l[c0[w]]
+            d1 = d1 + l[c1[w]]
+            d2 = d2 + l[c2[w]]
+            d3 = d3 + l[c3[w]]
+        _topk_offer(t, d0, i)
+        _topk_offer(t, d1, i + 1)
+        _topk_offer(t, d2, i + 2)
+        _topk_offer(t, d3, i + 3)
+        i += 4
+    while i < stop:
+        c0 = base.codes + <size_t>i * W
+        d0 = start_term + _norm_term(base, i)
+        for w in range(W):
+            d0 = d0 + lut[<size_t>w * table_stride + c0[w]]
+        _topk_offer(t, d0, i)
+        i += 1
+
+
+cdef void _scan_list_allowed(const ListBase *base, const float *lut, int table_stride, float start_term,
+                             Py_ssize_t start, Py_ssize_t stop, TopK *t) noexcept nogil:
+    """_scan_list for the rows of start..stop-1 whose bit is set in base.allow. The bitmap is read 64 rows at a time
+    (the first word masked below `start`) and a row's code is read only when its bit is set."""
+    cdef Py_ssize_t first = start - (start & 63)
+    cdef Py_ssize_t row
+    cdef uint64_t word
+    cdef int w
+    cdef float d
+    cdef const uint8_t *c
+    if start >= stop:
+        return
+    word = base.allow[first >> 6] & (~(<uint64_t>0) << (start & 63))
+    while True:
+        while word != 0:
+            row = first + _count_trailing_zeros(word)
+            word = word & (word - 1)
+            if row >= stop:
+                return
+            c = base.codes + <size_t>row * base.W
+            d = start_term + _norm_term(base, row)
+            for w in range(base.W):
+                d = d + lut[<size_t>w * table_stride + c[w]]
+            _topk_offer(t, d, row)
+        first += 64
+        if first >= stop:
+            return
+        word = base.allow[first >> 6]
+
+
+def ivf_scan(const uint8_t[:, ::1] codes,        # IN (N, W), rows list after list
+             const float[::1] norms_f32,         # IN (N,) float32 norm terms, or (0,)
+             const uint8_t[::1] norm_codes,      # IN (N,) one-byte norm codes, or (0,)
+             const float[::1] norm_levels,       # IN (256,) levels of the one-byte norm codes, or (0,)
+             const int64_t[::1] ids,             # IN (N,): the id of each row
+             const uint64_t[::1] allow,          # IN (ceil(N / 64),) bitmap of the rows to scan, or (0,): all
+             const int64_t[::1] list_offsets,    # IN (L + 1,): non-decreasing, from 0 to N
+             const int32_t[:, ::1] lists,        # IN (nq, n_probe): the lists each query scans (from probe)
+             const float[:, ::1] terms,          # IN (nq, n_probe): their list terms
+             const float[:, ::1] luts,           # IN (nq, W*table_stride): lut of query q, byte w, word k at
+                                                 #    [q, w*table_stride + k]
+             const float[::1] qconst,            # IN (nq,): the constant term of each query
+             int table_stride,                   # IN slots per code byte in a table (256: any byte is in range)
+             float[:, ::1] out_dist,             # OUT (nq, k) ascending
+             int64_t[:, ::1] out_rows,           # OUT (nq, k) the rows of the results; (inf, -1) past the last
+             int n_threads):
+    """Scan the probed lists of every query, keeping its k best (dist, id) among the allowed rows; writes their
+    distances and row numbers. Queries run in parallel, each on one thread from start to end, so results do not
+    depend on the number of threads."""
+    cdef ListBase base
+    cdef int nq = luts.shape[0]
+    cdef int n_probe = lists.shape[1]
+    cdef int k = out_dist.shape[1]
+    cdef int cap = k + (k if k > TOPK_SLACK else TOPK_SLACK)
+    cdef Py_ssize_t buf_stride = _slice_items(cap)
+    cdef float *buf_d = NULL
+    cdef int64_t *buf_r = NULL
+    cdef TopK *collectors = NULL
+    cdef TopK *t
+    cdef const float *lut
+    cdef int q, j, tid
+    cdef int32_t l
+    cdef float start_term
+    if nq == 0 or k == 0:
+        return
+    if n_threads < 1:
+        n_threads = 1
+    base.W = codes.shape[1]
+    base.codes = &codes[0, 0] if codes.shape[0] > 0 else NULL
+    base.norms_f32 = &norms_f32[0] if norms_f32.shape[0] > 0 else NULL
+    base.norm_codes = &norm_codes[0] if base.norms_f32 == NULL and norm_codes.shape[0] > 0 else NULL
+    base.norm_levels = &norm_levels[0] if base.norm_codes != NULL else NULL
+    base.ids = &ids[0] if ids.shape[0] > 0 else NULL
+    base.allow = &allow[0] if allow.shape[0] > 0 else NULL
+    base.offsets = &list_offsets[0]
+    try:
+        buf_d = <float *>_alloc(<size_t>n_threads * buf_stride * sizeof(float),
+                                "ivf_scan's top-k candidates (distances, per thread)")
+        buf_r = <int64_t *>_alloc(<size_t>n_threads * buf_stride * sizeof(int64_t),
+                                  "ivf_scan's top-k candidates (rows, per thread)")
+        # one collector per thread, each in a cache line of its own
+        collectors = <TopK *>_alloc(<size_t>n_threads * 2 * _slice_items(sizeof(TopK)), "ivf_scan's collectors")
+        with nogil, parallel(num_threads=n_threads):
+            tid = threadid()
+            t = <TopK *>(<char *>collectors + <size_t>tid * 2 * _slice_items(sizeof(TopK)))
+            for q in prange(nq, schedule='dynamic'):
+                _topk_init(t, buf_d + tid * buf_stride, buf_r + tid * buf_stride, k, cap, base.ids)
+                lut = &luts[q, 0]
+                for j in range(n_probe):
+                    l = lists[q, j]
+                    start_term = qconst[q] + terms[q, j]
+                    if base.allow != NULL:
+                        _scan_list_allowed(&base, lut, table_stride, start_term, base.offsets[l],
+                                           base.offsets[l + 1], t)
+                    else:
+                        _scan_list(&base, lut, table_stride, start_term, base.offsets[l], base.offsets[l + 1], t)
+                _topk_sort_into(t, &out_dist[q, 0], &out_rows[q, 0])
+    finally:
+        free(buf_d)
+        free(buf_r)
+        free(collectors)
