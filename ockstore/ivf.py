@@ -67,8 +67,9 @@ class IVF:
         The fine quantizer. ``fit`` fits it, in place, on the residuals x - c_l(x) of the training vectors (whatever
         its metric, residuals are never normalised); afterwards it is ``ivf.quantizer``. Its metric is the IVF's.
     n_iter : int, default 10
-        Lloyd iterations of the coarse k-means (Faiss's default for its inverted files too). Measured with
-        tools/bench_ivf.py on sift-real: 20 iterations change recall@10 by less than 0.005 at every n_probe.
+        Lloyd iterations of the coarse k-means (Faiss's default for its inverted files too). Measured on sift-real
+        (1,024 lists, 10,000 queries): 20 iterations raise the fraction of queries whose true nearest neighbour
+        lies in one of their n_probe nearest lists by at most 0.004 (n_probe 1 to 32), for twice the time.
     seed : int, numpy.random.Generator or None, default 0
         Seeds the coarse k-means (its sample and its initial centroids); the fine quantizer has its own seed. The
         same seeds give bit-identical models for any n_threads. None: fresh entropy.
