@@ -42,8 +42,8 @@ cdef enum:
     # row ranges, so which thread computes one never changes its result.
     ASSIGN_ROWS = 256
     # How lists are ranked for probing (PROBE_* in ockstore/ivf.py).
-    PROBE_L2 = 0   # by ||q - c_l||^2 (up to the constant ||q||^2); list term -2 q.c_l
-    PROBE_IP = 1   # by q.c_l, largest first; list term -q.c_l
+    PROBE_L2 = 0   # by ||q - c_l||^2 (up to the constant ||q||^2)
+    PROBE_IP = 1   # by q.c_l, largest first
     # Candidates a query's TopK collector holds beyond its k (at least; k more for k above it): each compaction
     # (linear in k + slack) then frees room for at least this many candidates.
     TOPK_SLACK = 256
@@ -188,13 +188,14 @@ def probe(const float[:, ::1] queries,      # IN (nq, P)
           const float[:, ::1] centroids,    # IN (L, P)
           const float[::1] c_sqnorms,       # IN (L,): ||c_l||^2 (read for PROBE_L2)
           int kind,                         # IN PROBE_L2 or PROBE_IP
+          double term_factor,               # IN the list term is term_factor * q.c_l: -2 (metric "l2"), -1 (scores)
           int32_t[:, ::1] out_lists,        # OUT (nq, n_probe): the lists to scan, best first (ties: smaller l)
-          float[:, ::1] out_terms,          # OUT (nq, n_probe): their list terms, -2 q.c_l (L2) or -q.c_l (IP)
+          float[:, ::1] out_terms,          # OUT (nq, n_probe): their list terms
           int n_threads):
     """Rank the lists of each query by ||q - c_l||^2 (PROBE_L2) or by -q.c_l (PROBE_IP), keep the n_probe best and
-    their list terms. The ranking uses float32 inner products summed in a fixed order (_ivf.h); the terms of the
-    kept lists are recomputed in float64 and rounded once. Queries run in parallel; each query's result depends on
-    nothing else."""
+    their list terms term_factor * q.c_l. The ranking uses float32 inner products summed in a fixed order (_ivf.h);
+    the terms of the kept lists are recomputed in float64 and rounded once. Queries run in parallel; each query's
+    result depends on nothing else."""
     cdef int nq = queries.shape[0]
     cdef int P = queries.shape[1]
     cdef int L = ct.shape[1]
@@ -234,7 +235,7 @@ def probe(const float[:, ::1] queries,      # IN (nq, P)
                 for j in range(n_probe):
                     out_lists[q, j] = hl[j]
                     dot = ock_dot_f64(&queries[q, 0], &centroids[hl[j], 0], P)
-                    out_terms[q, j] = <float>(-2 * dot if kind == PROBE_L2 else -dot)
+                    out_terms[q, j] = <float>(term_factor * dot)
     finally:
         free(keys)
         free(heap_keys)

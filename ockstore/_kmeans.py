@@ -57,13 +57,13 @@ class CoarseTables:
             _ivf_kernels.coarse_assign(X, self.neg2_ct, self.sqnorms, labels, distances, n_threads)
         return labels, distances
 
-    def probe(self, Q, n_probe, kind, n_threads):
-        """(lists int32 (nq, n_probe), terms float32 (nq, n_probe)): the n_probe best lists of each query, best first,
-        and their list terms (-2 q.c_l for PROBE_L2, -q.c_l for PROBE_IP)."""
+    def probe(self, Q, n_probe, kind, term_factor, n_threads):
+        """(lists int32 (nq, n_probe), terms float32 (nq, n_probe)): the n_probe best lists of each query by ``kind``
+        (PROBE_L2, PROBE_IP), best first, and their list terms term_factor * q.c_l."""
         nq = Q.shape[0]
         lists = np.empty((nq, n_probe), dtype=np.int32)
         terms = np.empty((nq, n_probe), dtype=np.float32)
-        _ivf_kernels.probe(Q, self.ct, self.centroids, self.sqnorms, kind, lists, terms, n_threads)
+        _ivf_kernels.probe(Q, self.ct, self.centroids, self.sqnorms, kind, term_factor, lists, terms, n_threads)
         return lists, terms
 
 

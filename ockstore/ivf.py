@@ -372,9 +372,11 @@ class IVF:
     # ------------------------------------------------------------------------------------------------------- search
     def _probe(self, Q, n_probe, n_threads):
         """(lists int32 (nq, n_probe), terms float32 (nq, n_probe)) of prepared queries (float32, C-contiguous): the
-        lists each query scans, best first (ties: the smaller list id), and their list terms."""
+        lists each query scans, best first (ties: the smaller list id), and their list terms: -2 q.c_l for metric
+        "l2" (the distance's), -q.c_l for "ip" and "cosine" (minus the score's). Lists are ranked by ||q - c_l||
+        ("l2"; "cosine" too: for unit vectors the nearest centroids hold the best cosines) or by q.c_l ("ip")."""
         kind = PROBE_IP if self.metric == "ip" else PROBE_L2
-        return self._coarse.probe(Q, n_probe, kind, n_threads)
+        return self._coarse.probe(Q, n_probe, kind, -2.0 if self.metric == "l2" else -1.0, n_threads)
 
     # ------------------------------------------------------------------------------------------------- state
     def _get_state(self):
