@@ -44,11 +44,4 @@ static void ock_coarse_dots(const float *q, const float *ct, int P, int L, float
     }
 }
 
-/* sum_p a[p] * b[p] in float64, in order (the exact list term of a probed list). */
-static double ock_dot_f64(const float *a, const float *b, int P) {
-    double t = 0.0;
-    for (int p = 0; p < P; p++) t += (double)a[p] * (double)b[p];
-    return t;
-}
-
 #endif

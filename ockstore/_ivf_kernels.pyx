@@ -26,7 +26,6 @@ from ockstore._topk cimport TopK, _topk_init, _topk_offer, _topk_sort_into
 
 cdef extern from "_ivf.h" nogil:
     void ock_coarse_dots(const float *q, const float *ct, int P, int L, float *out)
-    double ock_dot_f64(const float *a, const float *b, int P)
 
 cdef extern from "_simd.h" nogil:
     float ock_min_of_sum(const float *a, const float *b, int n)
@@ -129,117 +128,64 @@ def cluster_sums(const float[:, ::1] X,       # IN (n, P)
 # --------------------------------------------------------------------------------------------------------------------
 # Probing: the n_probe best lists of each query, and their list terms.
 
-cdef inline bint _ranks_after(float k1, int32_t l1, float k2, int32_t l2) noexcept nogil:
-    return k1 > k2 or (k1 == k2 and l1 > l2)
-
-
-cdef void _select_lists(const float *keys, int L, int n_probe, float *hk, int32_t *hl) noexcept nogil:
-    """The n_probe smallest (key, l) pairs of keys[0:L], ascending by (key, l), written to hk / hl (n_probe each).
-
-    A max-heap of n_probe pairs whose root is the worst kept; almost every later key fails the first comparison."""
-    cdef int j, pos, child, size
-    cdef int32_t l
-    cdef float key, k_last
-    cdef int32_t l_last
-    for j in range(n_probe):  # the first n_probe lists, heapified
-        hk[j] = keys[j]
-        hl[j] = j
-    for j in range(n_probe // 2 - 1, -1, -1):
-        _sift_down(hk, hl, n_probe, j)
-    for l in range(n_probe, L):
-        key = keys[l]
-        if _ranks_after(hk[0], hl[0], key, l):
-            hk[0] = key
-            hl[0] = l
-            _sift_down(hk, hl, n_probe, 0)
-    size = n_probe  # heap sort, in place: the worst goes to the end
-    while size > 1:
-        k_last = hk[size - 1]
-        l_last = hl[size - 1]
-        hk[size - 1] = hk[0]
-        hl[size - 1] = hl[0]
-        size -= 1
-        hk[0] = k_last
-        hl[0] = l_last
-        _sift_down(hk, hl, size, 0)
-
-
-cdef inline void _sift_down(float *hk, int32_t *hl, int size, int pos) noexcept nogil:
-    cdef int child
-    cdef float key = hk[pos]
-    cdef int32_t l = hl[pos]
-    while True:
-        child = 2 * pos + 1
-        if child >= size:
-            break
-        if child + 1 < size and _ranks_after(hk[child + 1], hl[child + 1], hk[child], hl[child]):
-            child += 1
-        if not _ranks_after(hk[child], hl[child], key, l):
-            break
-        hk[pos] = hk[child]
-        hl[pos] = hl[child]
-        pos = child
-    hk[pos] = key
-    hl[pos] = l
-
-
 def probe(const float[:, ::1] queries,      # IN (nq, P)
           const float[:, ::1] ct,           # IN (P, L): the centroids, transposed
-          const float[:, ::1] centroids,    # IN (L, P)
           const float[::1] c_sqnorms,       # IN (L,): ||c_l||^2 (read for PROBE_L2)
           int kind,                         # IN PROBE_L2 or PROBE_IP
-          double term_factor,               # IN the list term is term_factor * q.c_l: -2 (metric "l2"), -1 (scores)
+          float term_factor,                # IN the list term is term_factor * q.c_l: -2 (metric "l2"), -1 (scores)
           int32_t[:, ::1] out_lists,        # OUT (nq, n_probe): the lists to scan, best first (ties: smaller l)
           float[:, ::1] out_terms,          # OUT (nq, n_probe): their list terms
           int n_threads):
-    """Rank the lists of each query by ||q - c_l||^2 (PROBE_L2) or by -q.c_l (PROBE_IP), keep the n_probe best and
-    their list terms term_factor * q.c_l. The ranking uses float32 inner products summed in a fixed order (_ivf.h);
-    the terms of the kept lists are recomputed in float64 and rounded once. Queries run in parallel; each query's
-    result depends on nothing else."""
+    """Rank the lists of each query by ||q - c_l||^2 (PROBE_L2) or by -q.c_l (PROBE_IP), keep the n_probe best (a
+    TopK collector over the L keys, ids the list numbers) and their list terms term_factor * q.c_l. The inner
+    products are float32 sums in a fixed order (_ivf.h). Queries run in parallel; each query's result depends on
+    nothing else."""
     cdef int nq = queries.shape[0]
     cdef int P = queries.shape[1]
     cdef int L = ct.shape[1]
     cdef int n_probe = out_lists.shape[1]
-    cdef Py_ssize_t key_stride = _slice_items(L)
-    cdef Py_ssize_t heap_stride = _slice_items(n_probe)
-    cdef float *keys = NULL
-    cdef float *heap_keys = NULL
-    cdef int32_t *heap_lists = NULL
-    cdef float *kk
-    cdef float *hk
-    cdef int32_t *hl
+    cdef int cap = n_probe + (n_probe if n_probe > TOPK_SLACK else TOPK_SLACK)
+    cdef Py_ssize_t dot_stride = _slice_items(L)
+    cdef Py_ssize_t buf_stride = _slice_items(cap)
+    cdef float *dots = NULL
+    cdef float *buf_d = NULL
+    cdef int64_t *buf_r = NULL
+    cdef TopK *collectors = NULL
+    cdef TopK *t
+    cdef float *qd
     cdef int q, l, j, tid
-    cdef double dot
     if nq == 0 or n_probe == 0:
         return
     if n_threads < 1:
         n_threads = 1
     try:
-        keys = <float *>_alloc(<size_t>n_threads * key_stride * sizeof(float), "probe's list keys (per thread)")
-        heap_keys = <float *>_alloc(<size_t>n_threads * heap_stride * sizeof(float), "probe's heap (per thread)")
-        heap_lists = <int32_t *>_alloc(<size_t>n_threads * heap_stride * sizeof(int32_t), "probe's heap (per thread)")
+        dots = <float *>_alloc(<size_t>n_threads * dot_stride * sizeof(float), "probe's inner products (per thread)")
+        buf_d = <float *>_alloc(<size_t>n_threads * buf_stride * sizeof(float), "probe's list keys (per thread)")
+        buf_r = <int64_t *>_alloc(<size_t>n_threads * buf_stride * sizeof(int64_t), "probe's lists (per thread)")
+        collectors = <TopK *>_alloc(<size_t>n_threads * 2 * _slice_items(sizeof(TopK)), "probe's collectors")
         with nogil, parallel(num_threads=n_threads):
             tid = threadid()
-            kk = keys + tid * key_stride
-            hk = heap_keys + tid * heap_stride
-            hl = heap_lists + tid * heap_stride
+            qd = dots + tid * dot_stride
+            t = <TopK *>(<char *>collectors + <size_t>tid * 2 * _slice_items(sizeof(TopK)))
             for q in prange(nq, schedule='dynamic'):
-                ock_coarse_dots(&queries[q, 0], &ct[0, 0], P, L, kk)
+                ock_coarse_dots(&queries[q, 0], &ct[0, 0], P, L, qd)
+                _topk_init(t, buf_d + tid * buf_stride, buf_r + tid * buf_stride, n_probe, cap, NULL)
                 if kind == PROBE_L2:
                     for l in range(L):
-                        kk[l] = c_sqnorms[l] - 2 * kk[l]
+                        _topk_offer(t, c_sqnorms[l] - 2 * qd[l], l)
                 else:
                     for l in range(L):
-                        kk[l] = -kk[l]
-                _select_lists(kk, L, n_probe, hk, hl)
+                        _topk_offer(t, -qd[l], l)
+                _topk_sort_into(t, t.d, t.r)  # in place: the n_probe best come first
                 for j in range(n_probe):
-                    out_lists[q, j] = hl[j]
-                    dot = ock_dot_f64(&queries[q, 0], &centroids[hl[j], 0], P)
-                    out_terms[q, j] = <float>(term_factor * dot)
+                    l = <int>t.r[j]
+                    out_lists[q, j] = l
+                    out_terms[q, j] = term_factor * qd[l]
     finally:
-        free(keys)
-        free(heap_keys)
-        free(heap_lists)
+        free(dots)
+        free(buf_d)
+        free(buf_r)
+        free(collectors)
 
 
 # --------------------------------------------------------------------------------------------------------------------

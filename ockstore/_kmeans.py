@@ -63,7 +63,7 @@ class CoarseTables:
         nq = Q.shape[0]
         lists = np.empty((nq, n_probe), dtype=np.int32)
         terms = np.empty((nq, n_probe), dtype=np.float32)
-        _ivf_kernels.probe(Q, self.ct, self.centroids, self.sqnorms, kind, term_factor, lists, terms, n_threads)
+        _ivf_kernels.probe(Q, self.ct, self.sqnorms, kind, term_factor, lists, terms, n_threads)
         return lists, terms
 
 
