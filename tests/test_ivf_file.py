@@ -128,8 +128,9 @@ def test_quantizer_file_round_trip_V1_V3(tmp_path, ivf, ivf_ip, base):
         assert (tmp_path / "a.ock").read_bytes() == (tmp_path / "b.ock").read_bytes()
 
 
-def test_meta_and_section_layout_V2_V3_V6(tmp_path, ivf, base):
-    """V2, V3, V6: the meta of an IVF index (kind, ivf map, has_ids true, no timestamp) and its sections in order."""
+def test_meta_and_section_layout_V1_V2_V3_V6(tmp_path, ivf, base):
+    """V1, V2, V3, V6: the meta of an IVF index (kind, ivf map, has_ids true, no timestamp), its sections in order,
+    format 1.2."""
     path = tmp_path / "x.ock"
     build_index(path, ivf, base, store_vectors="float16", metadata={"a": [1, 2]})
     meta, sections, user = parts_of(path)
