@@ -496,3 +496,65 @@ def test_constructor_checks_list_offsets(indexes):
         Index(index.quantizer, index.codes, index.norms, index.ids, "u8")
     with pytest.raises(TypeError, match="IVF"):
         IVFIndex(FINE["pq"]("l2").fit(clusters(100, 1)), index.codes, None, None, offsets, "none")
+
+
+# ---------------------------------------------------------------------------------------------------- coarse k-means
+def test_coarse_kernels_against_numpy(data):
+    """coarse_assign: the nearest centroid of each row (ties: the smaller list) and its squared distance;
+    cluster_sums: the float64 sum and the size of every cluster."""
+    from ockstore import _ivf_kernels
+    from ockstore._kmeans import CoarseTables
+
+    learn = data[0]
+    C = learn[::97][:L].astype(np.float32)
+    C[5] = C[3]  # two equal centroids: their rows go to the smaller list
+    tables = CoarseTables(C)
+    labels, distances = tables.assign(learn, 2)
+    d = ((learn[:, None, :].astype(np.float64) - C[None].astype(np.float64)) ** 2).sum(-1)
+    best = d.min(axis=1)
+    assert np.all(d[np.arange(len(learn)), labels] <= best * (1 + 1e-5) + 1e-4)
+    assert not np.any(labels == 5)
+    np.testing.assert_allclose(distances, best, rtol=1e-4, atol=1e-3)
+    sums = np.empty((L, P), dtype=np.float64)
+    counts = np.empty(L, dtype=np.int64)
+    _ivf_kernels.cluster_sums(learn, labels, sums, counts)
+    expected = np.zeros((L, P))
+    np.add.at(expected, labels, learn.astype(np.float64))
+    np.testing.assert_allclose(sums, expected, rtol=1e-12, atol=1e-9)
+    np.testing.assert_array_equal(counts, np.bincount(labels, minlength=L))
+
+
+def test_coarse_kmeans_is_lloyd(data):
+    """train_coarse = Lloyd from n_lists distinct sampled rows (the seeded Generator's choice), each centroid moved to
+    the mean of its rows, on every row when there are at most 256 per list; history = the mean squared distance
+    before each update and after the last."""
+    from ockstore._kmeans import train_coarse
+
+    X = clusters(800, 11)
+    n_lists, n_iter = 6, 4
+    centroids, history, labels = train_coarse(X, n_lists, n_iter, np.random.default_rng(21), 1)
+    rng = np.random.default_rng(21)
+    C = X[np.sort(rng.choice(len(X), size=n_lists, replace=False))].astype(np.float64)
+    X64 = X.astype(np.float64)
+    expected_history = []
+    for _ in range(n_iter + 1):
+        d = ((X64[:, None, :] - C[None]) ** 2).sum(-1)
+        lab = d.argmin(axis=1)
+        expected_history.append(d.min(axis=1).mean())
+        if len(expected_history) <= n_iter:
+            C = np.stack([X64[lab == j].mean(axis=0) for j in range(n_lists)])
+    np.testing.assert_allclose(centroids, C, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(history, expected_history, rtol=1e-5)
+    np.testing.assert_array_equal(labels, lab)
+
+
+def test_empty_clusters_are_split(data):
+    """With fewer distinct training vectors than lists, empty clusters take over half of a large one: the model stays
+    finite and usable, and lists without vectors simply stay empty."""
+    X = np.repeat(clusters(5, 12), 40, axis=0)  # 5 distinct vectors, 200 rows
+    ivf = IVF(9, ockstore.PQ(3, n_codewords=4, n_iter=2), n_iter=5).fit(X)
+    assert np.isfinite(ivf.centroids).all() and np.isfinite(ivf.coarse_objective_history).all()
+    index = Index.from_vectors(ivf, X, norm_encoding="f32")
+    assert (index.list_sizes == 0).sum() >= 4
+    D, I = index.search(X[:3], 5, n_probe=9)
+    assert (I >= 0).all()
