@@ -211,6 +211,7 @@ def test_empty_index_and_writer_without_add_V5(tmp_path, ivf, queries):
     """V5: N = 0 is a valid IVF index (offsets all 0); a writer closed without any add writes one."""
     with IndexWriter(tmp_path / "e.ock", ivf) as w:
         pass
+    assert w.closed and w.ntotal == 0
     with open_index(tmp_path / "e.ock") as index:
         index.verify()
         assert index.ntotal == 0 and index.list_offsets.tolist() == [0] * (L + 1)
