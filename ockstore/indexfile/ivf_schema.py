@@ -1,5 +1,5 @@
 """What an inverted-file (IVF) index or quantizer file holds beyond a flat one (docs/FORMAT.md section 13, rules
-V1-V9): the meta map ``ivf``, the sections of the coarse quantizer and the list offsets, and their open-time checks.
+V1-V10): the meta map ``ivf``, the sections of the coarse quantizer and the list offsets, and their open-time checks.
 
 The fine quantizer is stored exactly as a flat file stores its quantizer (meta ``method`` and ``params``, sections
 rotation, codebooks, objective_history, norm_levels: section 11), so every rule of section 11 applies to it; the
