@@ -257,8 +257,10 @@ class IVFIndex(Index):
         Q, k, distance, rerank, vectors, allow, n_threads
             As for :meth:`Index.search`. ``distance="sdc"`` replaces each query by its own reconstruction
             c_l + R z_hat (the query encoded by the IVF) before the coarse step and the scan. ``allow`` is a set of
-            ids or a boolean mask over the rows of this index (file order: list after list). Results do not depend
-            on ``n_threads``; queries are searched in parallel, each on one thread.
+            ids or a boolean mask over the rows of this index, and ``vectors`` (for ``rerank``) holds one vector per
+            row, both in the index's row order (list after list, not the order the vectors were added: row r holds
+            id ``ids[r]``; with the default ids, which are positions in the base X, pass ``X[index.ids]``). Results
+            do not depend on ``n_threads``; queries are searched in parallel, each on one thread.
 
         Returns
         -------

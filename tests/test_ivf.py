@@ -449,6 +449,10 @@ def test_rerank_of_probed_candidates(indexes, data, case):
     D, I = index.search(queries, k, n_probe=n_probe, rerank=R)
     Dv, Iv = index.search(queries, k, n_probe=n_probe, rerank=R, vectors=index.vectors)
     np.testing.assert_array_equal(I, Iv)
+    position = np.argsort(ids)  # the base's positions of the ids, in id order
+    by_row = base[position[np.searchsorted(ids[position], index.ids)]]  # the base in the index's row order
+    Db, Ib = index.search(queries, k, n_probe=n_probe, rerank=R, vectors=by_row)
+    np.testing.assert_array_equal(I, Ib)
     rows_of = Rows(index.ids)
     Qv = prepared(queries, metric)
     V = np.asarray(index.vectors, dtype=np.float64)
