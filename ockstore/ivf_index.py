@@ -159,6 +159,11 @@ class IVFIndex(Index):
         return cls(ivf, codes[order], None if norms is None else norms[order], ids[order], offsets, norm_encoding,
                    vectors=None if vectors is None else vectors[order])
 
+    def close(self):
+        """As :meth:`Index.close` (the list offsets are released with the other arrays)."""
+        self._list_offsets = None
+        super().close()
+
     # ------------------------------------------------------------------------------------------------- attributes
     @property
     def ivf(self) -> IVF:
