@@ -145,6 +145,8 @@ def main(argv=None):
     parser.add_argument("--json", default=None, help="write every figure as JSON here")
     parser.add_argument("--plot", default=None, help="write the recall@10 / queries-per-second plot here (.png)")
     parser.add_argument("--workdir", default=None, help="folder for the index files (default: a temporary folder)")
+    parser.add_argument("--training-only", action="store_true",
+                        help="only the interleaved trainings of ours and faiss IVF-PRQ, and their ratio")
     args = parser.parse_args(argv)
     if args.quick:
         args.lists = 256 if args.lists == 1024 else args.lists
@@ -179,6 +181,12 @@ def main(argv=None):
         prq = index if prq is None else prq
         print(f"training {rep + 1}: ours {train['ours'][-1]:.2f} s, faiss IVF-PRQ {train['faiss IVF-PRQ'][-1]:.2f} s",
               flush=True)
+    if args.training_only:
+        pairs = [f"{a / b:.2f}" for a, b in zip(train["ours"], train["faiss IVF-PRQ"])]
+        print(f"training: ours min {min(train['ours']):.2f} s, faiss IVF-PRQ min {min(train['faiss IVF-PRQ']):.2f} s, "
+              f"ratio of the minima {min(train['ours']) / min(train['faiss IVF-PRQ']):.2f}, of each pair "
+              f"{', '.join(pairs)}; load average {load_average()[0]:.2f}", flush=True)
+        return 0
     faiss.omp_set_num_threads(threads)
     pq = make_faiss_pq(learn.shape[1], L)
     seconds, _ = timed(lambda: pq.train(learn))
