@@ -4,7 +4,7 @@ An inverted-file index holds the arrays of a flat index (codes, norm terms, ids,
 grouped by list: list l holds rows ``list_offsets[l] .. list_offsets[l + 1] - 1``. Ids are always stored (rows are
 reordered; without user ids they are the insertion order 0..N-1). A search computes, per query, the coarse step (the
 n_probe best lists and their terms -2 q.c_l), one ADC table, and scans the probed lists only
-(docs/ARCHITECTURE.md, "Inverted file"). Files are written by ``ockstore.indexfile.ivf`` and opened by
+(docs/ARCHITECTURE.md, "Inverted file"). Files are written by ``ockstore.indexfile.ivf_writer`` and opened by
 ``open_index``, which hands the mapped arrays to this class.
 """
 
