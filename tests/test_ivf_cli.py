@@ -50,6 +50,13 @@ def test_train_lists_makes_an_ivf(data):
         np.testing.assert_array_equal(index.ids, memory.ids)
 
 
+def test_verify_and_eval_with_base(data):
+    assert "ok: 3,000 vectors" in run("verify", data["index"], check=0).stdout
+    result = json.loads(run("eval", data["index"], data["query"], data["gt"], "-k", 10, "--probe", LISTS, "--base",
+                            data["base"], "--json", check=0).stdout)
+    assert result["mean_overall_ratio@10"] >= 1.0
+
+
 def test_info_shows_the_lists(data):
     proc = run("info", data["index"], check=0)
     for fragment in ("kind:", "ivf-index", "n_lists:", "default_n_probe:", "list_sizes:", "empty:", "median:"):
