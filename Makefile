@@ -4,7 +4,8 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test test-fast bench bench-codec bench-search bench-storage bench-options bench-ivf reproduce clean
+.PHONY: install demo test test-fast bench bench-codec bench-search bench-storage bench-options bench-collection bench-ivf \
+	reproduce clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,10 +32,13 @@ $(VENV)/.bench: $(STAMP)
 	$(BIN)/python -m pip install -q faiss-cpu matplotlib
 	touch $(VENV)/.bench
 
-bench: bench-codec bench-search bench-storage bench-options bench-ivf
+bench: bench-codec bench-search bench-storage bench-options bench-collection bench-ivf
 
 bench-codec: $(VENV)/.bench
 	$(BIN)/python tools/bench_codec.py
+
+bench-collection: $(VENV)/.bench
+	$(BIN)/python tools/bench_collection.py
 
 bench-search: $(VENV)/.bench
 	$(BIN)/python tools/bench_search.py

@@ -16,19 +16,21 @@ except ImportError as exc:  # pragma: no cover - exercised by hand on broken ins
     ) from exc
 
 from ._version import __version__
-from .errors import FormatError, NotFittedError
+from .errors import CollectionLockedError, FormatError, NotFittedError
 from .index import Index
 from .indexfile.reader import file_info, load_quantizer, open_index
 from .indexfile.writer import IndexWriter, build_index, save_quantizer
 from .ivf import IVF
 from .ivf_index import IVFIndex
 from .quantizers import CKM, ECKM, OCKM, PQ, Quantizer
+from .collection import Collection, CollectionWarning, create_collection, open_collection
 from . import datasets, evaluation, paths
 
 __all__ = [
     "PQ", "CKM", "ECKM", "OCKM", "Quantizer", "IVF",
     "Index", "IVFIndex", "IndexWriter", "build_index", "open_index", "file_info", "save_quantizer", "load_quantizer",
-    "FormatError", "NotFittedError",
+    "Collection", "create_collection", "open_collection", "CollectionWarning",
+    "FormatError", "NotFittedError", "CollectionLockedError",
     "datasets", "evaluation", "paths",
     "__version__",
 ]

@@ -19,6 +19,7 @@ The query's table holds -2 z_m.d (or -z_m.d) for every word, its constant term |
 from cython.parallel cimport parallel, prange, threadid
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
 from libc.stdlib cimport free
+from libc.string cimport memcpy
 
 from ockstore._gemm cimport _gemm
 from ockstore._scratch cimport _alloc, _slice_items
@@ -26,6 +27,11 @@ from ockstore._topk cimport TopK, _topk_init, _topk_offer, _topk_sort_into
 
 cdef extern from "_ivf.h" nogil:
     void ock_coarse_dots(const float *q, const float *ct, int P, int L, float *out)
+
+cdef extern from "_tables.h" nogil:
+    void ock_rotate(const float *q, const float *rot, int P, int D, double *qd, double *z)
+    double ock_tables(const double *z, const float *words_t, const double *sqnorms, int M, int C, int K, int S,
+                      int kind, int slots, double *acc, float *lut)
 
 cdef extern from "_simd.h" nogil:
     float ock_min_of_sum(const float *a, const float *b, int n)
@@ -43,6 +49,9 @@ cdef enum:
     # How lists are ranked for probing (PROBE_* in ockstore/ivf.py).
     PROBE_L2 = 0   # by ||q - c_l||^2 (up to the constant ||q||^2)
     PROBE_IP = 1   # by q.c_l, largest first
+    # Table slots per code byte, whatever K is (as in _search_kernels.pyx): a byte can only index 0..255, so the scan
+    # never reads past a table (slots K..255 hold +inf); a constant, so that entries are addressed by displacement.
+    SLOTS = 256
     # Candidates a query's TopK collector holds beyond its k (at least; k more for k above it): each compaction
     # (linear in k + slack) then frees room for at least this many candidates.
     TOPK_SLACK = 256
@@ -217,8 +226,8 @@ cdef inline float _norm_term(const ListBase *base, Py_ssize_t row) noexcept nogi
     return 0
 
 
-cdef void _scan_list(const ListBase *base, const float *lut, int table_stride, float start_term, Py_ssize_t start,
-                     Py_ssize_t stop, TopK *t) noexcept nogil:
+cdef void _scan_list(const ListBase *base, const float *lut, float start_term, Py_ssize_t start, Py_ssize_t stop,
+                     TopK *t) noexcept nogil:
     """Offer rows start..stop-1 (one list) to the collector t; start_term = qconst + the list term."""
     cdef Py_ssize_t i = start
     cdef int w
@@ -240,7 +249,7 @@ cdef void _scan_list(const ListBase *base, const float *lut, int table_stride, f
         d2 = start_term + _norm_term(base, i + 2)
         d3 = start_term + _norm_term(base, i + 3)
         for w in range(W):
-            l = lut + <size_t>w * table_stride
+            l = lut + <size_t>w * SLOTS
             d0 = d0 + l[c0[w]]
             d1 = d1 + l[c1[w]]
             d2 = d2 + l[c2[w]]
@@ -254,13 +263,13 @@ cdef void _scan_list(const ListBase *base, const float *lut, int table_stride, f
         c0 = base.codes + <size_t>i * W
         d0 = start_term + _norm_term(base, i)
         for w in range(W):
-            d0 = d0 + lut[<size_t>w * table_stride + c0[w]]
+            d0 = d0 + lut[<size_t>w * SLOTS + c0[w]]
         _topk_offer(t, d0, i)
         i += 1
 
 
-cdef void _scan_list_allowed(const ListBase *base, const float *lut, int table_stride, float start_term,
-                             Py_ssize_t start, Py_ssize_t stop, TopK *t) noexcept nogil:
+cdef void _scan_list_allowed(const ListBase *base, const float *lut, float start_term, Py_ssize_t start,
+                             Py_ssize_t stop, TopK *t) noexcept nogil:
     """_scan_list for the rows of start..stop-1 whose bit is set in base.allow. The bitmap is read 64 rows at a time
     (the first word masked below `start`) and a row's code is read only when its bit is set."""
     cdef Py_ssize_t first = start - (start & 63)
@@ -281,7 +290,7 @@ cdef void _scan_list_allowed(const ListBase *base, const float *lut, int table_s
             c = base.codes + <size_t>row * base.W
             d = start_term + _norm_term(base, row)
             for w in range(base.W):
-                d = d + lut[<size_t>w * table_stride + c[w]]
+                d = d + lut[<size_t>w * SLOTS + c[w]]
             _topk_offer(t, d, row)
         first += 64
         if first >= stop:
@@ -289,43 +298,72 @@ cdef void _scan_list_allowed(const ListBase *base, const float *lut, int table_s
         word = base.allow[first >> 6]
 
 
-def ivf_scan(const uint8_t[:, ::1] codes,        # IN (N, W), rows list after list
-             const float[::1] norms_f32,         # IN (N,) float32 norm terms, or (0,)
-             const uint8_t[::1] norm_codes,      # IN (N,) one-byte norm codes, or (0,)
-             const float[::1] norm_levels,       # IN (256,) levels of the one-byte norm codes, or (0,)
-             const int64_t[::1] ids,             # IN (N,): the id of each row
-             const uint64_t[::1] allow,          # IN (ceil(N / 64),) bitmap of the rows to scan, or (0,): all
-             const int64_t[::1] list_offsets,    # IN (L + 1,): non-decreasing, from 0 to N
-             const int32_t[:, ::1] lists,        # IN (nq, n_probe): the lists each query scans (from probe)
-             const float[:, ::1] terms,          # IN (nq, n_probe): their list terms
-             const float[:, ::1] luts,           # IN (nq, W*table_stride): lut of query q, byte w, word k at
-                                                 #    [q, w*table_stride + k]
-             const float[::1] qconst,            # IN (nq,): the constant term of each query
-             int table_stride,                   # IN slots per code byte in a table (256: any byte is in range)
-             float[:, ::1] out_dist,             # OUT (nq, k) ascending
-             int64_t[:, ::1] out_rows,           # OUT (nq, k) the rows of the results; (inf, -1) past the last
+cdef struct Tables:
+    # What the tables of a query are computed from (_tables.h; search.QueryTables holds these arrays): the fine
+    # quantizer's rotation and words in panels, and the kind of table.
+    const float *rot            # (P * D,) the (P, D) padded rotation in panels, D = M*S
+    const float *words          # M blocks of the S x C*K matrix of subspace m's words, in panels
+    const double *sqnorms       # (M, C*K) squared norms of the words (OCK_TABLE_L2_WHOLE only)
+    int P, D, M, C, K, S
+    int kind                    # OCK_TABLE_*: 0 for metric "l2" (-2 z.d, constant ||z||^2), 2 for scores (-z.d)
+
+
+def ivf_scan(const float[::1] rot,              # IN (P * M*S,) the fine quantizer's rotation, in panels
+             const float[:, ::1] words,         # IN (M, S * C*K) its words, in panels (search.QueryTables)
+             const double[:, ::1] sqnorms,      # IN (M, C*K) the words' squared norms
+             int n_codebooks,                   # IN C
+             int sub_dim,                       # IN S
+             int kind,                          # IN the kind of table (OCK_TABLE_* of _tables.h)
+             const float[:, ::1] queries,       # IN (nq, P)
+             const uint8_t[:, ::1] codes,       # IN (N, W), rows list after list
+             const float[::1] norms_f32,        # IN (N,) float32 norm terms, or (0,)
+             const uint8_t[::1] norm_codes,     # IN (N,) one-byte norm codes, or (0,)
+             const float[::1] norm_levels,      # IN (256,) levels of the one-byte norm codes, or (0,)
+             const int64_t[::1] ids,            # IN (N,): the id of each row
+             const uint64_t[::1] allow,         # IN (ceil(N / 64),) bitmap of the rows to scan, or (0,): all
+             const int64_t[::1] list_offsets,   # IN (L + 1,): non-decreasing, from 0 to N
+             const int32_t[:, ::1] lists,       # IN (nq, n_probe): the lists each query scans (from probe)
+             const float[:, ::1] terms,         # IN (nq, n_probe): their list terms
+             float[:, ::1] out_dist,            # OUT (nq, k) ascending
+             int64_t[:, ::1] out_rows,          # OUT (nq, k) the rows of the results; (inf, -1) past the last
              int n_threads):
-    """Scan the probed lists of every query, keeping its k best (dist, id) among the allowed rows; writes their
-    distances and row numbers. Queries run in parallel, each on one thread from start to end, so results do not
-    depend on the number of threads."""
+    """For each query: its one table (_tables.h, the same arithmetic as the exhaustive scan's), then its probed lists
+    scanned, keeping its k best (dist, id) among the allowed rows; writes their distances and row numbers. Queries
+    run in parallel, each on one thread from start to end, so results do not depend on the number of threads."""
     cdef ListBase base
-    cdef int nq = luts.shape[0]
+    cdef Tables tb
+    cdef int nq = out_dist.shape[0]
     cdef int n_probe = lists.shape[1]
     cdef int k = out_dist.shape[1]
     cdef int cap = k + (k if k > TOPK_SLACK else TOPK_SLACK)
     cdef Py_ssize_t buf_stride = _slice_items(cap)
+    cdef Py_ssize_t lut_stride
+    cdef Py_ssize_t work_stride
     cdef float *buf_d = NULL
     cdef int64_t *buf_r = NULL
+    cdef float *luts = NULL
+    cdef double *work = NULL
     cdef TopK *collectors = NULL
     cdef TopK *t
-    cdef const float *lut
+    cdef float *lut
+    cdef double *z
     cdef int q, j, tid
     cdef int32_t l
-    cdef float start_term
+    cdef float qconst, start_term
     if nq == 0 or k == 0:
         return
     if n_threads < 1:
         n_threads = 1
+    tb.M = words.shape[0]
+    tb.S = sub_dim
+    tb.C = n_codebooks
+    tb.K = sqnorms.shape[1] // n_codebooks
+    tb.D = tb.M * sub_dim
+    tb.P = queries.shape[1]
+    tb.kind = kind
+    tb.rot = &rot[0]
+    tb.words = &words[0, 0]
+    tb.sqnorms = &sqnorms[0, 0]
     base.W = codes.shape[1]
     base.codes = &codes[0, 0] if codes.shape[0] > 0 else NULL
     base.norms_f32 = &norms_f32[0] if norms_f32.shape[0] > 0 else NULL
@@ -334,29 +372,40 @@ def ivf_scan(const uint8_t[:, ::1] codes,        # IN (N, W), rows list after li
     base.ids = &ids[0] if ids.shape[0] > 0 else NULL
     base.allow = &allow[0] if allow.shape[0] > 0 else NULL
     base.offsets = &list_offsets[0]
+    lut_stride = _slice_items(<Py_ssize_t>base.W * SLOTS)
+    work_stride = _slice_items(<Py_ssize_t>tb.D + <Py_ssize_t>tb.C * tb.K + tb.P)
     try:
         buf_d = <float *>_alloc(<size_t>n_threads * buf_stride * sizeof(float),
                                 "ivf_scan's top-k candidates (distances, per thread)")
         buf_r = <int64_t *>_alloc(<size_t>n_threads * buf_stride * sizeof(int64_t),
                                   "ivf_scan's top-k candidates (rows, per thread)")
+        luts = <float *>_alloc(<size_t>n_threads * lut_stride * sizeof(float), "ivf_scan's query tables (per thread)")
+        work = <double *>_alloc(<size_t>n_threads * work_stride * sizeof(double),
+                                "ivf_scan's table computation (per thread)")
         # one collector per thread, each in a cache line of its own
         collectors = <TopK *>_alloc(<size_t>n_threads * 2 * _slice_items(sizeof(TopK)), "ivf_scan's collectors")
         with nogil, parallel(num_threads=n_threads):
             tid = threadid()
             t = <TopK *>(<char *>collectors + <size_t>tid * 2 * _slice_items(sizeof(TopK)))
+            lut = luts + tid * lut_stride
+            z = work + tid * work_stride
             for q in prange(nq, schedule='dynamic'):
+                # the query's table: z = R^T q (float64), then its products with the words (_tables.h)
+                ock_rotate(&queries[q, 0], tb.rot, tb.P, tb.D, z + tb.D + <Py_ssize_t>tb.C * tb.K, z)
+                qconst = <float>ock_tables(z, tb.words, tb.sqnorms, tb.M, tb.C, tb.K, tb.S, tb.kind, SLOTS,
+                                           z + tb.D, lut)
                 _topk_init(t, buf_d + tid * buf_stride, buf_r + tid * buf_stride, k, cap, base.ids)
-                lut = &luts[q, 0]
                 for j in range(n_probe):
                     l = lists[q, j]
-                    start_term = qconst[q] + terms[q, j]
+                    start_term = qconst + terms[q, j]
                     if base.allow != NULL:
-                        _scan_list_allowed(&base, lut, table_stride, start_term, base.offsets[l],
-                                           base.offsets[l + 1], t)
+                        _scan_list_allowed(&base, lut, start_term, base.offsets[l], base.offsets[l + 1], t)
                     else:
-                        _scan_list(&base, lut, table_stride, start_term, base.offsets[l], base.offsets[l + 1], t)
+                        _scan_list(&base, lut, start_term, base.offsets[l], base.offsets[l + 1], t)
                 _topk_sort_into(t, &out_dist[q, 0], &out_rows[q, 0])
     finally:
         free(buf_d)
         free(buf_r)
+        free(luts)
+        free(work)
         free(collectors)

@@ -10,12 +10,16 @@ U8 = npt.NDArray[np.uint8]
 U64 = npt.NDArray[np.uint64]
 I64 = npt.NDArray[np.int64]
 
-def adc_scan(
-    codes: U8, luts: F32, qconst: F32, norms_f32: F32, norm_codes: U8, norm_levels: F32, ids: I64,
-    allow: U64, table_stride: int, out_dist: F32, out_rows: I64, n_threads: int,
-) -> None: ...
+TABLE_PANEL: int
+TABLE_SLOTS: int
 
-def make_tables(
-    queries: F32, rotated: F64, rot_pad: F32, words_t: F32, sqnorms: F64, n_codebooks: int,
-    kind: int, luts: F32, qconst: F32,
+class TableModel:
+    def __init__(
+        self, rot: F32, words: F32, sqnorms: F64, n_codebooks: int, sub_dim: int, kind: int,
+    ) -> None: ...
+
+def scan(
+    model: TableModel, queries: F32 | None, rotated: F64 | None, codes: U8, norms_f32: F32 | None,
+    norm_codes: U8 | None, norm_levels: F32 | None, ids: I64 | None, allow: U64 | None, out_dist: F32,
+    out_rows: I64, n_threads: int, bound: F32 | None = None,
 ) -> None: ...

@@ -8,7 +8,7 @@ memory.
 """
 
 from libc.math cimport INFINITY
-from libc.stdint cimport int64_t
+from libc.stdint cimport int64_t, uint64_t
 
 
 cdef inline int64_t _id_of(const int64_t *ids, int64_t row) noexcept nogil:
@@ -54,17 +54,20 @@ cdef inline void _heap_push(float *hd, int64_t *hr, int k, float d, int64_t row,
         _heap_replace_top(hd, hr, k, d, row, ids)
 
 
-cdef inline void _consider(float *hd, int64_t *hr, int k, float d, const int64_t *ids, Py_ssize_t row) noexcept nogil:
-    """Offer code `row` at distance d. Almost every code fails the first test, so its id (8 bytes, as much memory
-    traffic as the code itself) is only read for the few that may enter."""
-    if d <= hd[0]:
+cdef inline void _consider(float *hd, int64_t *hr, int k, float d, const int64_t *ids, Py_ssize_t row,
+                           const uint64_t *allow) noexcept nogil:
+    """Offer code `row` at distance d, if the bitmap `allow` (NULL: every row) allows it. Almost every code fails the
+    first test, so its id (8 bytes, as much memory traffic as the code itself) and its bit are only read for the few
+    that may enter."""
+    if d <= hd[0] and (allow == NULL or (allow[row >> 6] >> (row & 63)) & 1):
         _heap_push(hd, hr, k, d, row, ids)
 
 
-cdef inline void _heap_init(float *hd, int64_t *hr, int k) noexcept nogil:
+cdef inline void _heap_init(float *hd, int64_t *hr, int k, float bound) noexcept nogil:
+    """k empty slots (bound, row -1): only a code at a distance below `bound` enters (INFINITY: any real code)."""
     cdef int j
     for j in range(k):
-        hd[j] = INFINITY
+        hd[j] = bound
         hr[j] = -1
 
 
@@ -90,7 +93,7 @@ cdef inline void _heap_sort_into(float *hd, int64_t *hr, int k, const int64_t *i
 
 
 cdef inline void _merge_heaps(const float *heap_d, const int64_t *heap_i, int n_heaps, Py_ssize_t stride, int k,
-                              const int64_t *ids, float *merged_d, int64_t *merged_i, float *out_d,
+                              const int64_t *ids, float bound, float *merged_d, int64_t *merged_i, float *out_d,
                               int64_t *out_i) noexcept nogil:
     """The k best pairs of n_heaps heaps (heap t at t * stride), sorted into out; merged_d/merged_i (k,) is scratch.
 
@@ -100,12 +103,12 @@ cdef inline void _merge_heaps(const float *heap_d, const int64_t *heap_i, int n_
     cdef int t, j
     cdef const float *hd
     cdef const int64_t *hi
-    _heap_init(merged_d, merged_i, k)
+    _heap_init(merged_d, merged_i, k, bound)
     for t in range(n_heaps):
         hd = heap_d + t * stride
         hi = heap_i + t * stride
         for j in range(k):
-            if hd[j] < INFINITY:  # empty slots are (inf, -1)
+            if hi[j] >= 0:  # empty slots are (bound, -1)
                 _heap_push(merged_d, merged_i, k, hd[j], hi[j], ids)
     _heap_sort_into(merged_d, merged_i, k, ids, out_d, out_i)
 

@@ -50,6 +50,8 @@ def check_vectors_dtype(X, name):
     return arr
 
 
+_FLOAT32 = np.dtype(np.float32)
+
 # Largest magnitude accepted in a vector. Squared distances are computed in float32 (max 3.4e38): with entries up
 # to 1e15 a squared norm stays below 1e30 * dimension, far from overflow for any practical dimension.
 MAX_ABS_VALUE = 1e15
@@ -61,8 +63,11 @@ def to_float32_rows(arr, name):
 
     No input validation beyond these value checks: ``arr`` must already have passed ``check_vectors_dtype``.
     """
-    with np.errstate(over="ignore"):  # values beyond float32 become inf: reported below as too large
-        out = np.ascontiguousarray(arr, dtype=np.float32)
+    if type(arr) is np.ndarray and arr.dtype is _FLOAT32 and arr.flags.c_contiguous:
+        out = arr  # already what the kernels take (the common case of a search): no copy, nothing can overflow
+    else:
+        with np.errstate(over="ignore"):  # values beyond float32 become inf: reported below as too large
+            out = np.ascontiguousarray(arr, dtype=np.float32)
     if out.size:
         largest = _codec_kernels.max_abs(out.reshape(-1))  # +inf for NaN too: one test covers NaN, inf, magnitude
         if not largest <= MAX_ABS_VALUE:
@@ -79,12 +84,12 @@ def normalize_rows(rows, name, first_row=0):
     """Checked float32 rows scaled to unit length (a new array), for metric "cosine"; ValueError naming the first
     zero row (``first_row`` is the number of rows[0] in the caller's array). Norms are computed in float64."""
     norms = np.sqrt(np.einsum("ij,ij->i", rows, rows, dtype=np.float64))
-    zero = norms == 0.0
-    if zero.any():
-        row = first_row + int(np.argmax(zero))
+    if np.count_nonzero(norms) < norms.shape[0]:  # (a single-query search calls this: a cheaper test than any())
+        row = first_row + int(np.argmax(norms == 0.0))
         raise ValueError(f"{name} row {row} is a zero vector: metric 'cosine' cannot normalise it (cosine "
                          "similarity is undefined for it)")
-    return (rows / norms[:, None]).astype(np.float32)
+    out = np.empty(rows.shape, dtype=np.float32)
+    return np.divide(rows, norms[:, None], out=out, casting="unsafe")  # in float64, rounded once to float32
 
 
 def as_vectors(X, name, dim=None, *, convert=True):
@@ -125,6 +130,8 @@ def as_vectors(X, name, dim=None, *, convert=True):
 
 def check_int(value, name, *, min_value=None, max_value=None):
     """Return ``value`` as a Python int; it must be a Python or NumPy integer (not bool, not float) in range."""
+    if type(value) is int and (min_value is None or value >= min_value) and (max_value is None or value <= max_value):
+        return value  # the common case, without the abstract-class checks below (bool is not exactly int)
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
     value = int(value)
@@ -169,6 +176,8 @@ MAX_K = 2**31 - 1
 
 def check_k(k, n_rows, name="k"):
     """``k`` as an int: 1 <= k <= max(n_rows, MAX_PADDED_K) and k <= MAX_K; results past n_rows are padding."""
+    if type(k) is int and 1 <= k <= MAX_PADDED_K:  # always allowed (MAX_PADDED_K <= MAX_K): skip the general checks
+        return k
     k = check_int(k, name, min_value=1)
     if k > min(MAX_K, max(n_rows, MAX_PADDED_K)):
         raise ValueError(f"{name} = {k} is too large: the index holds {n_rows} vectors and at most "

@@ -4,7 +4,7 @@ Every error ockstore raises on purpose is one of Python's built-in ``ValueError`
 arguments) or one of the subclasses below, so callers can catch the precise case or the broad built-in one.
 """
 
-__all__ = ["FormatError", "NotFittedError"]
+__all__ = ["FormatError", "NotFittedError", "CollectionLockedError"]
 
 
 class FormatError(ValueError):
@@ -17,3 +17,11 @@ class FormatError(ValueError):
 
 class NotFittedError(ValueError):
     """A quantizer was used (encode, decode, distortion, indexing) before ``fit`` was called."""
+
+
+class CollectionLockedError(OSError):
+    """A collection folder is already open for writing (``open_collection(path, "a")`` or ``create_collection``) by
+    another writer, in this process or another: one writer at a time holds the folder's lock file.
+
+    The message names the folder and the lock file. Readers (mode "r") take no lock and are never refused.
+    """

@@ -399,7 +399,8 @@ class Index:
             id -1). At most max(N, 65536): a larger k would only ask for padding and raises ValueError.
         distance : "adc" or "sdc"
             "adc" (asymmetric): from the query itself to each reconstruction. "sdc" (symmetric): from the query's own
-            reconstruction (the query is encoded first) to each reconstruction.
+            reconstruction (the query is encoded first) to each reconstruction; for "ip" and "cosine" the score is
+            then the inner product of the two reconstructions.
         rerank : int >= k, or None
             Keep ``rerank`` candidates per query from the scan, compute their exact distances or scores from the
             stored vectors (``store_vectors``) or from ``vectors``, and return the best k with those exact values
@@ -451,7 +452,7 @@ class Index:
         """The checked arguments of a search (shared with IVFIndex.search): (Q prepared float32 (nq, P), was_1d, k,
         distance, rerank (the candidates the scan keeps, or None), vectors for re-ranking or None, the row bitmap
         of ``allow`` or None, threads)."""
-        N = len(self)
+        N = self._codes.shape[0]
         k = check_k(k, N)
         distance = check_choice(distance, "distance", ("adc", "sdc"))
         rerank = _search_options.check_rerank(rerank, k, N)
@@ -462,7 +463,7 @@ class Index:
                 raise ValueError("rerank needs the original vectors: build the index with store_vectors=... or pass "
                                  "vectors=")
             vectors = self._vectors
-        threads = resolve_n_threads(n_threads)
+        threads = None if n_threads is None else resolve_n_threads(n_threads)  # None: resolved if the scan needs it
         Q, was_1d = as_vectors(Q, "Q", self._quantizer.dim)
         Q = self._quantizer._prepare(Q, "Q")
         bitmap = None
@@ -479,9 +480,9 @@ class Index:
             D, I = _search_options.rerank_exact(Q, rows, vectors, metric, self._ids, k)
         else:
             I = rows
-            if self._ids is not None:
-                found = rows >= 0
-                I[found] = self._ids[rows[found]]
+            if self._ids is not None and self._codes.shape[0] > 0:
+                I = self._ids[rows]  # row -1 (padding) takes the last id here, and gets -1 back below
+                np.putmask(I, rows < 0, -1)
             if metric != "l2":
                 np.negative(D, out=D)  # the scan ranks by minus the score: scores descending, padding -inf
         if was_1d:

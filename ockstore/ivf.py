@@ -128,7 +128,7 @@ class IVF:
         return self
 
     def _stored_params(self) -> dict:
-        """The IVF's own parameters as files store them (docs/FORMAT.md 13.1); a Generator seed is stored as None."""
+        """The IVF's own parameters as files store them (docs/FORMAT.md 14.1); a Generator seed is stored as None."""
         seed = None if isinstance(self.seed, np.random.Generator) else self.seed
         return {"n_iter": self.n_iter, "n_lists": self.n_lists, "seed": seed}
 

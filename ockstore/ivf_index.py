@@ -46,6 +46,10 @@ def check_list_offsets(offsets, n_lists, n_rows, name="list_offsets"):
     return offsets
 
 
+# Queries probed per kernel call: bounds the (queries x n_probe) lists and terms of a batch (8 bytes each).
+PROBE_QUERIES_PER_STEP = 8192
+
+
 def search_lists(tables, ivf, Q, k, codes, ids, list_offsets, n_probe, *, norms=None, norm_codes=None,
                  norm_levels=None, allow=None, n_threads=1):
     """The k best rows of each query among its n_probe best lists (no input validation).
@@ -59,7 +63,7 @@ def search_lists(tables, ivf, Q, k, codes, ids, list_offsets, n_probe, *, norms=
     codes, ids, list_offsets : the rows of the index, list after list (ids (N,) int64)
     n_probe : int in 1..n_lists
     norms, norm_codes, norm_levels, allow : as for ``search.search_codes``
-    n_threads : int >= 1
+    n_threads : int >= 1, or None (every core)
 
     Returns (D (nq, k) float32 ascending, rows (nq, k) int64; (inf, -1) past the last result).
     """
@@ -68,20 +72,19 @@ def search_lists(tables, ivf, Q, k, codes, ids, list_offsets, n_probe, *, norms=
     rows = np.empty((nq, k), dtype=np.int64)
     if nq == 0:
         return D, rows
-    threads = max(1, min(n_threads, nq))  # queries run in parallel: a thread per query at most
+    threads = max(1, min(resolve_n_threads(n_threads), nq))  # queries run in parallel: a thread per query at most
     empty_f32 = np.empty(0, dtype=np.float32)
     nf = norms if norms is not None else empty_f32
     nc = norm_codes if norm_codes is not None else np.empty(0, dtype=np.uint8)
     nl = norm_levels if norm_codes is not None else empty_f32
     bitmap = allow if allow is not None else np.empty(0, dtype=np.uint64)
-    step = tables.queries_per_batch
-    for start in range(0, nq, step):
-        stop = min(nq, start + step)
+    for start in range(0, nq, PROBE_QUERIES_PER_STEP):
+        stop = min(nq, start + PROBE_QUERIES_PER_STEP)
         batch = Q if stop - start == nq else Q[start:stop]
-        luts, qconst = tables.compute(batch, "adc", threads)
         lists, terms = ivf._probe(batch, n_probe, threads)
-        _ivf_kernels.ivf_scan(codes, nf, nc, nl, ids, bitmap, list_offsets, lists, terms, luts, qconst,
-                              _search.LUT_SLOTS, D[start:stop], rows[start:stop], threads)
+        _ivf_kernels.ivf_scan(tables.rot_panels, tables.word_panels, tables.word_sqnorms, tables.n_codebooks,
+                              tables.sub_dim, tables.kind, batch, codes, nf, nc, nl, ids, bitmap, list_offsets,
+                              lists, terms, D[start:stop], rows[start:stop], threads)
     return D, rows
 
 
@@ -279,6 +282,7 @@ class IVFIndex(Index):
         n_probe = min(n_probe, ivf.n_lists)
         Q, was_1d, k, distance, rerank, vectors, bitmap, threads = self._search_arguments(
             Q, k, distance, rerank, vectors, allow, n_threads)
+        threads = resolve_n_threads(threads)  # None: every core
         scan_Q = Q
         if distance == "sdc":
             lists, codes = ivf._encode_prepared(Q, threads)

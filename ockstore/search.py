@@ -16,16 +16,18 @@ R is orthogonal, so for a query q with z = R^T q (computed as z = q @ rot_pad):
   -z_m . d[m, c, k] so that the scan, which keeps the smallest sums, keeps the largest scores, and the caller negates
   the sums back into scores. For cosine the queries and the base were normalised to unit length first.
 
-The scan (``_search_kernels.adc_scan``) adds qconst + n_b + the W = M*C table entries of each code and keeps the k best
-(distance, row) pairs of each query, a smaller id winning a tie; rows map to ids (and to stored vectors, for
-re-ranking) afterwards. A row bitmap restricts the scan to allowed rows, tested before any table lookup. SDC (symmetric distance) encodes the queries, and
-uses their reconstructions z_hat_q in place of z: the distance is then ||x_hat_q - x_hat||^2 (with the stored norm
-term of the base code).
+The scan (``_search_kernels.scan``) computes the tables of each query (``_tables.h``), adds qconst + n_b + the W = M*C
+table entries of each code and keeps the k best (distance, row) pairs of each query, a smaller id winning a tie; rows
+map to ids (and to stored vectors, for re-ranking) afterwards. A row bitmap restricts the scan to allowed rows, tested
+before any table lookup. SDC (symmetric distance) encodes the queries, and uses their reconstructions z_hat_q in place
+of z: the distance is then ||x_hat_q - x_hat||^2 (with the stored norm term of the base code); for "ip" and "cosine"
+the score is x_hat_q . x_hat.
 
-Determinism: a query's tables are computed in float64 one query at a time, every sum in a fixed order
-(``_tables.h``), and rounded once to float32; the scan adds in a fixed order, so a query gets bit-identical results whether it is searched alone or in
-a batch, and whatever ``n_threads``. Distances are float32 sums of float32 table entries: they are squared L2
-distances up to rounding, and may be slightly negative when a query (nearly) coincides with a reconstruction.
+Determinism: a query's tables are computed in float64, every sum in a fixed order (``_tables.h``), and rounded once
+to float32, by the same code whichever thread computes them; the scan adds in a fixed order, so a query gets
+bit-identical results whether it is searched alone or in a batch, and whatever ``n_threads``. Distances are float32
+sums of float32 table entries: they are squared L2 distances up to rounding, and may be slightly negative when a query
+(nearly) coincides with a reconstruction.
 
 Robustness to corrupt codes: each byte's table has 256 slots whatever K is; slots K..255 hold +inf, so a code byte
 >= K (possible only in a corrupt file, which ``verify`` reports) makes that vector's distance +inf and it is never
@@ -37,21 +39,39 @@ from __future__ import annotations
 import numpy as np
 
 from . import _search_kernels
+from ._validation import resolve_n_threads
 
-__all__ = ["QueryTables", "search_codes", "rows_bitmap", "LUT_BYTES", "LUT_SLOTS", "TABLE_L2_NORM_TERM",
-           "TABLE_L2_WHOLE", "TABLE_NEG_DOT"]
+__all__ = ["QueryTables", "search_codes", "rows_bitmap", "panels", "LUT_SLOTS", "TABLE_L2_NORM_TERM", "TABLE_L2_WHOLE",
+           "TABLE_NEG_DOT"]
 
 # Table slots per code byte, whatever K is: a byte can only index 0..255, so the scan never reads past a table.
-LUT_SLOTS = 256
+LUT_SLOTS = _search_kernels.TABLE_SLOTS
 
-# Bytes of query tables computed and scanned at once (W * LUT_SLOTS * 4 bytes per query: 8 KiB for 64-bit codes).
-# Bounds the table memory of a search whatever the number of queries (the float64 intermediates of a batch take up to
-# four times as much, briefly), and is large enough that the kernel's groups of queries keep every thread busy.
-LUT_BYTES = 8 << 20
+# Queries whose SDC reconstructions are computed per call of the scan: bounds the (queries x M*S) float64 vectors of
+# a batch. ADC needs none: the kernel computes each group's tables in its own bounded scratch.
+SDC_QUERIES_PER_STEP = 4096
 
 # Below this many (query, code) pairs a search runs on one thread: the scan takes well under a millisecond, less
 # than starting a parallel region costs on a busy machine.
 SMALL_SCAN_CODES = 1 << 17
+
+# Byte alignment of the model arrays the table kernel reads (in vectors of 32 and 64 bytes). numpy aligns data to 16
+# bytes only, and a vector load straddling two cache lines costs a second access.
+MODEL_ALIGN = 64
+
+
+def panels(matrix, width=_search_kernels.TABLE_PANEL):
+    """The (R, n) matrix in the table kernel's panel layout, as a 1-D float32 array aligned to MODEL_ALIGN bytes:
+    columns i0..i0+w-1 (w = width, or what is left for the last panel) as R rows of w values, panel after panel
+    (_tables.h, ock_vecmat). Each panel is then one sequential read."""
+    matrix = np.asarray(matrix, dtype=np.float32)
+    n = matrix.shape[1]
+    flat = np.concatenate([matrix[:, i0:i0 + width].ravel() for i0 in range(0, n, width)]) if n else matrix.ravel()
+    buf = np.empty(flat.nbytes + MODEL_ALIGN, dtype=np.uint8)
+    start = -buf.ctypes.data % MODEL_ALIGN
+    out = buf[start:start + flat.nbytes].view(np.float32)
+    out[...] = flat
+    return out
 
 
 # The kinds of table (_tables.h): what each code byte's table entry holds.
@@ -61,7 +81,7 @@ TABLE_NEG_DOT = 2       # -z_m.d: inner product and cosine (scores are the negat
 
 
 class QueryTables:
-    """The arrays of a fitted quantizer that query tables are built from, in float64 (computed once per index).
+    """The arrays of a fitted quantizer that query tables are built from (prepared once per index).
 
     Parameters
     ----------
@@ -72,6 +92,8 @@ class QueryTables:
         None: the kind the quantizer's metric and C call for. An inverted file asks for TABLE_L2_NORM_TERM with
         metric "l2" whatever C is: its stored norm term (of the whole reconstruction) completes every distance.
 
+    ``model`` holds the rotation and the words in float32 as the model holds them (the table kernel widens each value
+    to float64, _tables.h), in panels; ``words`` in float64 serves SDC's reconstructions of the queries.
     No input validation in this class: callers pass fitted quantizers and checked queries.
     """
 
@@ -82,9 +104,6 @@ class QueryTables:
         self.code_size = M * C
         self.quantizer = quantizer
         self.metric = quantizer.metric
-        # float32 as the model holds them: the table kernel widens each value to float64 (_tables.h).
-        self.rot_pad = np.ascontiguousarray(tables.rot_pad, dtype=np.float32)          # (P, M*S)
-        self.words_t = np.ascontiguousarray(tables.words_t, dtype=np.float32)          # (M, S, C*K)
         self.words = np.ascontiguousarray(tables.words, dtype=np.float64)              # (M, C, K, S)
         # ||d[m, k]||^2 in float64, for the classic C = 1 table.
         self.word_sqnorms = np.einsum("mcks,mcks->mck", self.words, self.words).reshape(M, C * K)
@@ -94,18 +113,15 @@ class QueryTables:
             self.kind = TABLE_NEG_DOT
         else:
             self.kind = TABLE_L2_WHOLE if C == 1 else TABLE_L2_NORM_TERM
-        self._no_rotated = np.empty((0, 0), dtype=np.float64)
-        self._no_queries = np.empty((0, 0), dtype=np.float32)
+        # The arrays of the table kernel (also read by the inverted file's kernel, which computes its tables itself).
+        self.rot_panels = panels(tables.rot_pad)                                                   # (P * M*S,)
+        self.word_panels = np.stack([panels(w) for w in np.asarray(tables.words_t, dtype=np.float32)])  # (M, S*C*K)
+        self.model = _search_kernels.TableModel(self.rot_panels, self.word_panels, self.word_sqnorms, C, S, self.kind)
 
     @property
     def uses_norm_term(self) -> bool:
         """True when distances add the stored norm term ||x_hat||^2 of each code (L2 with C >= 2)."""
         return self.kind == TABLE_L2_NORM_TERM
-
-    @property
-    def queries_per_batch(self) -> int:
-        """Queries whose tables fit in LUT_BYTES (at least one)."""
-        return max(1, LUT_BYTES // (self.code_size * LUT_SLOTS * 4))
 
     def sdc_rotated(self, Q, n_threads):
         """The (nq, M*S) float64 reconstructions z_hat_q of the queries' own codes, sum_c d[m, c, b_mc] per subspace,
@@ -119,40 +135,6 @@ class QueryTables:
         for c in range(1, C):  # the decoder's order: d[m, 0] + d[m, 1] + ...
             z = z + picked[:, :, c]
         return np.ascontiguousarray(z.reshape(nq, M * self.sub_dim))
-
-    def compute(self, Q, distance="adc", n_threads=1):
-        """Tables and constant terms of a batch of queries.
-
-        Parameters
-        ----------
-        Q : ndarray of shape (nq, P), dtype float32, C-contiguous, finite, unit rows for cosine (no validation here)
-        distance : "adc" or "sdc"
-        n_threads : int >= 1 (used by the SDC encoder)
-
-        Returns
-        -------
-        luts : ndarray of shape (nq, M*C*LUT_SLOTS), dtype float32
-            ``luts[q, w*LUT_SLOTS + k]`` for code byte w = m*C + c and word k < K; +inf for k >= K.
-        qconst : ndarray of shape (nq,), dtype float32
-        """
-        nq = Q.shape[0]
-        luts = np.empty((nq, self.code_size * LUT_SLOTS), dtype=np.float32)
-        qconst = np.empty(nq, dtype=np.float32)
-        if distance == "sdc":
-            rotated, queries = self.sdc_rotated(Q, n_threads), self._no_queries
-        else:
-            rotated, queries = self._no_rotated, Q
-        _search_kernels.make_tables(queries, rotated, self.rot_pad, self.words_t, self.word_sqnorms,
-                                    self.n_codebooks, self.kind, luts, qconst)
-        return luts, qconst
-
-
-_EMPTY_F32 = np.empty(0, dtype=np.float32)
-_EMPTY_U8 = np.empty(0, dtype=np.uint8)
-_EMPTY_I64 = np.empty(0, dtype=np.int64)
-
-
-_EMPTY_U64 = np.empty(0, dtype=np.uint64)
 
 
 def search_codes(tables, Q, k, codes, ids, *, distance="adc", norms=None, norm_codes=None, norm_levels=None,
@@ -176,7 +158,7 @@ def search_codes(tables, Q, k, codes, ids, *, distance="adc", norms=None, norm_c
         At most one of norms / norm_codes, and only when ``tables.uses_norm_term``.
     allow : ndarray of shape (ceil(N / 64),), dtype uint64, or None
         Bitmap of the rows to scan (``rows_bitmap``); None scans every row.
-    n_threads : int >= 1
+    n_threads : int >= 1, or None (every core, resolved only when the scan is large enough to use them)
 
     Returns
     -------
@@ -198,23 +180,22 @@ def search_codes(tables, Q, k, codes, ids, *, distance="adc", norms=None, norm_c
         return D, rows
     if nq * N < SMALL_SCAN_CODES:
         n_threads = 1  # waking other threads costs more than scanning this few codes (results are the same)
-    nf = norms if norms is not None else _EMPTY_F32
-    nc = norm_codes if norm_codes is not None else _EMPTY_U8
-    nl = norm_levels if norm_codes is not None else _EMPTY_F32
-    step = tables.queries_per_batch
-    for start in range(0, nq, step):
-        stop = min(nq, start + step)
-        luts, qconst = tables.compute(Q if stop - start == nq else Q[start:stop], distance, n_threads)
-        if kk == k:
-            out_d, out_r = D[start:stop], rows[start:stop]  # C-contiguous row slices: the kernel writes in place
-        else:
-            out_d = np.empty((stop - start, kk), dtype=np.float32)
-            out_r = np.empty((stop - start, kk), dtype=np.int64)
-        _search_kernels.adc_scan(codes, luts, qconst, nf, nc, nl, ids if ids is not None else _EMPTY_I64,
-                                 allow if allow is not None else _EMPTY_U64, LUT_SLOTS, out_d, out_r, n_threads)
-        if kk != k:
-            D[start:stop, :kk] = out_d
-            rows[start:stop, :kk] = out_r
+    elif n_threads is None:
+        n_threads = resolve_n_threads(None)
+    out_d, out_r = (D, rows) if kk == k else (D[:, :kk].copy(), rows[:, :kk].copy())
+    if norm_codes is None:
+        norm_levels = None
+    if distance == "adc":
+        _search_kernels.scan(tables.model, Q, None, codes, norms, norm_codes, norm_levels, ids, allow, out_d, out_r,
+                             n_threads)
+    else:
+        for start in range(0, nq, SDC_QUERIES_PER_STEP):
+            stop = min(nq, start + SDC_QUERIES_PER_STEP)
+            _search_kernels.scan(tables.model, None, tables.sdc_rotated(Q[start:stop], n_threads), codes, norms,
+                                 norm_codes, norm_levels, ids, allow, out_d[start:stop], out_r[start:stop], n_threads)
+    if kk != k:
+        D[:, :kk] = out_d
+        rows[:, :kk] = out_r
     return D, rows
 
 

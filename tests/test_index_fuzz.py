@@ -95,7 +95,7 @@ def make_seed_file(path):
 
 
 def make_ivf_seed_file(path):
-    """A small valid inverted-file index (docs/FORMAT.md section 13): IVF of 3 lists over OCKM P=4 M=2 C=2 T=2 K=4,
+    """A small valid inverted-file index (docs/FORMAT.md section 14): IVF of 3 lists over OCKM P=4 M=2 C=2 T=2 K=4,
     6 vectors, user ids, u8 norms, user metadata."""
     rng = np.random.default_rng(0)
     X = rng.normal(size=(64, 4)).astype(np.float32)

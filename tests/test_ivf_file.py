@@ -1,4 +1,4 @@
-"""Tests of inverted-file (IVF) index and quantizer files against docs/FORMAT.md section 13 (rules V1-V10): round
+"""Tests of inverted-file (IVF) index and quantizer files against docs/FORMAT.md section 14 (rules V1-V10): round
 trips, canonical bytes whatever the chunks, the counting sort of the writer (bounded memory, atomic), copying rows
 without re-encoding (``IndexWriter._append(..., list_ids=...)``), hand-made inconsistent files (FormatError naming the
 check), and older files still opening unchanged. Every rule V1-V10 is cited by at least one test below.

@@ -156,15 +156,23 @@ def test_u8_distances_approximate_f32(indexes, data):
     assert shift.max() <= np.diff(levels).max() / 2 + 1e-6 * levels.max()
 
 
-def test_batches_of_query_tables(indexes, data, monkeypatch):
-    """Queries split into many table batches give the same results as one batch."""
+@pytest.mark.parametrize("distance", ["adc", "sdc"])
+def test_batches_of_query_tables(indexes, data, monkeypatch, distance):
+    """A batch gives each query the results it gets alone, whether its tables are computed in one call of the scan or
+    in many (SDC: one call per step of queries), by one thread or by several (each thread computes the tables of its
+    groups of queries)."""
     index = indexes[("ockm", "u8")]
     Q = np.concatenate([data[2]] * 3)
-    D, I = index.search(Q, 7)
-    monkeypatch.setattr(search_module, "LUT_BYTES", 1)  # one query per batch
-    D2, I2 = index.search(Q, 7)
-    np.testing.assert_array_equal(D, D2)
-    np.testing.assert_array_equal(I, I2)
+    monkeypatch.setattr(search_module, "SMALL_SCAN_CODES", 0)
+    D, I = index.search(Q, 7, distance=distance, n_threads=1)
+    alone = [index.search(q, 7, distance=distance, n_threads=1) for q in Q]
+    np.testing.assert_array_equal(D, np.array([d for d, _ in alone]))
+    np.testing.assert_array_equal(I, np.array([i for _, i in alone]))
+    monkeypatch.setattr(search_module, "SDC_QUERIES_PER_STEP", 1)  # one query per call of the scan
+    for threads in (1, 2, 3):
+        D2, I2 = index.search(Q, 7, distance=distance, n_threads=threads)
+        np.testing.assert_array_equal(D, D2)
+        np.testing.assert_array_equal(I, I2)
 
 
 def test_query_dtypes(indexes, data):

@@ -26,6 +26,7 @@ import pytest
 
 import ockstore
 from ockstore import Index
+from ockstore import _search_options
 from ockstore import index as index_module
 from ockstore import search as search_module
 from ockstore.errors import FormatError
@@ -392,6 +393,34 @@ def test_rerank_only_reorders_the_candidates(indexes, data):
                                    atol=1e-5 * tolerance_scale(Q, base, metric))
 
 
+@pytest.mark.parametrize("given", [False, True], ids=["stored", "given-h5py-like"])
+def test_rerank_in_steps_of_queries(indexes, data, monkeypatch, given):
+    """Re-ranking a batch one query per step (the smallest RERANK_STEP_BYTES) gives exactly the results of one step,
+    with or without a filter that leaves fewer than R candidates, from the stored vectors or from a given array-like
+    that is not an ndarray (read once per distinct row, in increasing order)."""
+    _, base, Q, ids = data
+    allow, _ = make_allow("ids", ids, N, seed=5)
+
+    class RowsOnly:  # like an h5py dataset: shape, dtype, and indexing by an increasing array of rows only
+        shape, dtype = base.shape, base.dtype
+
+        def __getitem__(self, rows):
+            rows = np.asarray(rows)
+            assert rows.ndim == 1 and np.all(np.diff(rows) > 0), "rows must increase"
+            return base[rows]
+
+    vectors = RowsOnly() if given else None
+    for case in [("l2", "ockm", "u8"), ("ip", "pq", "none"), ("cosine", "ockm", "none")]:
+        index = indexes[case]
+        for options in ({}, {"allow": allow}):
+            expected = index.search(Q, 7, rerank=N_ALLOWED + 5, vectors=vectors, **options)
+            with monkeypatch.context() as m:
+                m.setattr(_search_options, "RERANK_STEP_BYTES", 1)
+                got = index.search(Q, 7, rerank=N_ALLOWED + 5, vectors=vectors, **options)
+            np.testing.assert_array_equal(got[0], expected[0])
+            np.testing.assert_array_equal(got[1], expected[1])
+
+
 def test_rerank_beyond_n_costs_no_more_than_n(indexes, data):
     """rerank far above N can only re-rank the N vectors: it is refused (naming rerank) or answered as rerank = N,
     without memory in proportion to rerank (rerank = 2**31 - 1 is accepted today and asks for ~25 GB per query)."""
@@ -699,9 +728,9 @@ def file_data(data, store):
 @pytest.mark.parametrize("store", [None, "float16", "float32", "uint8"])
 @pytest.mark.parametrize("case", FILE_CASES, ids=case_id)
 def test_file_round_trip(tmp_path, quantizers, data, case, store):
-    """build_index, IndexWriter (chunks) and Index.save write the same index; open_index gives the same searches as
-    the in-memory index (every option), the same stored vectors, the metric, store_vectors, format 1.1 exactly when
-    the metric is not "l2" or vectors are stored."""
+    """I15-I18 (docs/FORMAT.md): build_index, IndexWriter (chunks) and Index.save write the same index; open_index
+    gives the same searches as the in-memory index (every option), the same stored vectors, the metric,
+    store_vectors, format 1.1 exactly when the metric is not "l2" or vectors are stored."""
     metric, method, enc = case
     q = quantizers[method, metric]
     X, Q = file_data(data, store)
@@ -755,6 +784,7 @@ def test_file_round_trip(tmp_path, quantizers, data, case, store):
 
 
 def test_quantizer_file_keeps_the_metric(tmp_path, quantizers):
+    """I15, I18: a quantizer file keeps its metric; it is format 1.1 exactly when the metric is not "l2"."""
     for (method, metric), q in quantizers.items():
         path = tmp_path / f"{method}-{metric}.ockq"
         ockstore.save_quantizer(path, q)

@@ -1,7 +1,8 @@
 """Search options benchmark: exact re-ranking, filters, single-query latency and the ip/cosine metrics, ockstore
 against faiss-cpu, in one run on the same data.
 
-faiss-cpu is a benchmark-only dependency: it is imported here and nowhere in the package.
+faiss-cpu is a benchmark-only dependency: it is imported here (and in tools/_options_support.py, the shared parts:
+data, cached quantizers, faiss peers, timers, output) and nowhere in the package.
 
 Sections (``--sections``, default all four); every search is timed on one thread (``n_threads=1`` for ours,
 ``faiss.omp_set_num_threads(1)``, BLAS limited to one thread), ours and faiss interleaved, repeated:
@@ -27,12 +28,15 @@ Sections (``--sections``, default all four); every search is timed on one thread
    option on: ``rerank=100`` (``store_vectors="float32"``; faiss IndexRefineFlat k_factor 10), ``allow`` 10% of the
    ids (ours: id array and mask, converted in each call; faiss: IVFPQ(nlist=1) with a selector made once), metric
    cosine (ours: a cosine-trained OCKM, the raw query, normalised by search; faiss: IndexPQ inner product on
-   normalised vectors, the query normalised before timing). Targets: plain search < 40 us (P=128), < 80 us (P=384).
+   normalised vectors, the query normalised before timing). faiss OPQMatrix + IndexPQ (IndexPreTransform, trained
+   on the same learn set, cached) is the peer that also rotates. An index of one vector gives the fixed cost of a
+   call (validation, tables, heap) of ours, IndexPQ and OPQ; ``model_bytes`` is what a query's tables read (rotation
+   and codebooks, float32). Targets: plain search < 40 us (P=128), < 80 us (P=384), and at most faiss IndexPQ.
 4. **Metric recall.** minilm-real with metric "cosine" at 64 and 128 bits (OCKM M=4 and M=8, C=2), sift-real with
    metric "ip" at 64 bits: recall@1/10/100 (the paper's definition: the true nearest neighbour among the first R;
    exact ties count) and 10-recall@10 (|top 10 ∩ true top 10| / 10) against the exact cosine / inner-product ground
    truth computed here in float64 by brute force (cached). faiss IndexPQ with METRIC_INNER_PRODUCT at the same code
-   bytes (on normalised vectors for cosine).
+   bytes (on normalised vectors for cosine). Targets: each recall@1/10/100 of ours strictly above faiss's.
 
 Quantizers are trained with the library's defaults (OCKM: 25 iterations, tol 1e-4, seed 0) on the whole learn set
 and cached with ``save_quantizer`` in ``--cache-dir`` (keyed by data, learn size, M, C, T, metric and iterations; the
@@ -43,17 +47,14 @@ calls per latency; about half a minute.
 The machine (CPU model, cores) is printed first, then one markdown table per section and the targets. Typical use,
 from the repository root:
 
-    python tools/bench_options.py --json options.json          # full: ~6 min on 2 cores, +2 min of training
+    python tools/bench_options.py --json options.json          # full: ~10 min on 2 cores, +6 min of training
     python tools/bench_options.py --quick --sections 1 3       # smoke test
 """
 
 from __future__ import annotations
 
 import argparse
-import gc
 import json
-import platform
-import statistics
 import sys
 import time
 from functools import partial
@@ -61,23 +62,16 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-import ockstore  # noqa: E402
-from _machine import core_count, cpu_model  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _options_support import (  # noqa: E402
+    LATENCY_SIZES, QUICK_BASE, QUICK_ITER, QUICK_LEARN, REPO, Bench, add_in_chunks, exact_topk, faiss_ivf_like,
+    faiss_selectors, machine_info, normalised, print_rows, recalls, table, target_row, time_batches, time_calls,
+)
 from ockstore import Index  # noqa: E402
-from ockstore.datasets import load_texmex  # noqa: E402
-from ockstore.evaluation import exact_knn, recall_at_r  # noqa: E402
 
 SEED = 20240611  # the seed of the random filters
 RERANK = 100
-QUICK_BASE = 100_000
-QUICK_LEARN = 20_000
-QUICK_ITER = 5
-LATENCY_SIZES = (1_000, 10_000)
-LATENCY_ROUND = 200  # calls per round of one method before the next method takes its turn
+LATENCY_FIXED_N = 1  # an index of one vector: the fixed cost of a call (validation, tables, heap), without the scan
 TARGETS = {
     "rerank recall@1": 0.95,
     "rerank / plain time": 1.3,
@@ -86,303 +80,6 @@ TARGETS = {
     "latency P=128 us": 40.0,
     "latency P=384 us": 80.0,
 }
-
-
-# ---------------------------------------------------------------------------------------------------------- machine
-def machine_info():
-    import faiss
-    import threadpoolctl
-
-    blas = [f"{p.get('internal_api')} {p.get('version')}" for p in threadpoolctl.threadpool_info()
-            if p.get("user_api") == "blas"]
-    return {
-        "cpu": cpu_model(),
-        "cores": core_count(),
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "blas": ", ".join(blas) or "?",
-        "faiss": faiss.__version__,
-        "ockstore": ockstore.__version__,
-    }
-
-
-# ------------------------------------------------------------------------------------------------------------- data
-class Data:
-    """One dataset as the sections use it: learn, base (the file's dtype), queries, and the L2 ground truth of the
-    first ``n_queries`` queries (the file's, or recomputed exactly over a base prefix)."""
-
-    def __init__(self, name, folder, n_queries, base_limit, learn_limit):
-        ds = load_texmex(folder)
-        t0 = time.perf_counter()
-        self.name = name
-        self.learn = np.ascontiguousarray(ds.learn[:learn_limit])
-        self.query = np.ascontiguousarray(ds.query)
-        self.n_queries = min(n_queries, len(self.query))
-        if base_limit is None:
-            self.base = np.ascontiguousarray(ds.base)
-            self.gt = ds.groundtruth[: self.n_queries]
-        else:
-            chunks, have = [], 0
-            for chunk in ds.iter_base(min(base_limit, 100_000)):
-                chunks.append(np.asarray(chunk[: base_limit - have]))
-                have += len(chunks[-1])
-                if have >= base_limit:
-                    break
-            self.base = np.ascontiguousarray(np.concatenate(chunks))
-            self.gt = None  # computed on first use: a base prefix has its own ground truth
-        self.dim = self.base.shape[1]
-        self._base_f32 = None
-        print(f"data: {name}: learn {self.learn.shape} {self.learn.dtype}, base {self.base.shape} {self.base.dtype}, "
-              f"queries {self.query.shape} (loaded in {time.perf_counter() - t0:.1f}s)", flush=True)
-
-    @property
-    def queries(self):
-        """The first n_queries queries, float32 (converted once, so no search times a conversion)."""
-        return np.ascontiguousarray(self.query[: self.n_queries], dtype=np.float32)
-
-    def l2_groundtruth(self):
-        if self.gt is None:
-            t0 = time.perf_counter()
-            _, self.gt = exact_knn(self.queries, self.base, 100)
-            print(f"  exact L2 ground truth of {self.n_queries} queries over {len(self.base)} base vectors "
-                  f"({time.perf_counter() - t0:.1f}s)", flush=True)
-        return self.gt
-
-    def base_f32(self):
-        if self._base_f32 is None:
-            self._base_f32 = np.ascontiguousarray(self.base, dtype=np.float32)
-        return self._base_f32
-
-
-def normalised(X):
-    X = np.array(X, dtype=np.float32)
-    X /= np.linalg.norm(X, axis=1, keepdims=True)
-    return X
-
-
-def exact_topk(Q, B, k, metric, cache_path=None):
-    """Exact top k by inner product or cosine similarity in float64 (scores descending, ties by the smaller index):
-    (scores (nq, k) float64, ids (nq, k) int64), by blocks of the base and of the queries; cached as .npz."""
-    if cache_path is not None and cache_path.exists():
-        with np.load(cache_path) as f:
-            return f["scores"], f["ids"]
-    t0 = time.perf_counter()
-    Q = np.asarray(Q, dtype=np.float64)
-    if metric == "cosine":
-        Q = Q / np.linalg.norm(Q, axis=1, keepdims=True)
-    nq = len(Q)
-    best_s = np.full((nq, 0), -np.inf)
-    best_i = np.full((nq, 0), -1, dtype=np.int64)
-    q_step = 250
-    for b0 in range(0, len(B), 100_000):
-        b = np.asarray(B[b0 : b0 + 100_000], dtype=np.float64)
-        if metric == "cosine":
-            b = b / np.linalg.norm(b, axis=1, keepdims=True)
-        kk = min(k, len(b))
-        new_s, new_i = [], []
-        for q0 in range(0, nq, q_step):
-            s = Q[q0 : q0 + q_step] @ b.T
-            part = np.argpartition(-s, kk - 1, axis=1)[:, :kk]
-            new_s.append(np.take_along_axis(s, part, axis=1))
-            new_i.append(part + b0)
-        cand_s = np.concatenate([best_s, np.concatenate(new_s)], axis=1)
-        cand_i = np.concatenate([best_i, np.concatenate(new_i)], axis=1)
-        order = np.lexsort((cand_i, -cand_s), axis=-1)[:, :k]
-        best_s = np.take_along_axis(cand_s, order, axis=1)
-        best_i = np.take_along_axis(cand_i, order, axis=1)
-    print(f"  exact {metric} ground truth: {nq} queries x {len(B)} base vectors in float64 "
-          f"({time.perf_counter() - t0:.1f}s)", flush=True)
-    if cache_path is not None:
-        np.savez(cache_path, scores=best_s, ids=best_i)
-    return best_s, best_i
-
-
-def recalls(ids, gt, gt_d=None):
-    """recall@1/10/100 (as far as k allows; ties of the ground truth count when gt_d is given) and 10-recall@10."""
-    out = {}
-    for r in (1, 10, 100):
-        if ids.shape[1] >= r:
-            out[f"recall@{r}"] = recall_at_r(ids, gt, r, groundtruth_distances=gt_d)
-    if ids.shape[1] >= 10:
-        out["10-recall@10"] = float((ids[:, :10, None] == gt[:, None, :10]).any(axis=2).sum(axis=1).mean() / 10)
-    return out
-
-
-# ------------------------------------------------------------------------------------------------------- the bench
-class Bench:
-    """What the sections share: the arguments, the datasets (loaded on first use), the trained quantizers (cached in
-    files) and the faiss IndexPQ of each (data, M, metric)."""
-
-    def __init__(self, args, threads):
-        self.args, self.threads = args, threads
-        self.cache_dir = Path(args.cache_dir)
-        self.cache_dir.mkdir(parents=True, exist_ok=True)
-        self._data, self._faiss, self.indexes = {}, {}, {}
-        self.training = {}  # quantizer key -> {"train_s", "cached"}
-        self.n_iter = QUICK_ITER if args.quick else None
-
-    def data(self, name):
-        if name not in self._data:
-            a = self.args
-            if name == "sift":
-                if a.quick:
-                    limit = QUICK_BASE
-                elif set(a.sections) <= {3}:
-                    limit = max(LATENCY_SIZES)  # only the latency section: no need for the 1M base
-                else:
-                    limit = None
-                self._data[name] = Data("sift", a.sift, a.queries, limit, QUICK_LEARN if a.quick else None)
-            else:
-                self._data[name] = Data("minilm", a.minilm, a.queries, None, QUICK_LEARN if a.quick else None)
-        return self._data[name]
-
-    def quantizer(self, name, M, C=2, T=10, metric="l2"):
-        """A fitted OCKM, loaded from the cache or trained (on all cores) and saved there."""
-        data = self.data(name)
-        iters = "default" if self.n_iter is None else f"iter{self.n_iter}"
-        key = f"{name}-learn{len(data.learn)}-ockm-M{M}-C{C}-T{T}-{metric}-{iters}-seed0"
-        path = self.cache_dir / f"{key}.ockq"
-        if path.exists() and not self.args.retrain:
-            q = ockstore.load_quantizer(path)
-            meta = ockstore.file_info(path)["metadata"]
-            self.training[key] = {"train_s": meta.get("train_s"), "cached": True}
-            print(f"  quantizer {key}: loaded from {path} (trained in {meta.get('train_s', float('nan')):.1f}s)",
-                  flush=True)
-            return q
-        kwargs = {} if self.n_iter is None else {"n_iter": self.n_iter}
-        q = ockstore.OCKM(M, C, T, metric=metric, n_threads=self.threads, **kwargs)
-        t0 = time.perf_counter()
-        q.fit(data.learn)
-        train_s = time.perf_counter() - t0
-        ockstore.save_quantizer(path, q, metadata={"train_s": train_s, "key": key})
-        self.training[key] = {"train_s": train_s, "cached": False}
-        print(f"  quantizer {key}: trained in {train_s:.1f}s ({len(q.objective_history) - 1} iterations), "
-              f"saved to {path}", flush=True)
-        return q
-
-    def faiss_pq(self, name, M, metric="l2"):
-        """A trained, empty faiss IndexPQ(P, M, 8) on the same learn set (normalised for cosine), made once."""
-        import faiss
-
-        key = (name, M, metric)
-        if key not in self._faiss:
-            data = self.data(name)
-            fm = faiss.METRIC_L2 if metric == "l2" else faiss.METRIC_INNER_PRODUCT
-            index = faiss.IndexPQ(data.dim, M, 8, fm)
-            if self.args.quick:
-                index.pq.cp.niter = 10
-            learn = normalised(data.learn) if metric == "cosine" else np.ascontiguousarray(data.learn, np.float32)
-            faiss.omp_set_num_threads(self.threads)
-            t0 = time.perf_counter()
-            index.train(learn)
-            train_s = time.perf_counter() - t0
-            faiss.omp_set_num_threads(1)
-            print(f"  faiss IndexPQ {name} M={M}x8 {metric}: trained in {train_s:.1f}s", flush=True)
-            self._faiss[key] = (index, train_s)
-        return self._faiss[key][0]
-
-    def faiss_copy(self, name, M, metric="l2"):
-        """A new empty IndexPQ holding the trained codebooks of faiss_pq(name, M, metric)."""
-        import faiss
-
-        trained = self.faiss_pq(name, M, metric)
-        index = faiss.IndexPQ(trained.d, M, 8, trained.metric_type)
-        index.pq = trained.pq
-        index.is_trained = True
-        return index
-
-
-def faiss_ivf_like(pq_index):
-    """An IndexIVFPQ with one list and no residual holding pq_index's codebooks: it scans like IndexPQ (the same
-    results) but takes a selector (IndexPQ refuses one). Empty; add to it."""
-    import faiss
-
-    d = pq_index.d
-    coarse = faiss.IndexFlat(d, pq_index.metric_type)
-    coarse.add(np.zeros((1, d), dtype=np.float32))
-    ivf = faiss.IndexIVFPQ(coarse, d, 1, pq_index.pq.M, 8, pq_index.metric_type)
-    ivf.by_residual = False
-    ivf.pq = pq_index.pq
-    ivf.is_trained = True
-    ivf.nprobe = 1  # faiss's Python wrapper keeps the coarse quantizer alive with the index
-    return ivf
-
-
-_SELECTOR_BITS = []
-
-
-def faiss_selectors(mask):
-    """(IDSelectorBitmap, IDSelectorBatch) of a boolean mask over 0..N-1. The bitmap points into a module-level list
-    of arrays (the selector does not own its bits), so it stays valid for the whole run."""
-    import faiss
-
-    bits = np.packbits(mask, bitorder="little")
-    _SELECTOR_BITS.append(bits)
-    bitmap = faiss.IDSelectorBitmap(len(mask), faiss.swig_ptr(bits))
-    batch = faiss.IDSelectorBatch(np.flatnonzero(mask).astype(np.int64))
-    return bitmap, batch
-
-
-def add_in_chunks(index, X, normalise=False):
-    for i in range(0, len(X), 100_000):
-        chunk = np.ascontiguousarray(X[i : i + 100_000], dtype=np.float32)
-        index.add(normalised(chunk) if normalise else chunk)
-
-
-def time_batches(fns, repeats):
-    """Run each callable once (warm-up; its result is kept), then ``repeats`` rounds of all of them in turn.
-    Returns {name: {"min_s", "median_s", "result"}}."""
-    from threadpoolctl import threadpool_limits
-
-    out = {}
-    with threadpool_limits(limits=1):
-        for name, f in fns.items():
-            out[name] = {"result": f(), "times": []}
-        for _ in range(repeats):
-            for name, f in fns.items():
-                t0 = time.perf_counter()
-                f()
-                out[name]["times"].append(time.perf_counter() - t0)
-    for v in out.values():
-        v["min_s"], v["median_s"] = min(v["times"]), statistics.median(v["times"])
-    return out
-
-
-def time_calls(fns, queries, calls, warmup):
-    """Per-call latency of single queries: each callable f(i) searches query i; rounds of LATENCY_ROUND calls of
-    each in turn until ``calls`` were timed per callable. Returns {name: {"median_us", "p90_us", "min_us"}}."""
-    from threadpoolctl import threadpool_limits
-
-    ns = {name: np.empty(calls, dtype=np.int64) for name in fns}
-    nq = len(queries)
-    clock = time.perf_counter_ns
-    with threadpool_limits(limits=1):
-        for f in fns.values():
-            for i in range(warmup):
-                f(i % nq)
-        gc.collect()
-        gc.disable()
-        try:
-            for start in range(0, calls, LATENCY_ROUND):
-                stop = min(calls, start + LATENCY_ROUND)
-                for name, f in fns.items():
-                    t = ns[name]
-                    for i in range(start, stop):
-                        t0 = clock()
-                        f(i % nq)
-                        t[i] = clock() - t0
-        finally:
-            gc.enable()
-    return {name: {"median_us": float(np.median(t)) / 1e3, "p90_us": float(np.percentile(t, 90)) / 1e3,
-                   "min_us": float(t.min()) / 1e3} for name, t in ns.items()}
-
-
-def target_row(targets, name, value, limit, higher_is_better=False, note=""):
-    met = value >= limit if higher_is_better else value <= limit
-    targets.append({"target": name, "value": value, "limit": limit, "op": ">=" if higher_is_better else "<=",
-                    "met": bool(met), "note": note})
-    print(f"  target {name}: {value:.3f} {'>=' if higher_is_better else '<='} {limit} "
-          f"{'met' if met else 'MISSED'}{'  (' + note + ')' if note else ''}", flush=True)
 
 
 # -------------------------------------------------------------------------------------------------------- section 1
@@ -587,6 +284,13 @@ def latency_calls(ours, ours_cos, pq, refine, ivf, pq_cos, ids, mask, p_bitmap, 
     }
 
 
+def model_bytes(method, P, M, C=1, K=256):
+    """Bytes of model a query's tables read: the rotation (P x P float32) when the method rotates, and the codebooks
+    (M subspaces x C codebooks x K words x ceil(P / M) float32)."""
+    rotation = 4 * P * P if method in ("ockm", "opq") else 0
+    return rotation + 4 * M * C * K * -(-P // M)
+
+
 def section_latency(bench, targets):
     import faiss
 
@@ -604,48 +308,67 @@ def section_latency(bench, targets):
         queries_cos = [normalised(x) for x in queries2d]
         bench.faiss_pq(name, faiss_M)
         bench.faiss_pq(name, faiss_M, "cosine")
-        for N in LATENCY_SIZES:
+        opq = bench.faiss_opq(name, faiss_M)
+        models = {"ours plain": model_bytes("ockm", P, M, 2), "faiss IndexPQ": model_bytes("pq", P, faiss_M),
+                  "faiss OPQ+IndexPQ": model_bytes("opq", P, faiss_M)}
+        for N in (LATENCY_FIXED_N, *LATENCY_SIZES):
             base = data.base[:N]
             ours = Index.from_vectors(q_l2, base, store_vectors="float32", n_threads=bench.threads)
-            ours_cos = Index.from_vectors(q_cos, base, n_threads=bench.threads)
             pq = bench.faiss_copy(name, faiss_M)
-            refine = faiss.IndexRefineFlat(pq)
-            add_in_chunks(refine, base)
-            refine.k_factor = RERANK / 10
-            ivf = faiss_ivf_like(pq)
-            add_in_chunks(ivf, base)
-            pq_cos = bench.faiss_copy(name, faiss_M, "cosine")
-            add_in_chunks(pq_cos, base, normalise=True)
-            rng = np.random.default_rng(SEED)
-            ids = rng.choice(N, size=N // 10, replace=False).astype(np.int64)
-            mask = np.zeros(N, dtype=bool)
-            mask[ids] = True
-            bitmap, batch = faiss_selectors(mask)
-            p_bitmap = faiss.SearchParametersIVF(sel=bitmap, nprobe=1)
-            p_batch = faiss.SearchParametersIVF(sel=batch, nprobe=1)
-            fns = latency_calls(ours, ours_cos, pq, refine, ivf, pq_cos, ids, mask, p_bitmap, p_batch, queries,
-                                queries2d, queries_cos)
+            add_in_chunks(pq, base)
+            opq.reset()
+            add_in_chunks(opq, base)
+            if N == LATENCY_FIXED_N:  # the fixed cost of a call: plain searches only
+                fns = {"ours plain": lambda i: ours.search(queries[i], 1, n_threads=1),
+                       "faiss IndexPQ": lambda i: pq.search(queries2d[i], 1),
+                       "faiss OPQ+IndexPQ": lambda i: opq.search(queries2d[i], 1)}
+            else:
+                ours_cos = Index.from_vectors(q_cos, base, n_threads=bench.threads)
+                refine = faiss.IndexRefineFlat(bench.faiss_copy(name, faiss_M))
+                add_in_chunks(refine, base)
+                refine.k_factor = RERANK / 10
+                ivf = faiss_ivf_like(pq)
+                add_in_chunks(ivf, base)
+                pq_cos = bench.faiss_copy(name, faiss_M, "cosine")
+                add_in_chunks(pq_cos, base, normalise=True)
+                rng = np.random.default_rng(SEED)
+                ids = rng.choice(N, size=N // 10, replace=False).astype(np.int64)
+                mask = np.zeros(N, dtype=bool)
+                mask[ids] = True
+                bitmap, batch = faiss_selectors(mask)
+                p_bitmap = faiss.SearchParametersIVF(sel=bitmap, nprobe=1)
+                p_batch = faiss.SearchParametersIVF(sel=batch, nprobe=1)
+                fns = latency_calls(ours, ours_cos, pq, refine, ivf, pq_cos, ids, mask, p_bitmap, p_batch, queries,
+                                    queries2d, queries_cos)
+                fns["faiss OPQ+IndexPQ"] = lambda i: opq.search(queries2d[i], 10)
             timed = time_calls(fns, queries, calls, warmup)
             print(f"  {name} P={P} N={N}: ours {ours.bytes_per_vector} B/vector, faiss {pq.sa_code_size()} B/vector",
                   flush=True)
             for method, t in timed.items():
                 row = {"data": name, "P": P, "N": N, "method": method,
                        "bytes_per_vector": (ours.bytes_per_vector if method.startswith("ours")
-                                            else int(pq.sa_code_size())), **t}
+                                            else int(pq.sa_code_size())),
+                       "model_bytes": models.get(method), **t}
                 rows.append(row)
                 print(f"    {method:<44} median {t['median_us']:8.1f} us   p90 {t['p90_us']:8.1f} us   "
                       f"min {t['min_us']:8.1f} us", flush=True)
-            pairs = [("ours plain", "faiss IndexPQ"), (f"ours rerank={RERANK}",
-                                                       f"faiss IndexRefineFlat k_factor={RERANK // 10}"),
-                     ("ours allow 10% ids", "faiss IVFPQ(1) IDSelectorBitmap 10%"),
-                     ("ours allow 10% mask", "faiss IVFPQ(1) IDSelectorBitmap 10%"),
-                     ("ours cosine", "faiss IndexPQ inner product (normalised)")]
-            for a, b in pairs:
+            pairs = [("ours plain", "faiss IndexPQ", "ours / faiss"),
+                     ("ours plain", "faiss OPQ+IndexPQ", "ours / faiss OPQ")]
+            if N != LATENCY_FIXED_N:
+                pairs += [(f"ours rerank={RERANK}", f"faiss IndexRefineFlat k_factor={RERANK // 10}", "ours / faiss"),
+                          ("ours allow 10% ids", "faiss IVFPQ(1) IDSelectorBitmap 10%", "ours / faiss"),
+                          ("ours allow 10% mask", "faiss IVFPQ(1) IDSelectorBitmap 10%", "ours / faiss"),
+                          ("ours cosine", "faiss IndexPQ inner product (normalised)", "ours / faiss")]
+            for a, b, column in pairs:
                 r = next(x for x in rows if x["method"] == a and x["N"] == N and x["data"] == name)
-                r["ours / faiss"] = timed[a]["median_us"] / timed[b]["median_us"]
-            target_row(targets, f"latency plain P={P} N={N} (median us)", timed["ours plain"]["median_us"], target)
-    print_rows(rows, ["data", "P", "N", "method", "bytes_per_vector", "median_us", "p90_us", "min_us",
-                      "ours / faiss"])
+                r[column] = timed[a]["median_us"] / timed[b]["median_us"]
+            if N != LATENCY_FIXED_N:
+                target_row(targets, f"latency plain P={P} N={N} (median us)", timed["ours plain"]["median_us"], target)
+                target_row(targets, f"latency plain P={P} N={N} / faiss IndexPQ", timed["ours plain"]["median_us"]
+                           / timed["faiss IndexPQ"]["median_us"], 1.0,
+                           note=f"OPQ+IndexPQ: {timed['ours plain']['median_us'] / timed['faiss OPQ+IndexPQ']['median_us']:.2f}")
+    print_rows(rows, ["data", "P", "N", "method", "bytes_per_vector", "model_bytes", "median_us", "p90_us", "min_us",
+                      "ours / faiss", "ours / faiss OPQ"])
     return {"rows": rows, "calls": calls, "warmup": warmup}
 
 
@@ -685,6 +408,10 @@ def section_metrics(bench, targets):
         a["recall@1 ours - faiss (points)"] = 100 * (a["recall@1"] - b["recall@1"])
         a["recall@10 ours - faiss (points)"] = 100 * (a["recall@10"] - b["recall@10"])
         a["ours / faiss (time)"] = a["ms_per_query"] / b["ms_per_query"]
+        for r in (1, 10, 100):
+            target_row(targets, f"{name} {metric} {bits} bits recall@{r}: ours - faiss IndexPQ (points)",
+                       100 * (a[f"recall@{r}"] - b[f"recall@{r}"]), 0.0, higher_is_better=True, strict=True,
+                       note=f"ours {a[f'recall@{r}']:.3f}, faiss {b[f'recall@{r}']:.3f}")
         print(f"  {name} {metric} {bits} bits: ours R@1 {a['recall@1']:.3f} R@10 {a['recall@10']:.3f} "
               f"R@100 {a['recall@100']:.3f} 10-R@10 {a['10-recall@10']:.3f} ({a['ms_per_query']:.3f} ms/q); "
               f"faiss R@1 {b['recall@1']:.3f} R@10 {b['recall@10']:.3f} R@100 {b['recall@100']:.3f} "
@@ -692,26 +419,6 @@ def section_metrics(bench, targets):
     print_rows(rows, ["data", "metric", "bits", "method", "bytes_per_vector", "recall@1", "recall@10", "recall@100",
                       "10-recall@10", "ms_per_query", "recall@1 ours - faiss (points)", "ours / faiss (time)"])
     return {"rows": rows}
-
-
-# ---------------------------------------------------------------------------------------------------------- output
-def fmt(v):
-    if isinstance(v, bool) or v is None:
-        return "" if v is None else str(v)
-    if isinstance(v, float):
-        return f"{v:.3f}" if abs(v) < 100 else f"{v:.0f}"
-    return str(v)
-
-
-def table(rows, cols):
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for r in rows:
-        lines.append("| " + " | ".join(fmt(r.get(c)) for c in cols) + " |")
-    return lines
-
-
-def print_rows(rows, cols):
-    print("\n".join(table(rows, cols)), flush=True)
 
 
 SECTIONS = {1: ("rerank", section_rerank), 2: ("filter", section_filter), 3: ("latency", section_latency),

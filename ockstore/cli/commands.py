@@ -17,6 +17,7 @@ from ockstore import evaluation, paths, vecfiles
 from ockstore.errors import FormatError
 from ockstore.quantizers import METHODS
 
+from .collections import COMMANDS as COLLECTION_COMMANDS
 from .output import (
     distances_path, fmt_bytes, jsonable, print_info, print_results, write_distances, write_ids,
 )
@@ -122,7 +123,11 @@ def _check_rerank_vectors(index, args):
 
 
 def _open_index(path):
-    """open_index, with a clearer message when the file is a quantizer file (a common slip on the command line)."""
+    """open_index (or open_collection, read-only, for a folder), with a clearer message when the file is a quantizer
+    file (a common slip on the command line). Both give an object with the same search, info, verify, dim, metric,
+    store_vectors and ntotal."""
+    if os.path.isdir(path):
+        return ockstore.open_collection(path, "r")
     try:
         return ockstore.open_index(path)
     except FormatError as exc:
@@ -314,7 +319,10 @@ def search(args, out):
 
 
 def _file_info(path):
-    """info() of an index file, or the description of a quantizer file (ockstore.file_info)."""
+    """info() of an index file or a collection folder, or the description of a quantizer file (ockstore.file_info)."""
+    if os.path.isdir(path):
+        with ockstore.open_collection(path, "r") as collection:
+            return collection.info()
     info = ockstore.file_info(path)
     if info["kind"] == "index":
         del info["kind"]  # `ockstore info` prints what Index.info() gives for an index
@@ -334,7 +342,10 @@ def verify(args, out):
     with _open_index(args.index) as index:
         index.verify()
         n = index.ntotal
-    print(f"ok: {n:,} vectors ({args.index})", file=out)
+        where = args.index
+        if isinstance(index, ockstore.Collection):
+            where = f"{args.index}: generation {index.generation}, {len(index.info()['segment_files'])} segments"
+    print(f"ok: {n:,} vectors ({where})", file=out)
     return 0
 
 
@@ -407,4 +418,5 @@ def evaluate(args, out):
 
 
 # The subcommands by name (argparse's ``args.command``).
-COMMANDS = {"train": train, "build": build, "search": search, "info": info, "verify": verify, "eval": evaluate}
+COMMANDS = {"train": train, "build": build, "search": search, "info": info, "verify": verify, "eval": evaluate,
+            **COLLECTION_COMMANDS}

@@ -257,7 +257,7 @@ Distances follow the index's metric (ockstore info): squared L2 for l2 (ascendin
 similarities for cosine (descending). ADC: from the query to each reconstruction; SDC: between reconstructions; with
 --rerank: exact, from the stored vectors.""",
     )
-    p.add_argument("index", metavar="INDEX_FILE")
+    p.add_argument("index", metavar="INDEX_FILE", help="an index file, or a collection folder (ockstore create)")
     p.add_argument("queries", metavar="QUERY_FILE", help=f"query vectors ({VECTOR_FILES})")
     p.add_argument("-k", type=_positive, required=True, metavar="K", help="neighbours per query")
     p.add_argument("--distance", choices=("adc", "sdc"), default="adc", help="adc (default) or sdc")
@@ -277,7 +277,7 @@ similarities for cosine (descending). ADC: from the query to each reconstruction
 
     # ----------------------------------------------------------------------------------------------------- info
     p = sub.add_parser(
-        "info", formatter_class=_Formatter, help="describe an index or quantizer file",
+        "info", formatter_class=_Formatter, help="describe an index file, quantizer file or collection folder",
         description=_wrap("Print what an index file (or a quantizer file) holds: method, parameters, sizes, format "
                     "version, metadata; for an inverted file also its lists (n_lists, default_n_probe, and the "
                     "min, max, mean and median list size and the number of empty lists). Reads the header and "
@@ -287,7 +287,7 @@ examples:
   ockstore info sift.ock
   ockstore info sift.ockq --json""",
     )
-    p.add_argument("file", metavar="FILE", help="an index file or a quantizer file")
+    p.add_argument("file", metavar="FILE", help="an index file, a quantizer file or a collection folder")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of aligned lines")
     p.set_defaults(subparser=p)
 
@@ -300,7 +300,7 @@ examples:
 example:
   ockstore verify sift.ock && echo intact""",
     )
-    p.add_argument("index", metavar="INDEX_FILE")
+    p.add_argument("index", metavar="INDEX_FILE", help="an index file, or a collection folder (ockstore create)")
     p.set_defaults(subparser=p)
 
     # ----------------------------------------------------------------------------------------------------- eval
@@ -320,7 +320,7 @@ examples:
       --distance sdc --base sift_base.bvecs.gz
   ockstore eval sift.ock sift_query.bvecs.gz sift_groundtruth.ivecs.gz -k 10 --rerank 100 --json""",
     )
-    p.add_argument("index", metavar="INDEX_FILE")
+    p.add_argument("index", metavar="INDEX_FILE", help="an index file, or a collection folder (ockstore create)")
     p.add_argument("queries", metavar="QUERY_FILE")
     p.add_argument("groundtruth", metavar="GROUNDTRUTH_FILE")
     p.add_argument("-k", type=_positive, default=100, metavar="K", help="results per query (default 100)")
@@ -337,6 +337,10 @@ examples:
     _add_threads(p)
     _add_progress(p)
     p.set_defaults(subparser=p)
+
+    from .collections import add_parsers  # create, add, delete, compact (that module imports this one)
+
+    add_parsers(sub)
     return parser
 
 
@@ -350,7 +354,7 @@ def check_args(args):
                 sub.error(f"argument {flag}: method {args.method} has no {parameter} "
                           f"({METHODS[args.method].__name__} takes {', '.join(accepted)})")
         _check_metadata(sub, args.metadata)
-    elif args.command == "build":
+    elif args.command in ("build", "create"):
         _check_metadata(sub, args.metadata)
     elif args.command == "search":
         if args.output is not None and output.output_kind(args.output) is None:

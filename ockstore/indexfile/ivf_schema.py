@@ -1,4 +1,4 @@
-"""What an inverted-file (IVF) index or quantizer file holds beyond a flat one (docs/FORMAT.md section 13, rules
+"""What an inverted-file (IVF) index or quantizer file holds beyond a flat one (docs/FORMAT.md section 14, rules
 V1-V10): the meta map ``ivf``, the sections of the coarse quantizer and the list offsets, and their open-time checks.
 
 The fine quantizer is stored exactly as a flat file stores its quantizer (meta ``method`` and ``params``, sections
@@ -18,7 +18,7 @@ from .schema import KIND_IVF_INDEX, KIND_IVF_QUANTIZER, N_NORM_LEVELS, _short
 __all__ = ["KIND_IVF_INDEX", "KIND_IVF_QUANTIZER", "IVF_KINDS", "IVF_MINOR_VERSION", "ivf_meta", "put_ivf_sections",
            "read_ivf_meta", "read_ivf_model", "read_list_offsets"]
 
-# docs/FORMAT.md section 13.1: the kinds of inverted-file files (KIND_IVF_INDEX, KIND_IVF_QUANTIZER, defined with the
+# docs/FORMAT.md section 14.1: the kinds of inverted-file files (KIND_IVF_INDEX, KIND_IVF_QUANTIZER, defined with the
 # others in schema.py). Readers of format 1.0 and 1.1 know only "index" and "quantizer": they refuse these files
 # ("unknown kind") instead of reading their rows as a flat index (V1).
 IVF_KINDS = (KIND_IVF_INDEX, KIND_IVF_QUANTIZER)
@@ -45,7 +45,7 @@ def put_ivf_sections(writer, ivf):
 
 
 # ====================================================================================================================
-# reading (docs/FORMAT.md section 13.3; each failure a FormatError naming the check and the meta key or section)
+# reading (docs/FORMAT.md section 14.4; each failure a FormatError naming the check and the meta key or section)
 
 
 def read_ivf_meta(reader):

@@ -1,5 +1,5 @@
 """Writing inverted-file (IVF) index files: ``IndexWriter(path, ivf)`` is an IVFIndexWriter (docs/FORMAT.md sections
-13.2 and 13.4).
+14.2 and 14.5).
 
 An IVF file stores its rows list after list, but vectors arrive in any order. The writer keeps memory bounded by the
 chunk, not by N, with a counting sort through the file system:

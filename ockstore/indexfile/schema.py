@@ -27,7 +27,7 @@ __all__ = ["KIND_INDEX", "KIND_QUANTIZER", "KIND_IVF_INDEX", "KIND_IVF_QUANTIZER
 KIND_INDEX = "index"
 KIND_QUANTIZER = "quantizer"
 N_NORM_LEVELS = 256
-# docs/FORMAT.md section 13: inverted files (format 1.2; ivf_schema.py holds their own rules).
+# docs/FORMAT.md section 14: inverted files (format 1.2; ivf_schema.py holds their own rules).
 KIND_IVF_INDEX = "ivf-index"
 KIND_IVF_QUANTIZER = "ivf-quantizer"
 KINDS = (KIND_INDEX, KIND_QUANTIZER, KIND_IVF_INDEX, KIND_IVF_QUANTIZER)
@@ -264,7 +264,7 @@ class _Reader:
 
 
 def read_file(mf, accepted):
-    """Run every open-time check of docs/FORMAT.md sections 11.4 and 13.3 on an opened container; returns
+    """Run every open-time check of docs/FORMAT.md sections 11.4 and 14.4 on an opened container; returns
     (kind, model, (codes, norms, ids, norm_encoding, vectors, list_offsets) or None): the model is the quantizer, or
     the IVF of an inverted file (list_offsets None for a flat index)."""
     from . import ivf_schema  # the inverted file's rules build on this module

@@ -37,7 +37,7 @@ class IndexWriter:
     quantizer : fitted PQ, CKM, ECKM, OCKM or IVF
         Its model is captured when the writer is created (refitting it afterwards does not affect this file). With
         an IVF the writer is an ``ockstore.indexfile.ivf_writer.IVFIndexWriter``: it writes an inverted-file index
-        (rows list after list, sorted through temporary files at close; docs/FORMAT.md section 13).
+        (rows list after list, sorted through temporary files at close; docs/FORMAT.md section 14).
     norm_encoding : "u8", "f32", "none" or None
         As for :meth:`Index.from_vectors`: None means "u8" for L2 with C >= 2 and "none" otherwise.
     store_vectors : None, "float16", "float32" or "uint8"
@@ -270,7 +270,7 @@ def save_quantizer(path, quantizer, *, metadata=None):
     path : str or os.PathLike
     quantizer : fitted PQ, CKM, ECKM, OCKM or IVF
         An IVF gives a file of kind "ivf-quantizer": its fine quantizer, coarse centroids and norm levels
-        (docs/FORMAT.md section 13); ``load_quantizer`` returns the IVF.
+        (docs/FORMAT.md section 14); ``load_quantizer`` returns the IVF.
     metadata : dict or None
         User metadata, as for :class:`IndexWriter`.
     """

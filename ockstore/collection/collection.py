@@ -1,0 +1,549 @@
+"""The Collection: a folder of immutable segments that changes by commits (add, upsert, delete, compact), one writer
+holding the folder's lock, readers on snapshots (docs/ARCHITECTURE.md, "Collections"; docs/FORMAT.md section 13).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+
+import numpy as np
+
+from .. import storage
+from .._encoding import check_fitted_quantizer, check_store_vectors, resolve_norm_encoding
+from .._validation import as_ids, as_vectors, check_choice, check_int
+from ..errors import FormatError
+from ..index import _quantizer_summary
+from ..indexfile.schema import check_user_metadata
+from ..indexfile.writer import save_quantizer
+from ..paths import _as_str
+from . import commit as _commit
+from . import names
+from .lock import WriterLock
+from .manifest import MAX_ID, Manifest, SegmentEntry, write_manifest
+from .policy import DEFAULT_MAX_MERGE_ROWS, DEFAULT_MERGE_FACTOR
+from .segments import IdIndex, PendingSegment, Segment, write_pending_segment
+from .snapshot import load_newest, manifest_generations, remember
+
+__all__ = ["Collection", "create_collection", "open_collection"]
+
+# Generations whose files a writer keeps (the current one and the one before): readers on them keep working, and the
+# previous one is a complete fallback should the newest manifest ever be damaged.
+KEEP_GENERATIONS = 2
+
+
+class Collection:
+    """A collection folder opened as a writer (mode "a") or as a read-only snapshot (mode "r").
+
+    Made by :func:`create_collection` or :func:`open_collection`, not by this constructor. Every change (``add``,
+    ``upsert``, ``delete``, ``compact``) is one atomic, durable commit of a new generation when it returns; a call
+    that changes nothing commits nothing. Searches may run in several threads at once, also while another thread
+    commits or refreshes (a search uses the generation that was current when it started); changes are made by one
+    thread at a time, and ``close`` must wait for the searches in progress (it closes the segments).
+
+    Attributes
+    ----------
+    path : str
+        The folder.
+    mode : "r" or "a"
+    generation : int
+        The generation this object sees (a reader keeps it until :meth:`refresh`).
+    """
+
+    def __init__(self, folder, mode, snapshot, lock, cache):
+        self._folder = folder
+        self._mode = mode
+        self._snap = snapshot
+        self._lock = lock
+        self._cache = cache
+        self._previous = None  # a writer's generation before the current one (its files are kept)
+        self._next_generation = None
+        if mode == "a":
+            self._next_generation = max(manifest_generations(folder)[0], snapshot.generation) + 1
+        self._closed = False
+
+    # ---------------------------------------------------------------------------------------------------- lifecycle
+    def close(self):
+        """Release the segments and, for a writer, the lock. Idempotent; any later use raises ValueError."""
+        if self._closed:
+            return
+        self._closed = True
+        snap, self._snap = self._snap, None
+        for view in snap.views:
+            view.segment.close()
+        self._cache.clear()
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def __enter__(self):
+        self._check_open()
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        self.close()
+        return False
+
+    def __del__(self):
+        if getattr(self, "_lock", None) is not None:
+            self._lock.release()
+
+    def __repr__(self):
+        if self._closed:
+            return f"<Collection {self._folder!r} closed>"
+        return (f"<Collection {self._folder!r} mode={self._mode!r} generation={self.generation} N={len(self)} "
+                f"segments={len(self._snap.views)}>")
+
+    def _check_open(self):
+        if self._closed:
+            raise ValueError(f"I/O operation on a closed collection ({self._folder!r})")
+
+    def _check_writer(self, what):
+        self._check_open()
+        if self._mode != "a":
+            raise io.UnsupportedOperation(f"{what}: collection {self._folder!r} is open read-only (mode='r'); open it "
+                                          "with mode='a' to change it")
+
+    # --------------------------------------------------------------------------------------------------- attributes
+    def __len__(self):
+        self._check_open()
+        return self._snap.live
+
+    @property
+    def ntotal(self) -> int:
+        """N, the number of live vectors (as ``len``)."""
+        return len(self)
+
+    @property
+    def path(self) -> str:
+        return self._folder
+
+    @property
+    def mode(self) -> str:
+        return self._mode
+
+    @property
+    def generation(self) -> int:
+        self._check_open()
+        return self._snap.generation
+
+    @property
+    def quantizer(self):
+        self._check_open()
+        return self._snap.spec.quantizer
+
+    @property
+    def dim(self) -> int:
+        return int(self.quantizer.dim)
+
+    @property
+    def metric(self) -> str:
+        return self.quantizer.metric
+
+    @property
+    def norm_encoding(self) -> str:
+        self._check_open()
+        return self._snap.spec.norm_encoding
+
+    @property
+    def store_vectors(self):
+        self._check_open()
+        return self._snap.spec.store_vectors
+
+    @property
+    def metadata(self) -> dict:
+        """The user metadata given to create_collection (a copy)."""
+        self._check_open()
+        return storage.canonical_metadata(self._snap.user)
+
+    @property
+    def next_id(self) -> int:
+        """The id the next vector added without ids gets: one past the largest id ever assigned."""
+        self._check_open()
+        return self._snap.manifest.next_id
+
+    @property
+    def segment_spec(self):
+        """The SegmentSpec (quantizer, norm encoding, stored vectors) every segment of this collection shares: what a
+        worker of a distributed build needs for ``write_pending_segment``."""
+        self._check_open()
+        return self._snap.spec
+
+    def ids(self):
+        """Every live id, sorted ascending (int64)."""
+        self._check_open()
+        return self._snap.live_ids()
+
+    def info(self) -> dict:
+        """A plain dict: kind ("collection"), path, mode, generation, N (live vectors), rows (stored, deleted ones
+        included), deleted, segments (their number), next_id, the quantizer's P, method, metric, M, C, K, T, bits,
+        norm_encoding, store_vectors, bytes_per_vector, merge_factor, metadata, problems (why newer manifests were
+        skipped, if any) and segment_files (file, rows, deleted, deletions, min_id, max_id of each segment)."""
+        self._check_open()
+        snap = self._snap
+        m, q = snap.manifest, snap.spec.quantizer
+        return {
+            "kind": "collection", "path": self._folder, "mode": self._mode, "generation": m.generation, "N": m.live,
+            "rows": m.rows, "deleted": m.rows - m.live, "segments": len(m.segments), "next_id": m.next_id,
+            **_quantizer_summary(q), "norm_encoding": m.norm_encoding, "store_vectors": m.store_vectors,
+            "bytes_per_vector": int(q.code_size) + {"f32": 4, "u8": 1, "none": 0}[m.norm_encoding],
+            "merge_factor": m.merge_factor, "metadata": storage.canonical_metadata(snap.user),
+            "problems": list(snap.problems),
+            "segment_files": [{"file": s.file, "rows": s.rows, "deleted": s.deleted, "deletions": s.deletions,
+                               "min_id": s.min_id, "max_id": s.max_id} for s in m.segments],
+        }
+
+    # ------------------------------------------------------------------------------------------------------ search
+    def search(self, Q, k, *, distance="adc", rerank=None, vectors=None, allow=None, n_threads=None, **options):
+        """The k best live vectors of each query, over every segment: equal to one ``Index.search`` over an index
+        holding the live rows (same values, same ids, same order).
+
+        Parameters
+        ----------
+        Q, k, distance, n_threads
+            As for :meth:`ockstore.Index.search`; ``k`` is bounded by the number of live vectors as there.
+        rerank : int >= k, or None
+            As for ``Index.search``: the best ``rerank`` candidates of the whole collection by their codes are
+            re-ranked exactly, from the vectors stored in the segments (``store_vectors``) or from ``vectors``.
+        vectors : array-like of shape (n, P), or None
+            For ``rerank``: row i is the vector of **id** i (on a collection rows have no fixed place; ids do). An
+            ndarray, np.memmap, HDF5 dataset; only the candidates' rows are read, by increasing id.
+        allow : array-like of int ids, or None
+            Search only the vectors with these ids (any order; duplicates and unknown ids ignored). A boolean mask
+            over rows is refused (TypeError): rows have no meaning across segments.
+        **options
+            Passed to every segment's search (e.g. ``n_probe`` of IVF segments); TypeError for a keyword the
+            segments do not take.
+
+        Returns
+        -------
+        D, I : as for ``Index.search`` (distances ascending for "l2", scores descending for "ip" and "cosine",
+            equal values by the smaller id; padding +inf or -inf with id -1).
+        """
+        self._check_open()
+        return self._snap.search(Q, k, distance=distance, rerank=rerank, vectors=vectors, allow=allow,
+                                 n_threads=n_threads, **options)
+
+    # ---------------------------------------------------------------------------------------------------- changes
+    def add(self, X, ids=None, *, n_threads=None):
+        """Add vectors in one commit; returns their ids (int64, shape (n,); one id for a single 1-D vector).
+
+        Parameters
+        ----------
+        X : array-like of shape (n, P) or (P,)
+            Any real numeric dtype; NaN/inf raise ValueError.
+        ids : array-like of shape (n,), integers >= 0, or None
+            Must be unique and not live in the collection (ValueError otherwise, and nothing is added). None: ids
+            continue after the largest id ever assigned (``next_id``).
+        n_threads : int or None
+            Threads for encoding; None means all cores.
+        """
+        self._check_writer("add")
+        X, was_1d = as_vectors(X, "X", self.dim, convert=False)
+        n = X.shape[0]
+        if ids is None:
+            first = self._snap.manifest.next_id
+            if first + n > MAX_ID + 1:
+                raise ValueError(f"ids: no ids left to assign ({n} needed from {first}; ids are int64)")
+            ids = np.arange(first, first + n, dtype=np.int64)
+        else:
+            ids = self._check_new_ids(ids if not was_1d else np.reshape(ids, -1), n)
+            live, _ = self._snap.find_live(ids)
+            if live.any():
+                raise ValueError(f"ids: id {int(ids[np.argmax(live)])} is already in the collection (use upsert to "
+                                 "replace it)")
+        if n:
+            self._write(X, ids, "add", n_threads=n_threads)
+        return ids[0] if was_1d else ids
+
+    def upsert(self, X, ids, *, n_threads=None):
+        """Replace the vectors of the live ``ids`` and add the others, in one commit.
+
+        ``ids`` (array-like of shape (n,), integers >= 0) must be unique (ValueError otherwise).
+        """
+        self._check_writer("upsert")
+        X, was_1d = as_vectors(X, "X", self.dim, convert=False)
+        if ids is None:
+            raise TypeError("upsert needs ids (the vectors to replace)")
+        ids = self._check_new_ids(ids if not was_1d else np.reshape(ids, -1), X.shape[0])
+        if X.shape[0]:
+            self._write(X, ids, "upsert", n_threads=n_threads)
+
+    def delete(self, ids):
+        """Delete the vectors of ``ids`` (integers >= 0; unknown or already deleted ids are ignored) in one commit;
+        returns the number of live vectors removed (no commit when it is 0)."""
+        self._check_writer("delete")
+        arr = ids if isinstance(ids, np.ndarray) else np.asarray(ids)
+        if arr.size == 0 and arr.dtype.kind == "f":
+            arr = arr.astype(np.int64)  # an empty list has no integer dtype of its own
+        ids = np.unique(as_ids(np.reshape(arr, -1) if arr.ndim == 0 else arr, "ids"))
+        _, found = self._snap.find_live(ids)
+        deletes = {number: ids[hit] for number, hit, _rows in found}
+        removed = sum(int(d.size) for d in deletes.values())
+        if removed:
+            self._apply(operation="delete", deletes=deletes)
+        return removed
+
+    def compact(self):
+        """Merge every segment into one holding the live rows (codes, norm terms, ids and stored vectors copied, not
+        re-encoded; memory bounded by a step of COPY_ROWS rows), in one commit. Readers of older generations are not
+        affected. Nothing to do (no commit) when there is at most one segment and nothing deleted."""
+        self._check_writer("compact")
+        snap = self._snap
+        if len(snap.views) > 1 or any(v.entry.deleted for v in snap.views):
+            self._apply(operation="compact", compact=True)
+
+    def refresh(self):
+        """Move to the newest committed generation (a reader; a writer is always there). Returns the generation."""
+        self._check_open()
+        if self._mode == "r":
+            self._snap = load_newest(self._folder, self._cache)
+        return self._snap.generation
+
+    def vacuum(self, *, keep_generations=KEEP_GENERATIONS):
+        """Remove the files that none of the ``keep_generations`` newest generations references: older manifests,
+        segments and deletion files, leftovers of interrupted commits (pending segments, temporary files). Files the
+        collection does not name (docs/FORMAT.md 13.1) are never removed. Readers on removed generations keep working
+        on POSIX (their files stay open); on Windows a file still open is left for a later vacuum. Must not run while
+        a distributed build is writing pending segments into the folder. Returns the names removed (sorted)."""
+        self._check_writer("vacuum")
+        keep = check_int(keep_generations, "keep_generations", min_value=1)
+        return _commit.vacuum(self._folder, self._snap.manifest, keep)
+
+    def verify(self):
+        """Check the whole collection; returns None or raises FormatError naming the file and the check.
+
+        Every segment as ``Index.verify`` checks it (CRCs, codes < K, finite norms and vectors, ids >= 0), ids unique
+        within each segment and within the manifest's id range, deleted ids present in their segment, every live id
+        live in one segment only, the quantizer file's CRCs; and no manifest newer than this generation failed to
+        verify (``info()["problems"]``).
+        """
+        self._check_open()
+        snap = self._snap
+        if snap.problems:
+            raise FormatError(f"{self._folder!r}: skipped manifest: the collection is at generation "
+                              f"{snap.generation}, but " + "; ".join(snap.problems))
+        with storage.open_file(os.path.join(self._folder, snap.manifest.quantizer)) as mf:
+            mf.verify()
+        live = []
+        for view in snap.views:
+            index, entry = view.index, view.entry
+            index.verify()
+            ordered = view.segment.ids_index().sorted
+            duplicate = ordered[1:] == ordered[:-1]
+            if duplicate.any():
+                raise storage.format_error(view.segment.path, "duplicate id",
+                                           f"id {int(ordered[1:][duplicate][0])} is stored twice")
+            if ordered.size and (int(ordered[0]) != entry.min_id or int(ordered[-1]) != entry.max_id):
+                raise storage.format_error(view.segment.path, "segment mismatch",
+                                           f"ids span {int(ordered[0])}..{int(ordered[-1])}, the manifest says "
+                                           f"{entry.min_id}..{entry.max_id}")
+            live.append(view.live_ids())  # checks that every deleted id is in the segment
+        if live:
+            every = np.sort(np.concatenate(live))
+            twice = every[1:] == every[:-1]
+            if twice.any():
+                raise FormatError(f"{self._folder!r}: duplicate live id: id {int(every[1:][twice][0])} is live in "
+                                  "two segments")
+
+    # ------------------------------------------------------------------------------------------ distributed builds
+    def commit_segments(self, pending, *, operation="commit", merge=True):
+        """Make pending segments (written by ``write_pending_segment``, e.g. by the workers of a distributed build)
+        part of the collection in one commit.
+
+        Each must be a pending file of this folder written with ``segment_spec``; its ids are read and checked:
+        unique within it and across the list, equal to its PendingSegment's range, not live in the collection. On any
+        error nothing is committed (the pending files stay, for the caller to retry or remove). With ``merge`` the
+        size-tiered policy runs as after any add; without it every pending file becomes one segment as written.
+        """
+        self._check_writer("commit_segments")
+        pending = list(pending)
+        all_ids = []
+        for p in pending:
+            if not isinstance(p, PendingSegment):
+                raise TypeError(f"pending must hold PendingSegment objects, got {type(p).__name__}")
+            folder, name = os.path.split(os.path.abspath(p.path))
+            if folder != self._folder or not names.is_pending(name):
+                raise ValueError(f"pending: {p.path!r} is not a pending segment of {self._folder!r}")
+            segment = Segment(  # the checks of any segment at open, against the entry it will get
+                folder, SegmentEntry(name, p.rows, p.min_id, p.max_id), self._snap.spec)
+            try:
+                ids = np.array(segment.index.ids)
+            finally:
+                segment.close()
+            if ids.size and (int(ids.min()) != p.min_id or int(ids.max()) != p.max_id):
+                raise ValueError(f"pending: {p.path!r} holds ids {int(ids.min())}..{int(ids.max())}, not "
+                                 f"{p.min_id}..{p.max_id}")
+            all_ids.append(ids)
+        ids = np.concatenate(all_ids) if all_ids else np.empty(0, dtype=np.int64)
+        ids = self._check_new_ids(ids, ids.size)
+        live, _ = self._snap.find_live(ids)
+        if live.any():
+            raise ValueError(f"ids: id {int(ids[np.argmax(live)])} is already in the collection (use upsert to replace "
+                             "it)")
+        if pending:
+            self._apply(operation=operation, pending=pending, next_id=self._next_id_after(ids), merge=merge)
+
+    # ----------------------------------------------------------------------------------------------------- private
+    @staticmethod
+    def _check_new_ids(ids, n):
+        if not isinstance(ids, np.ndarray) and np.size(ids) == 0:
+            ids = np.empty(np.shape(ids), dtype=np.int64)
+        ids = as_ids(ids, "ids", n=n)
+        if ids.size > 1:
+            index = IdIndex(ids)
+            ordered = index.sorted
+            twice = ordered[1:] == ordered[:-1]
+            if twice.any():
+                raise ValueError(f"ids must be unique: id {int(ordered[1:][twice][0])} appears more than once")
+        return ids
+
+    def _next_id_after(self, ids):
+        return max(self._snap.manifest.next_id, int(ids.max()) + 1) if ids.size else self._snap.manifest.next_id
+
+    def _write(self, X, ids, operation, n_threads):
+        """Encode X with ids into the first segment of the next generation (written under its final name: nothing
+        references it before the commit), then commit it (deleting the live ids first for upsert)."""
+        snap = self._snap
+        pending = write_pending_segment(self._folder, snap.spec, X, ids, n_threads=n_threads,
+                                        _name=names.segment_name(self._next_generation, 0))
+        try:
+            deletes = None
+            if operation == "upsert":
+                _, found = snap.find_live(ids)
+                deletes = {number: ids[hit] for number, hit, _rows in found}
+            self._apply(operation=operation, pending=[pending], deletes=deletes, next_id=self._next_id_after(ids))
+        except BaseException:
+            if not os.path.exists(os.path.join(self._folder, names.manifest_name(_generation_of(pending)))):
+                _remove_file(pending.path)  # not committed
+            raise
+
+    def _apply(self, **changes):
+        """One commit of the next generation; then the files of the generation before last are removed."""
+        generation = self._next_generation
+        try:
+            new = _commit.commit(self._snap, generation, **changes)
+        except BaseException:
+            if os.path.exists(os.path.join(self._folder, names.manifest_name(generation))):
+                self._next_generation = generation + 1  # committed, though an error followed: take it from disk
+                self._snap = load_newest(self._folder, self._cache, warn=False)
+            raise
+        self._next_generation = generation + 1
+        remember(self._cache, new)
+        dropped, self._previous = self._previous, self._snap.manifest
+        self._snap = new
+        if dropped is not None:
+            _commit.remove_generation(self._folder, dropped, [new.manifest, self._previous])
+
+
+def _generation_of(pending):
+    """The generation whose commit a segment written under its final name (segment.<G>.0.ock) belongs to."""
+    return int(os.path.basename(pending.path).split(".")[1])
+
+
+def _remove_file(path):
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+# ==================================================================================================================
+# opening and creating
+
+
+def _folder_path(path):
+    return os.path.abspath(_as_str(path, "path"))
+
+
+def open_collection(path, mode="r"):
+    """Open a collection folder.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The folder.
+    mode : "r" or "a"
+        "r": a read-only snapshot of the newest committed generation, kept until :meth:`Collection.refresh`; takes no
+        lock. "a": the writer; takes the folder's lock (CollectionLockedError naming the folder and the lock when
+        another writer holds it).
+
+    The newest generation whose manifest verifies is opened; newer manifests that do not are skipped with a
+    CollectionWarning and listed in ``info()["problems"]``. Raises FileNotFoundError (no such folder), ValueError
+    (a file, not a folder) or FormatError (not a collection, or damaged).
+    """
+    folder = _folder_path(path)
+    mode = check_choice(mode, "mode", ("r", "a"))
+    if not os.path.exists(folder):
+        raise FileNotFoundError(f"path: no such collection folder: {folder!r}")
+    if not os.path.isdir(folder):
+        raise ValueError(f"path: {folder!r} is a file, not a collection folder (an index file opens with "
+                         "ockstore.open_index)")
+    if not manifest_generations(folder):
+        raise FormatError(f"{folder!r}: not a collection: no manifest file (manifest.<generation>) in the folder")
+    lock = WriterLock(folder) if mode == "a" else None
+    cache = {}
+    try:
+        snapshot = load_newest(folder, cache)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+    return Collection(folder, mode, snapshot, lock, cache)
+
+
+def create_collection(path, quantizer, *, norm_encoding=None, store_vectors=None, metadata=None,
+                      merge_factor=DEFAULT_MERGE_FACTOR):
+    """Create an empty collection folder and return it open as the writer (mode "a").
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A folder that does not exist yet (its parent must) or an empty one. FileExistsError when it is already a
+        collection (or a file); ValueError when it holds other files.
+    quantizer : fitted PQ, CKM, ECKM or OCKM
+        Saved in the folder (``quantizer.ockq``) and shared by every segment.
+    norm_encoding, store_vectors
+        As for :class:`ockstore.IndexWriter`, for every segment.
+    metadata : dict or None
+        User metadata, kept in every manifest (``Collection.metadata``).
+    merge_factor : int >= 2
+        F of the size-tiered merge policy (docs/ARCHITECTURE.md, "Collections"): a tier of segments of similar size
+        is merged into one when it reaches F segments. Stored in the collection.
+    """
+    folder = _folder_path(path)
+    quantizer = check_fitted_quantizer(quantizer)
+    norm_encoding = resolve_norm_encoding(quantizer, norm_encoding)
+    store_vectors = check_store_vectors(store_vectors)
+    user = check_user_metadata(metadata)
+    merge_factor = check_int(merge_factor, "merge_factor", min_value=2, max_value=2**31 - 1)
+    if os.path.exists(folder):
+        if not os.path.isdir(folder):
+            raise FileExistsError(f"path: {folder!r} exists and is a file, not a folder")
+        entries = os.listdir(folder)
+        if any(names.parse_manifest(name) is not None for name in entries):
+            raise FileExistsError(f"path: {folder!r} is already a collection; open it with open_collection")
+        others = [n for n in entries if n not in (names.LOCK_NAME, names.QUANTIZER_NAME) and not names.is_temporary(n)]
+        if others:
+            raise ValueError(f"path: {folder!r} is not empty (it holds {others[0]!r}): a collection needs a folder of "
+                             "its own")
+    else:
+        parent = os.path.dirname(folder)
+        if not os.path.isdir(parent):
+            raise FileNotFoundError(f"path: folder does not exist: {parent!r}")
+        os.mkdir(folder)
+    lock = WriterLock(folder)
+    cache = {}
+    try:
+        save_quantizer(os.path.join(folder, names.QUANTIZER_NAME), quantizer)
+        write_manifest(folder, Manifest(0, names.QUANTIZER_NAME, norm_encoding, store_vectors, 0, merge_factor,
+                                        DEFAULT_MAX_MERGE_ROWS, (), "create"), user)
+        snapshot = load_newest(folder, cache)
+    except BaseException:
+        lock.release()
+        raise
+    return Collection(folder, "a", snapshot, lock, cache)

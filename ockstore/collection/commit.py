@@ -1,0 +1,190 @@
+"""Commits of a collection: the one way a generation follows another (docs/FORMAT.md section 13.6, rules C10-C12).
+
+A commit of generation G, in this order:
+
+1. new deletion files ``deletions.<G>.<i>.ock`` (each the whole sorted set of a segment's deleted ids), written
+   atomically; a segment whose every row is deleted is dropped instead;
+2. pending segments renamed to ``segment.<G>.<i>.ock`` (the collection's own adds write theirs under that name);
+3. the merges of the size-tiered policy (or of ``compact``), each a new ``segment.<G>.<i>.ock`` holding the live
+   rows of the merged segments, copied;
+4. the folder fsynced (after renames), then ``manifest.<G>`` written atomically (temporary sibling, fsync, rename, folder fsync):
+   the rename is the commit point. Every file the manifest references is durable before it.
+
+A crash anywhere before the rename leaves generation G - 1 (or whichever was newest) intact and readable; the files of
+the failed attempt are unreferenced, removed by ``vacuum`` (or overwritten by the next commit of generation G). An
+exception (not a crash) before the commit point removes them at once. After the commit point the files that only the
+generation before last referenced are deleted (the previous generation stays complete: a fallback if the newest
+manifest is ever damaged, and readers on it keep working).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+
+import numpy as np
+
+from .. import _atomic
+from . import names
+from .manifest import Manifest, SegmentEntry, read_manifest, write_deletions, write_manifest
+from .policy import plan_merges
+from .segments import Segment, SegmentView, copy_live_rows
+from .snapshot import Snapshot, manifest_generations
+
+__all__ = ["commit", "remove_generation", "vacuum"]
+
+
+def _remove(folder, name):
+    """Remove a file of the folder; False when it cannot be removed now (Windows keeps open files)."""
+    try:
+        os.unlink(os.path.join(folder, name))
+    except FileNotFoundError:
+        pass
+    except PermissionError:  # pragma: no cover - Windows: a reader has it mapped; a later vacuum removes it
+        return False
+    return True
+
+
+def commit(snapshot, generation, *, operation, pending=(), deletes=None, compact=False, merge=True, next_id=None):
+    """Write generation ``generation`` from ``snapshot`` and return its Snapshot (no input validation: the collection
+    checked ids and pending segments).
+
+    Parameters
+    ----------
+    snapshot : Snapshot
+        The writer's current generation.
+    generation : int
+        Larger than every manifest in the folder.
+    operation : str
+        Recorded in the manifest ("add", "delete", "upsert", "compact", "commit").
+    pending : sequence of PendingSegment
+        New segments, in order.
+    deletes : dict or None
+        View number -> int64 ids newly deleted from that segment (unique, live there).
+    compact : bool
+        Merge every segment into one (when there is more than one, or any deletion).
+    merge : bool
+        Apply the size-tiered merge policy (ignored with ``compact``).
+    next_id : int or None
+        The new ``next_id`` (None: unchanged).
+    """
+    folder, spec, old = snapshot.folder, snapshot.spec, snapshot.manifest
+    written, opened = [], []
+    counters = {"segment": 0, "deletions": 0}
+    manifest_path = os.path.join(folder, names.manifest_name(generation))
+
+    def new_name(kind):
+        number = counters[kind]
+        counters[kind] += 1
+        return (names.segment_name if kind == "segment" else names.deletions_name)(generation, number)
+
+    def open_segment(entry):
+        segment = Segment(folder, entry, spec)
+        opened.append(segment)
+        return segment
+
+    try:
+        views = []
+        for number, view in enumerate(snapshot.views):
+            new = None if deletes is None else deletes.get(number)
+            if new is not None and new.size:
+                deleted = np.union1d(view.deleted_ids, new)
+                if deleted.size == view.entry.rows:
+                    continue  # no live row left: the segment is dropped
+                file = new_name("deletions")
+                write_deletions(os.path.join(folder, file), view.entry.file, deleted)
+                written.append(file)
+                entry = view.entry
+                view = SegmentView(view.segment, SegmentEntry(entry.file, entry.rows, entry.min_id, entry.max_id,
+                                                              file, int(deleted.size)), deleted)
+            views.append(view)
+        renamed = False
+        for p in pending:
+            file = new_name("segment")
+            if p.path != os.path.join(folder, file):  # a pending file (the collection's own adds write the final name)
+                os.replace(p.path, os.path.join(folder, file))
+                renamed = True
+            written.append(file)
+            entry = SegmentEntry(file, p.rows, p.min_id, p.max_id)
+            views.append(SegmentView(open_segment(entry), entry, np.empty(0, dtype=np.int64)))
+        if compact:
+            groups = [list(range(len(views)))] if len(views) > 1 or any(v.entry.deleted for v in views) else []
+        elif merge:
+            groups = plan_merges([v.live for v in views], old.merge_factor, old.max_merge_rows)
+        else:
+            groups = []
+        merged_at, members = {}, set()  # a merged segment takes the place of the oldest one it replaces
+        for group in groups:
+            file = new_name("segment")
+            rows, low, high = copy_live_rows(os.path.join(folder, file), spec, [views[i] for i in group])
+            merged_at[group[0]] = None
+            if rows:
+                written.append(file)
+                entry = SegmentEntry(file, rows, low, high)
+                merged_at[group[0]] = SegmentView(open_segment(entry), entry, np.empty(0, dtype=np.int64))
+            members.update(group)
+        views = [merged_at[i] if i in merged_at else v for i, v in enumerate(views) if i not in members or i in merged_at]
+        views = [v for v in views if v is not None]
+        if renamed:
+            _atomic.fsync_folder(folder)  # the renames of pending segments (files written atomically are synced)
+        manifest = Manifest(generation, old.quantizer, old.norm_encoding, old.store_vectors,
+                            old.next_id if next_id is None else next_id, old.merge_factor, old.max_merge_rows,
+                            tuple(v.entry for v in views), operation)
+        write_manifest(folder, manifest, snapshot.user)
+    except BaseException:
+        if os.path.exists(manifest_path):
+            raise  # renamed into place, then an error (a folder fsync): committed; the caller reloads from disk
+        for segment in opened:
+            segment.close()
+        for file in written:
+            _remove(folder, file)
+        raise
+    # Files this commit wrote that its own merges made useless (a new segment merged at once, the deletion file of a
+    # segment merged after the deletion): no manifest references them.
+    referenced = manifest.referenced()
+    for segment in opened:
+        if segment.name not in referenced:
+            segment.close()
+    for file in written:
+        if file not in referenced:
+            _remove(folder, file)
+    return Snapshot(folder, manifest, snapshot.user, spec, views, [], snapshot._tables, snapshot._cache)
+
+
+def remove_generation(folder, dropped, kept):
+    """Remove manifest ``dropped`` (a Manifest), then the files it references that no manifest of ``kept``
+    references. The manifest goes first, so that no manifest ever references a missing file."""
+    _remove(folder, names.manifest_name(dropped.generation))
+    keep = set()
+    for manifest in kept:
+        keep |= manifest.referenced()
+    for file in sorted(dropped.referenced() - keep):
+        if file != dropped.quantizer:
+            _remove(folder, file)
+
+
+def vacuum(folder, current, keep):
+    """Remove every file of the collection's own kinds (manifests, segments, deletion files, pending segments,
+    temporary files) that none of the ``keep`` newest verifying manifests up to ``current`` references, except
+    manifests newer than ``current``. Foreign files are never touched. Returns the names removed."""
+    kept = [current]
+    for generation in manifest_generations(folder):
+        if len(kept) >= keep:
+            break
+        if generation >= current.generation:
+            continue
+        with contextlib.suppress(ValueError, OSError):  # a manifest that does not verify is not kept
+            kept.append(read_manifest(os.path.join(folder, names.manifest_name(generation)), generation)[0])
+    referenced = {names.manifest_name(m.generation) for m in kept}
+    for manifest in kept:
+        referenced |= manifest.referenced()
+    removed = []
+    for name in sorted(os.listdir(folder)):
+        if name in referenced or not names.is_collection_file(name):
+            continue
+        generation = names.parse_manifest(name)
+        if generation is not None and generation > current.generation:
+            continue  # a newer manifest that did not verify: kept as evidence until a commit passes it
+        if _remove(folder, name):
+            removed.append(name)
+    return removed

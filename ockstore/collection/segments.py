@@ -1,0 +1,330 @@
+"""Segments of a collection: opening them (read-only mmap through ``open_index``), finding ids in them, their
+deletion masks, and writing them: new rows (``SegmentWriter``, ``write_pending_segment``) and merged rows
+(``copy_live_rows``, by copying codes, norm terms, ids and stored vectors, never re-encoding).
+
+A segment is an ordinary index file that always stores ids (docs/FORMAT.md rule C7). Its ids are unique within it;
+an id may appear in several segments, but is live (not deleted) in at most one.
+
+IVF segments (a later file kind, rows stored list after list): the two places here that will need them are marked
+"IVF:" below — ``copy_live_rows`` must hand the writer each row's list with its code, and ``SegmentWriter`` encodes
+rows itself (with the collection's quantizer, whose tables are built once) and must then pass their lists too.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import storage
+from .._encoding import BUILD_CHUNK, encode_rows, vectors_for_storage
+from .._validation import as_ids, as_vectors, resolve_n_threads
+from ..indexfile.reader import open_index
+from ..indexfile.writer import IndexWriter
+from ..search import rows_bitmap
+from . import names
+
+__all__ = ["SegmentSpec", "IdIndex", "Segment", "SegmentView", "PendingSegment", "SegmentWriter",
+           "write_pending_segment", "copy_live_rows", "COPY_ROWS"]
+
+# Chunks of at most this many rows are encoded on one thread (as the codec's own SMALL_ENCODE_ROWS).
+SMALL_CHUNK_ROWS = 256
+
+# Rows copied per step when merging segments: bounds the temporaries of a merge (codes, norms, ids and stored
+# vectors of this many rows) whatever the size of the segments.
+COPY_ROWS = 1 << 16
+
+
+@dataclass(frozen=True)
+class SegmentSpec:
+    """What every segment of a collection shares: the quantizer, the norm encoding and the stored vectors' dtype.
+
+    Picklable (a fitted quantizer pickles), so that a distributed build can ship it to its workers.
+    """
+
+    quantizer: object
+    norm_encoding: str
+    store_vectors: str | None
+
+
+# ====================================================================================================================
+# reading
+
+
+class IdIndex:
+    """Rows of ids in a segment (its ids are unique): a binary search over the ids themselves when they are sorted
+    (no copy: the mapped section is searched in place), else over a sorted copy made once (O(n log n))."""
+
+    def __init__(self, ids):
+        if ids.shape[0] < 2 or bool((ids[1:] > ids[:-1]).all()):
+            self.order = None
+            self.sorted = ids
+        else:
+            self.order = np.argsort(ids, kind="stable")
+            self.sorted = ids[self.order]
+
+    def find(self, wanted):
+        """(hit, rows): ``hit`` a bool mask over ``wanted`` (int64, any order), ``rows`` the row of each wanted id
+        that is in the segment, in the order of ``wanted[hit]``."""
+        n = self.sorted.shape[0]
+        if n == 0 or wanted.size == 0:
+            return np.zeros(wanted.shape, dtype=bool), np.empty(0, dtype=np.int64)
+        pos = np.searchsorted(self.sorted, wanted)
+        np.minimum(pos, n - 1, out=pos)
+        hit = self.sorted[pos] == wanted
+        rows = pos[hit]
+        if self.order is not None:
+            rows = self.order[rows]
+        return hit, rows.astype(np.int64, copy=False)
+
+
+class Segment:
+    """An opened segment file: the Index over its read-only mapping, and the lookup of its ids (built on first use).
+    Shared by every generation that holds the file (segment files never change)."""
+
+    def __init__(self, folder, entry, spec):
+        self.name = entry.file
+        self.path = os.path.join(folder, entry.file)
+        index = open_index(self.path)  # FileNotFoundError propagates: the caller may retry with a newer manifest
+        try:
+            _check_segment(index, self.path, entry, spec)
+        except BaseException:
+            index.close()
+            raise
+        self.index = index
+        self.rows = entry.rows
+        self._ids = None
+
+    def ids_index(self):
+        ids = self._ids
+        if ids is None:
+            ids = self._ids = IdIndex(self.index.ids)
+        return ids
+
+    def close(self):
+        self.index.close()
+
+
+def _check_segment(index, path, entry, spec):
+    """The open-time checks of a segment against its manifest entry and the collection (C7)."""
+    def fail(detail):
+        return storage.format_error(path, "segment mismatch", detail)
+
+    if index.ntotal != entry.rows:
+        raise fail(f"{index.ntotal} rows, the manifest says {entry.rows}")
+    if not index.has_ids:
+        raise fail("the segment stores no ids (meta 'has_ids' is false)")
+    if index.norm_encoding != spec.norm_encoding or index.store_vectors != spec.store_vectors:
+        raise fail(f"norm_encoding {index.norm_encoding!r} and store_vectors {index.store_vectors!r}, the collection "
+                   f"has {spec.norm_encoding!r} and {spec.store_vectors!r}")
+    if index.quantizer != spec.quantizer:
+        raise fail(f"its quantizer differs from the collection's {names.QUANTIZER_NAME!r}")
+
+
+class SegmentView:
+    """A segment as one generation sees it: with its deleted ids (sorted, in memory) and the mask of deleted rows
+    (built on first use and kept: one per segment and deletion file, never per search)."""
+
+    def __init__(self, segment, entry, deleted_ids):
+        self.segment = segment
+        self.entry = entry
+        self.deleted_ids = deleted_ids  # int64 sorted unique, empty when nothing is deleted
+        self._live_mask = None
+        self._live_bitmap = None
+
+    @property
+    def index(self):
+        return self.segment.index
+
+    @property
+    def live(self) -> int:
+        return self.entry.live
+
+    def live_mask(self):
+        """None when every row is live, else the bool mask of live rows (read-only, cached)."""
+        if self.entry.deleted == 0:
+            return None
+        mask = self._live_mask
+        if mask is None:
+            hit, rows = self.segment.ids_index().find(self.deleted_ids)
+            if not hit.all():
+                bad = int(self.deleted_ids[np.argmin(hit)])
+                raise storage.format_error(os.path.join(os.path.dirname(self.segment.path), self.entry.deletions),
+                                           "bad deletions", f"id {bad} is not in segment {self.segment.name!r}")
+            mask = np.ones(self.segment.rows, dtype=bool)
+            mask[rows] = False
+            mask.flags.writeable = False
+            self._live_mask = mask
+        return mask
+
+    def live_bitmap(self):
+        """None when every row is live, else the scan's bitmap of live rows (search.rows_bitmap; cached)."""
+        if self.entry.deleted == 0:
+            return None
+        bitmap = self._live_bitmap
+        if bitmap is None:
+            bitmap = self._live_bitmap = rows_bitmap(self.live_mask())
+        return bitmap
+
+    def find_live(self, wanted):
+        """(hit, rows) of the ``wanted`` ids (int64) that are live in this segment (see IdIndex.find)."""
+        in_range = (wanted >= self.entry.min_id) & (wanted <= self.entry.max_id)
+        hit = np.zeros(wanted.shape, dtype=bool)
+        if not in_range.any():
+            return hit, np.empty(0, dtype=np.int64)
+        sub_hit, rows = self.segment.ids_index().find(wanted[in_range])
+        if self.entry.deleted:
+            alive = self.live_mask()[rows]
+            where = np.flatnonzero(sub_hit)
+            sub_hit[where[~alive]] = False
+            rows = rows[alive]
+        hit[np.flatnonzero(in_range)[sub_hit]] = True
+        return hit, rows
+
+    def allowed_mask(self, allowed_ids):
+        """The mask of live rows whose id is in ``allowed_ids`` (int64), or None when no row is."""
+        hit, rows = self.find_live(allowed_ids)
+        if rows.size == 0:
+            return None
+        mask = np.zeros(self.segment.rows, dtype=bool)
+        mask[rows] = True
+        return mask
+
+    def live_ids(self):
+        ids = self.index.ids
+        mask = self.live_mask()
+        return np.array(ids if mask is None else ids[mask], dtype=np.int64)
+
+
+# ====================================================================================================================
+# writing
+
+
+@dataclass(frozen=True)
+class PendingSegment:
+    """A segment file written into a collection folder under a hidden name (``.pending.<hex>.ock``), not yet part
+    of any generation: ``Collection.commit_segments`` makes a list of them visible in one commit."""
+
+    path: str
+    rows: int
+    min_id: int
+    max_id: int
+
+
+class SegmentWriter:
+    """Write one pending segment into a collection folder, chunk by chunk (memory bounded by the chunk).
+
+    Every chunk comes with its ids (int64 >= 0; the collection assigns them when the caller gives none). Nothing is
+    checked against the collection here: the commit does that. Used as a context manager, an exception aborts (the
+    file is removed).
+    """
+
+    def __init__(self, folder, spec, *, n_threads=None, _name=None):
+        # _name: the collection's own adds write their segment under its final name (saves a rename and an fsync)
+        self.path = os.path.join(folder, names.pending_name() if _name is None else _name)
+        self._spec = spec
+        self._threads = resolve_n_threads(n_threads)
+        self._writer = IndexWriter(self.path, spec.quantizer, norm_encoding=spec.norm_encoding,
+                                   store_vectors=spec.store_vectors, n_threads=1)
+        self.rows = 0
+        self.min_id = None
+        self.max_id = None
+
+    def add(self, X, ids):
+        """Encode and append ``X`` (n, P) with ``ids`` (n,) (checked: integers >= 0), BUILD_CHUNK rows at a time.
+        After an error (a refused value in a later step) part of ``X`` may be appended: abort the writer (leaving a
+        ``with`` block by the exception does)."""
+        spec = self._spec
+        X, _ = as_vectors(X, "X", spec.quantizer.dim, convert=False)
+        ids = as_ids(ids, "ids", n=X.shape[0])
+        # Encoded here with the collection's quantizer, whose tables are built once, not by the IndexWriter (its own
+        # copy of the model would build them again for every segment: most of the cost of a one-row add).
+        # IVF: the writer of an IVF segment needs each row's list with its code.
+        for start in range(0, max(X.shape[0], 1), BUILD_CHUNK):  # once with zero rows: declares the ids section
+            stop = min(X.shape[0], start + BUILD_CHUNK)
+            vectors = None
+            if spec.store_vectors is not None:  # checked before encoding: a refused value costs no encoding
+                vectors = vectors_for_storage(X[start:stop], spec.store_vectors, "X", start)
+            # A few rows run on one thread: waking others costs more than encoding them (code_sqnorms has no such
+            # guard; the results do not depend on the threads).
+            threads = 1 if stop - start <= SMALL_CHUNK_ROWS else self._threads
+            codes, norms = encode_rows(spec.quantizer, X[start:stop], spec.norm_encoding, threads, start)
+            self._writer._append(codes, norms, ids[start:stop], vectors)
+        if ids.size:
+            low, high = int(ids.min()), int(ids.max())
+            self.min_id = low if self.min_id is None else min(self.min_id, low)
+            self.max_id = high if self.max_id is None else max(self.max_id, high)
+        self.rows += ids.size
+
+    def close(self):
+        """Write the file (atomically, under its name); returns the PendingSegment."""
+        if self.rows == 0:
+            self.abort()
+            raise ValueError("a segment needs at least one row")
+        self._writer.close()
+        return PendingSegment(self.path, self.rows, self.min_id, self.max_id)
+
+    def abort(self):
+        """Discard the segment: nothing is left under its name, even after close(). Idempotent."""
+        self._writer.abort()
+        _remove(self.path)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None:
+            self.abort()
+        return False
+
+
+def write_pending_segment(folder, spec, X, ids, *, n_threads=None, _name=None):
+    """Encode ``X`` with ``ids`` into a new pending segment of the collection folder ``folder``; returns its
+    PendingSegment. For a distributed build: each worker calls this, the client commits them all at once."""
+    with SegmentWriter(folder, spec, n_threads=n_threads, _name=_name) as writer:
+        writer.add(X, ids)
+        return writer.close()
+
+
+def copy_live_rows(path, spec, views):
+    """Write the segment file ``path`` (atomically) holding the live rows of ``views``, in their order, by copying
+    codes, norm terms, ids and stored vectors COPY_ROWS rows at a time (no re-encoding; memory bounded by the step
+    whatever the segments' sizes). Returns (rows, min_id, max_id).
+
+    IVF: an IVF segment must be written list after list: this copy must then pass each row's list to the writer
+    (and gather the rows of one list from every view before the next list).
+    """
+    rows, low, high = 0, None, None
+    with IndexWriter(path, spec.quantizer, norm_encoding=spec.norm_encoding,
+                     store_vectors=spec.store_vectors) as writer:
+        for view in views:
+            index = view.index
+            live = view.live_mask()
+            norms, vectors = index.norms, index.vectors
+            for start in range(0, view.segment.rows, COPY_ROWS):
+                stop = min(view.segment.rows, start + COPY_ROWS)
+                keep = slice(None) if live is None else live[start:stop]
+                ids = np.ascontiguousarray(index.ids[start:stop][keep])
+                if ids.size == 0:
+                    continue
+                writer._append(
+                    np.ascontiguousarray(index.codes[start:stop][keep]),
+                    None if norms is None else np.ascontiguousarray(norms[start:stop][keep]),
+                    ids,
+                    None if vectors is None else np.ascontiguousarray(vectors[start:stop][keep]),
+                )
+                rows += ids.size
+                low = int(ids.min()) if low is None else min(low, int(ids.min()))
+                high = int(ids.max()) if high is None else max(high, int(ids.max()))
+        if rows == 0:
+            writer.abort()
+            return 0, None, None
+    return rows, low, high
+
+
+def _remove(path):
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass

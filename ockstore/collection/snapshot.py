@@ -1,0 +1,357 @@
+"""One generation of a collection, opened: its manifest, quantizer and segments (a snapshot). Loading picks the
+newest generation whose manifest verifies (docs/FORMAT.md C4); searching scans each segment with its deletions as a
+row filter and merges the per-segment top-k exactly (docs/ARCHITECTURE.md, "Collections").
+
+A snapshot never changes: the files it reads are immutable, and it stays searchable when a writer commits newer
+generations or removes the files of old ones (POSIX keeps open and mapped files alive).
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import warnings
+
+import numpy as np
+
+from .. import _search_options, storage
+from .._validation import as_vectors, check_choice, check_k, resolve_n_threads
+from ..errors import FormatError
+from ..index import Index
+from ..search import QueryTables, rows_bitmap
+from ..indexfile.reader import load_quantizer
+from . import names
+from .manifest import read_deletions, read_manifest
+from .merge import merge_topk
+from .scan import Part, scan_parts
+from .segments import Segment, SegmentSpec, SegmentView
+
+__all__ = ["CollectionWarning", "Snapshot", "manifest_generations", "load_newest", "remember"]
+
+# Loading retries with a newer manifest this many times when files of the chosen one vanish meanwhile (a writer
+# removed an old generation's files between our reading its manifest and opening them).
+LOAD_ATTEMPTS = 20
+
+class CollectionWarning(UserWarning):
+    """A collection was opened at an older generation than its newest manifest file: that manifest does not verify
+    (the message says why). The data of the skipped generations are not visible; ``info()["problems"]`` keeps the
+    reasons and ``verify()`` fails, until a writer commits a newer generation (a vacuum then removes the damaged
+    file)."""
+
+
+def manifest_generations(folder):
+    """The generations of the manifest files in ``folder``, descending (FileNotFoundError: no such folder)."""
+    found = [names.parse_manifest(name) for name in os.listdir(folder)]
+    return sorted((g for g in found if g is not None), reverse=True)
+
+
+class Snapshot:
+    """A generation opened for searching; ``views`` are its segments with their deletions, in manifest order."""
+
+    def __init__(self, folder, manifest, user, spec, views, problems, tables=None, cache=None):
+        self.folder = folder
+        self.manifest = manifest
+        self.user = user
+        self.spec = spec
+        self.views = views
+        self.problems = problems
+        self._tables = tables  # QueryTables, built on first search
+        self._cache = cache  # the collection's cache (see remember), which keeps the tables for later generations
+        self._norm_levels = None
+
+    @property
+    def generation(self) -> int:
+        return self.manifest.generation
+
+    @property
+    def live(self) -> int:
+        return self.manifest.live
+
+    # ---------------------------------------------------------------------------------------------------- ids
+    def find_live(self, ids):
+        """(live, found) for unique int64 ``ids``: ``live`` a bool mask over ids, ``found`` a list of
+        (view number, hit mask over ids, rows) for every segment holding some of them live."""
+        live = np.zeros(ids.shape, dtype=bool)
+        found = []
+        for number, view in enumerate(self.views):
+            hit, rows = view.find_live(ids)
+            if rows.size:
+                found.append((number, hit, rows))
+                live |= hit
+        return live, found
+
+    def live_ids(self):
+        """Every live id, sorted (int64)."""
+        if not self.views:
+            return np.empty(0, dtype=np.int64)
+        return np.sort(np.concatenate([view.live_ids() for view in self.views]))
+
+    # -------------------------------------------------------------------------------------------------- search
+    def search(self, Q, k, *, distance="adc", rerank=None, vectors=None, allow=None, n_threads=None,
+               **segment_options):
+        """Collection.search (its docstring says everything)."""
+        quantizer = self.spec.quantizer
+        N = self.live
+        k = check_k(k, N)
+        distance = check_choice(distance, "distance", ("adc", "sdc"))
+        rerank = _search_options.check_rerank(rerank, k, N)
+        if vectors is not None:
+            vectors = _check_id_vectors(vectors, quantizer.dim)
+        elif rerank is not None and self.spec.store_vectors is None:
+            raise ValueError("rerank needs the original vectors: create the collection with store_vectors=... or "
+                             "pass vectors= (indexed by id)")
+        threads = resolve_n_threads(n_threads)
+        self._check_segment_options(segment_options)
+        Q, was_1d = as_vectors(Q, "Q", quantizer.dim)
+        allowed = None if allow is None else _allowed_ids(allow)
+        width = k if rerank is None else rerank
+        Qp = quantizer._prepare(Q, "Q")  # what Index.search scans with: unit rows for cosine
+        searched, rows = [], None
+        if _flat(self.views, segment_options):
+            # flat segments: one table model, each segment bounded by the k-th best so far (scan.py)
+            parts = []
+            for view in self.views:
+                if allowed is None:
+                    bitmap = view.live_bitmap()
+                else:
+                    mask = view.allowed_mask(allowed)
+                    if mask is None:
+                        continue  # no allowed row here
+                    bitmap = rows_bitmap(mask)
+                parts.append(self._part(view, bitmap))
+                searched.append(view)
+            keys, I, part, rows = scan_parts(self.tables, Qp, width, parts, distance=distance, n_threads=threads)
+            D = keys if quantizer.metric == "l2" else np.negative(keys)  # scores descending, padding -inf
+        else:
+            # IVF segments (options such as n_probe): each segment's own search, merged exactly
+            results = []
+            for view in self.views:
+                mask = view.live_mask() if allowed is None else view.allowed_mask(allowed)
+                if allowed is not None and mask is None:
+                    continue
+                results.append(view.index.search(Q, min(width, view.segment.rows), distance=distance, allow=mask,
+                                                 n_threads=threads, **segment_options))
+                searched.append(view)
+            D, I, part = merge_topk(results, width, descending=quantizer.metric != "l2", n_queries=Q.shape[0],
+                                    return_part=True)
+        if rerank is not None:
+            D, I = self._rerank(Qp, I, part, rows, searched, vectors, k)
+        if was_1d:
+            return D[0], I[0]
+        return D, I
+
+    @property
+    def tables(self):
+        """The QueryTables of the collection's quantizer (built on first search, kept by the next generations)."""
+        tables = self._tables
+        if tables is None:
+            tables = self._tables = QueryTables(self.spec.quantizer)
+            if self._cache is not None:
+                self._cache[("tables", self.manifest.quantizer)] = tables
+        return tables
+
+    def _part(self, view, bitmap):
+        index = view.index
+        norm_term = self.tables.uses_norm_term
+        f32 = norm_term and index.norm_encoding == "f32"
+        u8 = norm_term and index.norm_encoding == "u8"
+        levels = None
+        if u8:
+            levels = self._norm_levels
+            if levels is None:
+                levels = self._norm_levels = np.ascontiguousarray(self.spec.quantizer.norm_levels, dtype=np.float32)
+        return Part(index.codes, index.ids, index.norms if f32 else None, index.norms if u8 else None, levels,
+                    bitmap)
+
+    def _check_segment_options(self, options):
+        if not options:
+            return
+        classes = {type(view.index) for view in self.views} or {Index}
+        for cls in classes:
+            accepted = set(inspect.signature(cls.search).parameters)
+            for name in options:
+                if name not in accepted:
+                    raise TypeError(f"search() got an unexpected keyword argument {name!r}")
+
+    def _rerank(self, Q, I, part, rows, views, vectors, k):
+        """The best k of the merged candidates by their exact distances, computed as Index.search(rerank=...) does
+        (the same function, on the candidates' vectors gathered from their segments or from ``vectors`` by id), so
+        the results equal those of one index holding the live rows."""
+        metric = self.spec.quantizer.metric
+        nq = I.shape[0]
+        D_out = np.full((nq, k), np.inf if metric == "l2" else -np.inf, dtype=np.float32)
+        I_out = np.full((nq, k), -1, dtype=np.int64)
+        step = max(1, _search_options.RERANK_STEP_BYTES // (4 * max(1, I.shape[1]) * self.spec.quantizer.dim))
+        for start in range(0, nq, step):
+            stop = min(nq, start + step)
+            cand, cand_part = I[start:stop], part[start:stop]
+            valid = cand >= 0
+            if not valid.any():
+                continue
+            unique_ids, where = np.unique(cand[valid], return_inverse=True)
+            if vectors is not None:
+                data = _fetch_by_id(vectors, unique_ids)
+            else:  # each candidate's stored vector, from its segment (rows found by id when the scan gave none)
+                part_of = np.empty(unique_ids.shape, dtype=np.int64)
+                part_of[where] = cand_part[valid]
+                row_of = None
+                if rows is not None:
+                    row_of = np.empty(unique_ids.shape, dtype=np.int64)
+                    row_of[where] = rows[start:stop][valid]
+                data = np.empty((unique_ids.size, self.spec.quantizer.dim), dtype=views[0].index.vectors.dtype)
+                for p in np.unique(part_of):
+                    chosen = part_of == p
+                    if row_of is None:
+                        _, found = views[p].segment.ids_index().find(unique_ids[chosen])
+                    else:
+                        found = row_of[chosen]
+                    order = np.argsort(found)
+                    block = np.empty((found.size, data.shape[1]), dtype=data.dtype)
+                    block[order] = views[p].index.vectors[found[order]]
+                    data[chosen] = block
+            local = np.full(cand.shape, -1, dtype=np.int64)
+            local[valid] = where
+            D_out[start:stop], I_out[start:stop] = _search_options.rerank_exact(Q[start:stop], local, data, metric,
+                                                                                unique_ids, k)
+        return D_out, I_out
+
+
+def _flat(views, options):
+    """Whether every segment is a flat Index searched without segment options: then scan.py scans them all with one
+    set of tables; otherwise (IVF segments, n_probe) each segment's own search runs and the results are merged."""
+    return not options and all(type(view.index) is Index for view in views)
+
+
+def _allowed_ids(allow):
+    """``allow`` of a collection search: ids (any order; duplicates, negative and unknown ids ignored), sorted unique
+    int64. A boolean row mask is refused: rows have no meaning across segments."""
+    arr = allow if isinstance(allow, np.ndarray) else np.asarray(allow)
+    if arr.dtype == np.bool_:
+        raise TypeError("allow must be an array of ids on a collection: a boolean mask over rows has no meaning "
+                        "across segments")
+    if arr.size == 0 and arr.dtype.kind == "f" and arr.ndim == 1:
+        arr = arr.astype(np.int64)  # an empty list has no integer dtype of its own
+    if arr.dtype.kind not in "iu":
+        raise TypeError(f"allow must be an array of integer ids, got dtype {arr.dtype}")
+    if arr.ndim != 1:
+        raise ValueError(f"allow: ids must be a 1-D array, got shape {arr.shape}")
+    if arr.dtype == np.uint64:
+        arr = arr[arr <= np.iinfo(np.int64).max]  # larger values are no id: ignored
+    return np.unique(np.asarray(arr, dtype=np.int64))
+
+
+def _check_id_vectors(vectors, dim):
+    """``vectors`` of a collection search: an array-like of shape (n, P) whose row i is the vector of id i (an ndarray,
+    np.memmap, HDF5 dataset...). Only the candidates' rows are read, by increasing id."""
+    if not hasattr(vectors, "shape") or not hasattr(vectors, "__getitem__"):
+        vectors = np.asarray(vectors)
+    shape = tuple(vectors.shape)
+    if len(shape) != 2 or shape[1] != dim:
+        raise ValueError(f"vectors must have shape (n, {dim}), row i holding the vector of id i, got {shape}")
+    dtype = np.dtype(getattr(vectors, "dtype", np.float64))
+    if dtype.kind not in "iuf":
+        raise TypeError(f"vectors must hold real numbers, got dtype {dtype}")
+    return vectors
+
+
+def _fetch_by_id(vectors, ids):
+    """vectors[ids] (ids sorted, unique) for re-ranking, checked: every id has a row, every value is finite."""
+    if ids.size and int(ids[-1]) >= vectors.shape[0]:
+        raise ValueError(f"vectors has {vectors.shape[0]} rows, but id {int(ids[-1])} is a candidate: on a collection "
+                         "row i of vectors is the vector of id i")
+    block = np.asarray(vectors[ids])
+    if block.dtype.kind == "f" and not np.isfinite(block).all():
+        bad = int(ids[np.argmin(np.isfinite(block).all(axis=1))])
+        raise ValueError(f"vectors row {bad} holds NaN or infinite values")
+    return block
+
+
+# ==================================================================================================================
+# loading
+
+
+def _open_generation(folder, manifest, user, cache, problems):
+    """The Snapshot of a verified manifest; ``cache`` (a dict kept by the caller) holds the quantizer, the Segments and
+    SegmentViews already opened, reused when the files are the same. FileNotFoundError when a file is missing."""
+    quantizer_key = ("quantizer", manifest.quantizer)
+    quantizer = cache.get(quantizer_key)
+    if quantizer is None:
+        quantizer = load_quantizer(os.path.join(folder, manifest.quantizer))
+    spec = SegmentSpec(quantizer, manifest.norm_encoding, manifest.store_vectors)
+    views, opened = [], []
+    try:
+        for entry in manifest.segments:
+            view = cache.get(("view", entry.file, entry.deletions))
+            if view is None or view.segment.index.closed:
+                segment = cache.get(("segment", entry.file))
+                if segment is None or segment.index.closed:
+                    segment = Segment(folder, entry, spec)
+                    opened.append(segment)
+                deleted = np.empty(0, dtype=np.int64)
+                if entry.deletions is not None:
+                    deleted = read_deletions(os.path.join(folder, entry.deletions), entry)
+                view = SegmentView(segment, entry, deleted)
+            views.append(view)
+    except BaseException:
+        for segment in opened:
+            segment.close()
+        raise
+    snapshot = Snapshot(folder, manifest, user, spec, views, problems, cache.get(("tables", manifest.quantizer)),
+                        cache)
+    remember(cache, snapshot)
+    return snapshot
+
+
+def remember(cache, snapshot):
+    """Make ``cache`` hold what ``snapshot`` opened (and nothing of older generations): its quantizer, segments,
+    views and query tables, for the next generation to reuse."""
+    cache.clear()
+    cache[("quantizer", snapshot.manifest.quantizer)] = snapshot.spec.quantizer
+    if snapshot._tables is not None:
+        cache[("tables", snapshot.manifest.quantizer)] = snapshot._tables
+    for view in snapshot.views:
+        cache[("segment", view.segment.name)] = view.segment
+        cache[("view", view.entry.file, view.entry.deletions)] = view
+
+
+def load_newest(folder, cache, *, warn=True):
+    """The Snapshot of the newest generation of ``folder`` whose manifest verifies (C4).
+
+    Newer manifests that do not verify are skipped, each reason kept in ``problems`` (and warned about with a
+    CollectionWarning when ``warn``). FormatError when the folder holds no manifest, when none verifies, or when a file
+    that the chosen manifest references is missing and no newer manifest appeared meanwhile.
+    """
+    for _attempt in range(LOAD_ATTEMPTS):
+        generations = manifest_generations(folder)
+        if not generations:
+            raise FormatError(f"{folder!r}: not a collection: no manifest file (manifest.<generation>) in the folder")
+        problems, chosen = [], None
+        for generation in generations:
+            try:
+                chosen = (generation, *read_manifest(os.path.join(folder, names.manifest_name(generation)),
+                                                     generation))
+                break
+            except FileNotFoundError:
+                continue  # removed by a writer's vacuum since we listed the folder: an older generation
+            except FormatError as exc:
+                problems.append(f"{names.manifest_name(generation)} does not verify ({exc})")
+        if chosen is None:
+            if not problems:
+                continue
+            raise FormatError(f"{folder!r}: no manifest verifies: " + "; ".join(problems))
+        generation, manifest, user = chosen
+        try:
+            snapshot = _open_generation(folder, manifest, user, cache, problems)
+        except FileNotFoundError as exc:
+            newest = manifest_generations(folder)
+            if newest and newest[0] > generation:
+                continue  # the writer moved on and removed this generation's files: take the newer one
+            raise storage.format_error(folder, "missing file",
+                                       f"a file that {names.manifest_name(generation)} references is missing ({exc})"
+                                       ) from None
+        if problems and warn:
+            warnings.warn(CollectionWarning(f"collection {folder!r} opened at generation {generation}: "
+                                            + "; ".join(problems)), stacklevel=3)
+        return snapshot
+    raise FormatError(f"{folder!r}: the collection kept changing while it was being opened ({LOAD_ATTEMPTS} "
+                      "attempts); is a writer committing and vacuuming continuously?")
