@@ -498,6 +498,11 @@ class Index:
 
 
 def _quantizer_summary(q):
-    """P, method, metric, M, C, K, T, bits of a fitted quantizer (the part of info() that describes the model)."""
+    """P, method, metric, M, C, K, T, bits of a fitted quantizer (the part of info() that describes the model); for an
+    IVF those of its fine quantizer, then n_lists."""
+    from .ivf import IVF  # the inverted file builds on the quantizers, not on this module
+
+    if isinstance(q, IVF):
+        return {**_quantizer_summary(q.quantizer), "n_lists": int(q.n_lists)}
     return {"P": int(q.dim), "method": q.method, "metric": q.metric, "M": int(q.n_subspaces), "C": int(q.n_codebooks),
             "K": int(q.n_codewords), "T": int(q.beam_width), "bits": int(q.bits)}

@@ -303,4 +303,4 @@ class IVFIndex(Index):
 
 def ivf_summary(ivf):
     """P, method, metric, M, C, K, T, bits of the fine quantizer, and n_lists (what describes an IVF model)."""
-    return {**_quantizer_summary(ivf.quantizer), "n_lists": int(ivf.n_lists)}
+    return _quantizer_summary(ivf)
