@@ -99,3 +99,14 @@ def test_train_lists_errors(data, tmp_path):
     assert_data_error(run("train", data["learn"], "-o", tmp_path / "x.ockq", *TRAIN_ARGS, "--lists", 5000),
                       "n_lists=5000")
     assert not (tmp_path / "x.ockq").exists()
+
+
+def test_collection_of_an_ivf_from_the_command_line(data, tmp_path):
+    folder = tmp_path / "coll"
+    assert "IVF of 8 lists over OCKM" in run("create", data["q"], folder, check=0).stdout
+    run("add", folder, data["base"], check=0)
+    assert json.loads(run("info", folder, "--json", check=0).stdout)["n_lists"] == LISTS
+    out = tmp_path / "r.npy"
+    run("search", folder, data["query"], "-k", 5, "--probe", 3, "-o", out, check=0)
+    with ockstore.open_index(data["index"]) as index:
+        np.testing.assert_array_equal(np.load(out), index.search(data["ds"].query, 5, n_probe=3)[1])
