@@ -14,7 +14,7 @@ from libc.stdlib cimport free
 from libc.string cimport memcpy, memset
 
 from ockstore._scratch cimport _alloc, _slice_items
-from ockstore._topk cimport _consider, _heap_init, _heap_sort_into, _merge_heaps
+from ockstore._topk cimport _id_of, _worse
 
 cdef extern from "_tables.h" nogil:
     enum: OCK_PANEL
@@ -71,6 +71,69 @@ cdef extern from *:
     }
     """
     uint64_t _load_bytes8 "ock_load_bytes8"(const uint8_t *p) noexcept nogil
+
+
+cdef void _heap_replace_top(float *hd, int64_t *hr, int k, float d, int64_t row,
+                            const int64_t *ids) noexcept nogil:
+    """Replace the worst element (the root) of a max-heap by (d, row) and restore the heap."""
+    cdef int pos = 0
+    cdef int child
+    while True:
+        child = 2 * pos + 1
+        if child >= k:
+            break
+        if child + 1 < k and _worse(hd[child + 1], hr[child + 1], hd[child], hr[child], ids):
+            child += 1
+        if not _worse(hd[child], hr[child], d, row, ids):
+            break
+        hd[pos] = hd[child]
+        hr[pos] = hr[child]
+        pos = child
+    hd[pos] = d
+    hr[pos] = row
+
+
+cdef inline void _heap_push(float *hd, int64_t *hr, int k, float d, int64_t row, const int64_t *ids) noexcept nogil:
+    if d < hd[0] or (d == hd[0] and _id_of(ids, row) < _id_of(ids, hr[0])):
+        _heap_replace_top(hd, hr, k, d, row, ids)
+
+
+cdef inline void _consider(float *hd, int64_t *hr, int k, float d, const int64_t *ids, Py_ssize_t row,
+                           const uint64_t *allow) noexcept nogil:
+    """Offer code `row` at distance d, if the bitmap `allow` (NULL: every row) allows it. Almost every code fails the
+    first test, so its id (8 bytes, as much memory traffic as the code itself) and its bit are only read for the few
+    that may enter."""
+    if d <= hd[0] and (allow == NULL or (allow[row >> 6] >> (row & 63)) & 1):
+        _heap_push(hd, hr, k, d, row, ids)
+
+
+cdef void _heap_init(float *hd, int64_t *hr, int k, float bound) noexcept nogil:
+    """k empty slots (bound, row -1): only a code at a distance below `bound` enters (INFINITY: any real code)."""
+    cdef int j
+    for j in range(k):
+        hd[j] = bound
+        hr[j] = -1
+
+
+cdef void _heap_sort_into(float *hd, int64_t *hr, int k, const int64_t *ids, float *out_d,
+                          int64_t *out_r) noexcept nogil:
+    """Write the heap's elements to out in ascending (dist, id) order; the heap is consumed.
+
+    Empty slots hold (inf, row -1); every real result has a finite distance, so they sort last.
+    """
+    cdef int size = k
+    cdef float d
+    cdef int64_t row
+    while size > 0:
+        # The root is the worst remaining: it goes to the end.
+        out_d[size - 1] = hd[0]
+        out_r[size - 1] = hr[0]
+        size -= 1
+        if size == 0:
+            break
+        d = hd[size]
+        row = hr[size]
+        _heap_replace_top(hd, hr, size, d, row, ids)
 
 
 cdef void _scan_range(const uint8_t *codes, int W, const float *lut, float qconst,
@@ -380,6 +443,27 @@ cdef void _scan_by_query_groups(const CodeBase *base, const QueryBatch *batch, i
             q1 = q0 + group_size if q0 + group_size < batch.nq else batch.nq
             _scan_group(base, batch, q0, q1, norm_buf, s.heap_d + tid * s.heap_stride, s.heap_i + tid * s.heap_stride,
                         s.luts + tid * s.lut_stride, s.qconst + tid * s.qconst_stride, s.work + tid * s.work_stride)
+
+
+cdef void _merge_heaps(const float *heap_d, const int64_t *heap_i, int n_heaps, Py_ssize_t stride, int k,
+                       const int64_t *ids, float bound, float *merged_d, int64_t *merged_i, float *out_d,
+                       int64_t *out_i) noexcept nogil:
+    """The k best pairs of n_heaps heaps (heap t at t * stride), sorted into out; merged_d/merged_i (k,) is scratch.
+
+    Each heap holds the k best of its own codes, so the k best of all are among them (the k best of a union do not
+    depend on how the codes were split).
+    """
+    cdef int t, j
+    cdef const float *hd
+    cdef const int64_t *hi
+    _heap_init(merged_d, merged_i, k, bound)
+    for t in range(n_heaps):
+        hd = heap_d + t * stride
+        hi = heap_i + t * stride
+        for j in range(k):
+            if hi[j] >= 0:  # empty slots are (bound, -1)
+                _heap_push(merged_d, merged_i, k, hd[j], hi[j], ids)
+    _heap_sort_into(merged_d, merged_i, k, ids, out_d, out_i)
 
 
 cdef void _scan_by_code_blocks(const CodeBase *base, const QueryBatch *batch, int n_threads,
