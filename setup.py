@@ -1,4 +1,4 @@
-"""Build the compiled extensions (ockstore._codec_kernels, ockstore._search_kernels), with OpenMP when the compiler
+"""Build the compiled extensions (ockstore._codec_kernels, ockstore._search_kernels, ockstore._ivf_kernels), with OpenMP when the compiler
 supports it.
 
 Environment overrides:
@@ -53,7 +53,8 @@ class BuildExt(build_ext):
         super().build_extensions()
 
 
-# The compiled kernels: the codec (encoding, decoding, training products) and search (the scan with top-k).
+# The compiled kernels: the codec (encoding, decoding, training products), search (the scan with top-k) and the
+# inverted file (coarse assignment, probing, the scan of probed lists).
 extensions = [
     Extension(
         f"ockstore.{name}",
@@ -61,7 +62,7 @@ extensions = [
         include_dirs=[np.get_include()],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_2_0_API_VERSION")],
     )
-    for name in ("_codec_kernels", "_search_kernels")
+    for name in ("_codec_kernels", "_search_kernels", "_ivf_kernels")
 ]
 
 setup(
