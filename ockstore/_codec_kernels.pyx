@@ -26,7 +26,8 @@ cdef extern from "_simd.h" nogil:
     float ock_min(const float *a, int n)
     int ock_first_index(const float *a, int n, float target)
     float ock_sum_of_squares(const float *a, int n)
-    void ock_add_rows_to_words(double *acc, const float *X, long n, int P, const uint8_t *codes, int W)
+    void ock_add_rows_to_words(double *acc, const float *X, long n, int P, const uint8_t *codes, int W, int WB,
+                               int K)
     int ock_detect_isa()
     int ock_fast_fma()
     void ock_tables(int isa, const float *Z, int ldz, int n, int S, const float *W, int ldw, int J,
@@ -367,12 +368,15 @@ cdef enum:
     # set splits into many tasks for the threads. The chunks are fixed row ranges, so which thread computes one never
     # changes its result.
     PRODUCT_CHUNK = 1024
-    # code_sums sums over at most this many fixed slices of at least SUM_SLICE_ROWS rows (fewer when the slices would
-    # hold more than SUM_SLICE_BYTES in all: SLICES * W*K*P doubles), each in float64 and in row order, then adds the
-    # slices in order: the number of slices depends on the shapes only, so the result is the same for any number of
-    # threads.
+    # code_sums sums over at most this many fixed slices of rows, each in float64 and in row order, then adds the
+    # slices in order. A slice has at least SUM_SLICE_ROWS and SUM_ROWS_PER_WORD * K rows (its K x P sums per byte
+    # position are worth zeroing and adding), and the slices hold at most SUM_SLICE_BYTES (SLICES * W*K*P doubles).
+    # The number of slices depends on the shapes only, so the result is the same for any number of threads.
     SUM_SLICES = 8
     SUM_SLICE_ROWS = 2048
+    SUM_ROWS_PER_WORD = 16
+    # code_sums gives each task a group of byte positions whose sums (group*K x P doubles) fill about this much cache.
+    SUM_BLOCK_BYTES = 256 * 1024
 
 
 def matmul_rows(const float[:, ::1] X,      # IN (n, P)
@@ -496,8 +500,8 @@ def code_sums(const uint8_t[:, ::1] codes,   # IN (n, W)
 
     Training gets every product it needs from these sums: X^T Zhat = sum over words of (sum of its rows)^T word
     (Procrustes), and B_m^T Z_m = (B_m^T X) R_pad[:, block m] (the right-hand sides of the normal equations).
-    Tasks are (slice of rows, byte position): each sums its slice's rows in row order into its own K x P block, and
-    the slices are then added in slice order, so the result is the same for any n_threads.
+    Tasks are (slice of rows, group of byte positions): each sums its slice's rows in row order, and the slices are
+    then added in slice order, so the result is the same for any n_threads.
     """
     cdef Py_ssize_t n = X.shape[0]
     cdef int P = X.shape[1]
@@ -505,12 +509,21 @@ def code_sums(const uint8_t[:, ::1] codes,   # IN (n, W)
     cdef int K = n_codewords
     cdef Py_ssize_t KP = <Py_ssize_t>K * P
     cdef Py_ssize_t WKP = W * KP
-    cdef Py_ssize_t n_slices = (n + SUM_SLICE_ROWS - 1) // SUM_SLICE_ROWS
+    cdef Py_ssize_t min_rows = SUM_ROWS_PER_WORD * K if SUM_ROWS_PER_WORD * K > SUM_SLICE_ROWS else SUM_SLICE_ROWS
+    cdef Py_ssize_t n_slices = n // min_rows
     cdef Py_ssize_t slice_rows, start, stop, j, sl, task
-    cdef int w
+    # Byte positions per task: their WB*K x P sums fill about SUM_BLOCK_BYTES.
+    cdef int WB = <int>(SUM_BLOCK_BYTES // (KP * <Py_ssize_t>sizeof(double))) if KP > 0 else 1
+    cdef int n_groups, w0, wb
     cdef double *acc = NULL
-    cdef double *flat
+    cdef double *flat = &out[0, 0] if W > 0 and P > 0 else NULL
+    cdef double *sums
     cdef double total
+    if WB < 1:
+        WB = 1
+    if WB > W:
+        WB = W
+    n_groups = (W + WB - 1) // WB if W > 0 else 0
     if n_slices > SUM_SLICES:
         n_slices = SUM_SLICES
     if n_slices > SUM_SLICE_BYTES // (WKP * <Py_ssize_t>sizeof(double) + 1):
@@ -518,24 +531,27 @@ def code_sums(const uint8_t[:, ::1] codes,   # IN (n, W)
     if n_slices < 1:
         n_slices = 1
     slice_rows = (n + n_slices - 1) // n_slices
-    if W == 0:
+    if flat == NULL:
         return
     try:
-        acc = <double *>_alloc(<size_t>n_slices * WKP * sizeof(double), "code_sums' float64 sums of the slices")
-        for task in prange(n_slices * W, nogil=True, num_threads=n_threads, schedule='dynamic'):
-            sl = task // W
-            w = <int>(task % W)
-            memset(acc + sl * WKP + w * KP, 0, KP * sizeof(double))
+        # Slice 0 sums straight into out, the others into acc; then out += acc[0], acc[1], ... in slice order.
+        acc = <double *>_alloc(<size_t>(n_slices - 1) * WKP * sizeof(double), "code_sums' float64 sums of the slices")
+        for task in prange(n_slices * n_groups, nogil=True, num_threads=n_threads, schedule='dynamic'):
+            sl = task // n_groups
+            w0 = <int>(task % n_groups) * WB
+            wb = W - w0 if W - w0 < WB else WB
+            sums = (flat if sl == 0 else acc + (sl - 1) * WKP) + w0 * KP
+            memset(sums, 0, wb * KP * sizeof(double))
             start = sl * slice_rows
             stop = start + slice_rows if start + slice_rows < n else n
             if start < stop:
-                ock_add_rows_to_words(acc + sl * WKP + w * KP, &X[start, 0], stop - start, P, &codes[start, w], W)
-        flat = &out[0, 0]
-        for j in prange(WKP, nogil=True, num_threads=n_threads, schedule='static'):
-            total = acc[j]
-            for sl in range(1, n_slices):
-                total = total + acc[sl * WKP + j]
-            flat[j] = total
+                ock_add_rows_to_words(sums, &X[start, 0], stop - start, P, &codes[start, w0], W, wb, K)
+        if n_slices > 1:
+            for j in prange(WKP, nogil=True, num_threads=n_threads, schedule='static'):
+                total = flat[j]
+                for sl in range(n_slices - 1):
+                    total = total + acc[sl * WKP + j]
+                flat[j] = total
     finally:
         free(acc)
 

@@ -81,16 +81,20 @@ static float ock_sum_of_squares(const float *a, int n) {
     return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
 }
 
-/* For rows i = 0..n-1 of X (n x P, leading dimension ldx) and their byte `codes[i * W]` (one byte position of the
- * codes, stride W): acc[codes[i * W] * P + p] += X[i, p], in float64, in row order (the sum of the rows that use each
- * word of one codebook: the statistics of least squares). Plain adds, no reassociation: every clone gives the same
- * sums. One byte position at a time keeps the K x P sums of one codebook in the core's cache. */
+/* For rows i = 0..n-1 of X (n x P) and the byte positions w < WB of their codes (codes[i * W + w], stride W):
+ * acc[(w * K + code) * P + p] += X[i, p], in float64, in row order: the sum of the rows that use each word of WB
+ * codebooks (the statistics of least squares). Few codebooks at a time keep their WB*K x P sums in the core's cache
+ * while the rows stream past. Plain adds, no reassociation: every clone gives the same sums. */
 OCK_VECTOR_FN
-static void ock_add_rows_to_words(double *acc, const float *X, long n, int P, const unsigned char *codes, int W) {
+static void ock_add_rows_to_words(double *acc, const float *X, long n, int P, const unsigned char *codes, int W,
+                                  int WB, int K) {
     for (long i = 0; i < n; i++) {
         const float *x = X + (size_t)i * P;
-        double *row = acc + (size_t)codes[(size_t)i * W] * P;
-        for (int p = 0; p < P; p++) row[p] += (double)x[p];
+        const unsigned char *code = codes + (size_t)i * W;
+        for (int w = 0; w < WB; w++) {
+            double *row = acc + ((size_t)w * K + code[w]) * (size_t)P;
+            for (int p = 0; p < P; p++) row[p] += (double)x[p];
+        }
     }
 }
 
