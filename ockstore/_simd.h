@@ -29,8 +29,30 @@ static void ock_unary_inplace(float *dot, const float *sqnorm, int n) {
     for (int j = 0; j < n; j++) dot[j] = sqnorm[j] - 2.0f * dot[j];
 }
 
-/* min over k of a[k] (n >= 1). 32 partial minima (four AVX2 or two AVX-512 registers) break the dependency chain of
- * a single running minimum; min is exact, so any grouping gives the same result. */
+/* min over k of a[k] + b[k] (n >= 1). 32 partial minima (four AVX2 or two AVX-512 registers) break the dependency
+ * chain of a single running minimum; min is exact, so any grouping gives the same result. */
+OCK_VECTOR_FN
+static float ock_min_of_sum(const float *a, const float *b, int n) {
+    float part[32];
+    const float first = a[0] + b[0];
+    for (int j = 0; j < 32; j++) part[j] = first;
+    int k = 0;
+    for (; k + 32 <= n; k += 32) {
+        for (int j = 0; j < 32; j++) {
+            const float v = a[k + j] + b[k + j];
+            part[j] = v < part[j] ? v : part[j];
+        }
+    }
+    float m = first;
+    for (int j = 0; j < 32; j++) m = part[j] < m ? part[j] : m;
+    for (; k < n; k++) {
+        const float v = a[k] + b[k];
+        m = v < m ? v : m;
+    }
+    return m;
+}
+
+/* min over k of a[k] (n >= 1), grouped as in ock_min_of_sum. */
 OCK_VECTOR_FN
 static float ock_min(const float *a, int n) {
     float part[32];
@@ -64,6 +86,22 @@ static void ock_group_min(const float *a, int n, float *out) {
 static int ock_first_index(const float *a, int n, float target) {
     for (int k = 0; k < n; k++) {
         if (a[k] == target) return k;
+    }
+    return 0;
+}
+
+/* the first k with a[k] + b[k] == target (the sum is rounded exactly as in ock_min_of_sum), or 0 if none.
+ * Blocks of 16 are tested with a vectorised OR first, so only the block holding the answer is scanned one by one. */
+OCK_VECTOR_FN
+static int ock_first_index_of_sum(const float *a, const float *b, int n, float target) {
+    int start = 0;
+    for (; start + 16 <= n; start += 16) {
+        int hit = 0;
+        for (int j = 0; j < 16; j++) hit |= (a[start + j] + b[start + j] == target);
+        if (hit) break;
+    }
+    for (int k = start; k < n; k++) {
+        if (a[k] + b[k] == target) return k;
     }
     return 0;
 }
