@@ -261,8 +261,18 @@ enum { OCK_ISA_PORTABLE = 0, OCK_ISA_AVX2 = 1, OCK_ISA_AVX512 = 2 };
 
 #include <math.h>
 
-/* The widest instruction set of this CPU that the kernels below use. */
+/* ock_pack_lanes[mask]: the positions of the set bits of an 8-bit mask, in order, then zeros (AVX2 left-packing). */
+static unsigned char ock_pack_lanes[256][8];
+
+/* The widest instruction set of this CPU that the kernels below use (called once, when the module loads: it also
+ * fills ock_pack_lanes). */
 static int ock_detect_isa(void) {
+    for (int mask = 0; mask < 256; mask++) {
+        int j = 0;
+        for (int b = 0; b < 8; b++)
+            if (mask >> b & 1) ock_pack_lanes[mask][j++] = (unsigned char)b;
+        for (; j < 8; j++) ock_pack_lanes[mask][j] = 0;
+    }
 #ifdef OCK_X86
     __builtin_cpu_init();
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
@@ -522,9 +532,75 @@ static int ock_select_smallest_avx512(const float *values, int n, int T, float *
 }
 #endif
 
+#ifdef OCK_X86
+/* AVX2: theta as in the portable version; the survivors gathered from comparison masks; when at most 16 survive (the
+ * usual case), each one's rank counted in two registers as in the AVX-512 version. */
+OCK_TARGET_AVX2
+static int ock_select_smallest_avx2(const float *values, int n, int T, float *out_score, int *out_index) {
+    if (!(T < OCK_SELECT_GROUPS && n >= 2 * OCK_SELECT_GROUPS && n % 8 == 0 && n <= 256))
+        return ock_select_smallest_portable(values, n, T, out_score, out_index);
+    float group_min[OCK_SELECT_GROUPS];
+    ock_group_min(values, n, group_min);
+    const float theta = ock_kth_smallest_of_groups(group_min, T);
+    const __m256 tv = _mm256_set1_ps(theta);
+    float sv[256 + 16];
+    int sk[256 + 16];
+    int ns = 0;
+    for (int k = 0; k < n; k += 8) {
+        /* Left-pack the lanes <= theta (a permutation from the table of the 8-bit mask), without branches. */
+        const __m256 v = _mm256_loadu_ps(values + k);
+        const int keep = _mm256_movemask_ps(_mm256_cmp_ps(v, tv, _CMP_LE_OQ));
+        const __m256i perm = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)ock_pack_lanes[keep]));
+        _mm256_storeu_ps(sv + ns, _mm256_permutevar8x32_ps(v, perm));
+        _mm256_storeu_si256((__m256i *)(sk + ns), _mm256_add_epi32(perm, _mm256_set1_epi32(k)));
+        ns += __builtin_popcount((unsigned)keep);
+    }
+    if (ns <= 16) {
+        for (int j = ns; j < 16; j++) {
+            sv[j] = 3.4028234663852886e38f;
+            sk[j] = 0x7fffffff;
+        }
+        const __m256 V0 = _mm256_loadu_ps(sv), V1 = _mm256_loadu_ps(sv + 8);
+        const __m256i I0 = _mm256_loadu_si256((const __m256i *)sk), I1 = _mm256_loadu_si256((const __m256i *)(sk + 8));
+        __m256i r0 = _mm256_setzero_si256(), r1 = _mm256_setzero_si256();
+        for (int j = 0; j < ns; j++) {
+            const __m256 b = _mm256_set1_ps(sv[j]);
+            const __m256i bk = _mm256_set1_epi32(sk[j]);
+            /* survivor j comes before lane i: v_j < v_i, or v_j == v_i and k_j < k_i (all-ones lanes, i.e. -1) */
+            const __m256i before0 = _mm256_or_si256(
+                _mm256_castps_si256(_mm256_cmp_ps(b, V0, _CMP_LT_OQ)),
+                _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(b, V0, _CMP_EQ_OQ)), _mm256_cmpgt_epi32(I0, bk)));
+            const __m256i before1 = _mm256_or_si256(
+                _mm256_castps_si256(_mm256_cmp_ps(b, V1, _CMP_LT_OQ)),
+                _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(b, V1, _CMP_EQ_OQ)), _mm256_cmpgt_epi32(I1, bk)));
+            r0 = _mm256_sub_epi32(r0, before0);
+            r1 = _mm256_sub_epi32(r1, before1);
+        }
+        int r[16];
+        _mm256_storeu_si256((__m256i *)r, r0);
+        _mm256_storeu_si256((__m256i *)(r + 8), r1);
+        for (int i = 0; i < ns; i++) {
+            if (r[i] < T) {
+                out_score[r[i]] = sv[i];
+                out_index[r[i]] = sk[i];
+            }
+        }
+        return T;
+    }
+    if (ns <= OCK_SELECT_GROUPS) {
+        ock_rank_candidates(sv, sk, ns, T, out_score, out_index);
+        return T;
+    }
+    int count = 0;
+    for (int c = 0; c < ns; c++) count = ock_insert_ranked(sv[c], sk[c], T, out_score, out_index, count);
+    return count;
+}
+#endif
+
 static int ock_select_smallest(int isa, const float *values, int n, int T, float *out_score, int *out_index) {
 #ifdef OCK_X86
     if (isa >= OCK_ISA_AVX512) return ock_select_smallest_avx512(values, n, T, out_score, out_index);
+    if (isa >= OCK_ISA_AVX2) return ock_select_smallest_avx2(values, n, T, out_score, out_index);
 #endif
     (void)isa;
     return ock_select_smallest_portable(values, n, T, out_score, out_index);
@@ -539,20 +615,21 @@ static int ock_select_smallest(int isa, const float *values, int n, int T, float
  * least leaf error: one pass over each candidate's pair row, the running minimum of a block of words kept in
  * registers, one reduction at the end (count >= 1). */
 
+OCK_VECTOR_FN
+static void ock_min_into(float *acc, const float *row, float s, int K) {
+    for (int k = 0; k < K; k++) {
+        const float v = s + row[k];
+        acc[k] = v < acc[k] ? v : acc[k];
+    }
+}
+
 static float ock_leaves_min_portable(const float *base, const float *pair, const float *score, const int *word,
                                      int count, int K, float *acc) {
-    float m = 0.0f;
-    for (int k = 0; k < K; k++) {
-        float best = score[0] + pair[(size_t)word[0] * K + k];
-        for (int t = 1; t < count; t++) {
-            const float v = score[t] + pair[(size_t)word[t] * K + k];
-            best = v < best ? v : best;
-        }
-        acc[k] = best;
-        const float v = base[k] + best;
-        m = (k == 0 || v < m) ? v : m;
-    }
-    return m;
+    /* One streaming pass per candidate over acc (in L1), each a simple loop the compiler vectorises. */
+    const float *r = pair + (size_t)word[0] * K;
+    for (int k = 0; k < K; k++) acc[k] = score[0] + r[k];
+    for (int t = 1; t < count; t++) ock_min_into(acc, pair + (size_t)word[t] * K, score[t], K);
+    return ock_min_of_sum(base, acc, K);
 }
 
 #ifdef OCK_X86
@@ -634,8 +711,14 @@ static void ock_leaves_pick(const float *pair, const float *score, const int *wo
 
 static void ock_leaves_locate_portable(const float *base, const float *pair, const float *score, const int *word,
                                        int count, int K, const float *acc, float target, int *best_t, int *best_k) {
-    for (int k = 0; k < K; k++)
-        if (base[k] + acc[k] == target) ock_leaves_pick(pair, score, word, count, K, acc, k, best_t, best_k);
+    int start = 0;
+    while (start < K) {
+        /* The next word whose sum is the target (the blocks without one are skipped 16 at a time). */
+        const int k = start + ock_first_index_of_sum(base + start, acc + start, K - start, target);
+        if (base[k] + acc[k] != target) break;  /* none left (first_index_of_sum answers 0 when it finds none) */
+        ock_leaves_pick(pair, score, word, count, K, acc, k, best_t, best_k);
+        start = k + 1;
+    }
 }
 
 #ifdef OCK_X86
