@@ -1,6 +1,10 @@
-/* Tiny loops of the beam encoder that must be vectorised to run at table speed.
+/* The loops of the beam encoder (and of training's per-word sums) that must be vectorised to run at table speed.
  *
- * They live in C rather than in _codec_kernels.pyx for one reason: a min-reduction over floats is only vectorised by
+ * Two kinds. The first half: small loops the compiler vectorises, cloned per instruction set (below). The second
+ * half ("Kernels written with x86 intrinsics"): the table product, the selection and the leaves of the beam, with
+ * AVX-512 and AVX2+FMA versions picked at run time and a portable version, all giving bitwise the same results.
+ *
+ * The first kind live in C rather than in _codec_kernels.pyx for one reason: a min-reduction over floats is only vectorised by
  * gcc when it may ignore NaN and signed zeros, and Cython cannot set floating-point options for one function. Here the
  * `optimize` attribute grants exactly that to these functions (their inputs are finite by construction: the
  * public API rejects NaN/inf), and `target_clones` adds an AVX2 version chosen at load time, so a portable build
