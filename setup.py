@@ -6,6 +6,7 @@ Environment overrides:
   OCKSTORE_MARCH=native  add -march=native (faster on the build machine, not portable); any value is passed as -march=
 """
 
+import glob
 import os
 import subprocess
 import sys
@@ -61,6 +62,8 @@ extensions = [
         [f"ockstore/{name}.pyx"],
         include_dirs=[np.get_include()],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_2_0_API_VERSION")],
+        # The C headers the kernels include: editing one rebuilds them (cythonize tracks the .pxd files itself).
+        depends=sorted(glob.glob("ockstore/*.h")),
     )
     for name in ("_codec_kernels", "_search_kernels", "_ivf_kernels")
 ]
