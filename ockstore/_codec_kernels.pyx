@@ -30,7 +30,7 @@ cdef extern from "_simd.h" nogil:
                                int K)
     int ock_detect_isa()
     int ock_fast_fma()
-    void ock_tables(int isa, const float *Z, int ldz, int n, int S, const float *W, int ldw, int J,
+    void ock_encoder_tables(int isa, const float *Z, int ldz, int n, int S, const float *W, int ldw, int J,
                     const float *sqn, float *out, int ldo)
     float ock_leaves_min(int isa, const float *base, const float *pair, const float *score, const int *word,
                          int count, int K, float *acc)
@@ -248,7 +248,7 @@ cdef void _encode_chunk(const float *X, int n, int P, const float *rot_pad, cons
     # zbuf (n x MS) = X (n x P) @ rot_pad (P x MS): the rotated, zero-padded vectors, by the table kernel (or BLAS,
     # as for the tables). Without a rotation (rot_pad NULL) X is already laid out that way (P == MS), used in place.
     if rot_pad != NULL and (isa > 0 or portable_fma):
-        ock_tables(isa, X, P, n, P, rot_pad, MS, MS, NULL, zbuf, MS)
+        ock_encoder_tables(isa, X, P, n, P, rot_pad, MS, MS, NULL, zbuf, MS)
     elif rot_pad != NULL:
         _gemm(n, MS, P, X, P, False, rot_pad, MS, zbuf, MS)
     else:
@@ -260,7 +260,7 @@ cdef void _encode_chunk(const float *X, int n, int P, const float *rot_pad, cons
         # and word (column of words_t[m], S x CK). Fused multiply-adds in registers (_simd.h), or, on a CPU without
         # FMA, BLAS (rounded its own way: the same on that CPU for any number of threads).
         if isa > 0 or portable_fma:
-            ock_tables(isa, zbuf + <size_t>m * S, MS, n, S, words_t + <size_t>m * S * CK, CK, CK,
+            ock_encoder_tables(isa, zbuf + <size_t>m * S, MS, n, S, words_t + <size_t>m * S * CK, CK, CK,
                        word_sqnorms + <size_t>m * CK, gbuf, CK)
         else:
             _gemm(n, CK, S, zbuf + <size_t>m * S, MS, False, words_t + <size_t>m * S * CK, CK, gbuf, CK)

@@ -304,7 +304,7 @@ static inline float ock_finish(const float *sqn, int j, float a) {
     return sqn ? sqn[j] - 2.0f * a : a;
 }
 
-static void ock_tables_portable(const float *Z, int ldz, int n, int S, const float *W, int ldw, int J,
+static void ock_encoder_tables_portable(const float *Z, int ldz, int n, int S, const float *W, int ldw, int J,
                                 const float *sqn, float *out, int ldo) {
     for (int i = 0; i < n; i++) {
         const float *z = Z + (size_t)i * ldz;
@@ -331,7 +331,7 @@ static inline __m256 ock_finish256(const float *sqn, int j, __m256 a) {
 }
 
 OCK_TARGET_AVX2
-static void ock_tables_avx2(const float *Z, int ldz, int n, int S, const float *W, int ldw, int J,
+static void ock_encoder_tables_avx2(const float *Z, int ldz, int n, int S, const float *W, int ldw, int J,
                             const float *sqn, float *out, int ldo) {
     const int J16 = J / 16 * 16;
     int i = 0;
@@ -382,7 +382,7 @@ static inline __m512 ock_finish512(const float *sqn, int j, __mmask16 mk, __m512
 }
 
 OCK_TARGET_AVX512
-static void ock_tables_avx512(const float *Z, int ldz, int n, int S, const float *W, int ldw, int J,
+static void ock_encoder_tables_avx512(const float *Z, int ldz, int n, int S, const float *W, int ldw, int J,
                               const float *sqn, float *out, int ldo) {
     const int J64 = J / 64 * 64;
     int i = 0;
@@ -438,20 +438,20 @@ static void ock_tables_avx512(const float *Z, int ldz, int n, int S, const float
 #endif
 
 /* The table product with the kernel of `isa` (OCK_ISA_PORTABLE needs ock_fast_fma() to be fast). */
-static void ock_tables(int isa, const float *Z, int ldz, int n, int S, const float *W, int ldw, int J,
+static void ock_encoder_tables(int isa, const float *Z, int ldz, int n, int S, const float *W, int ldw, int J,
                        const float *sqn, float *out, int ldo) {
 #ifdef OCK_X86
     if (isa >= OCK_ISA_AVX512) {
-        ock_tables_avx512(Z, ldz, n, S, W, ldw, J, sqn, out, ldo);
+        ock_encoder_tables_avx512(Z, ldz, n, S, W, ldw, J, sqn, out, ldo);
         return;
     }
     if (isa >= OCK_ISA_AVX2) {
-        ock_tables_avx2(Z, ldz, n, S, W, ldw, J, sqn, out, ldo);
+        ock_encoder_tables_avx2(Z, ldz, n, S, W, ldw, J, sqn, out, ldo);
         return;
     }
 #endif
     (void)isa;
-    ock_tables_portable(Z, ldz, n, S, W, ldw, J, sqn, out, ldo);
+    ock_encoder_tables_portable(Z, ldz, n, S, W, ldw, J, sqn, out, ldo);
 }
 
 /* ---- the selection of a level's T best candidates: ock_select_smallest_portable's method, with AVX-512 for the
