@@ -4,7 +4,8 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test test-fast bench bench-codec bench-search bench-storage bench-options bench-collection bench-distributed reproduce clean
+.PHONY: install demo test test-fast bench bench-codec bench-search bench-storage bench-options bench-collection bench-ivf \
+	bench-distributed reproduce clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,7 +32,7 @@ $(VENV)/.bench: $(STAMP)
 	$(BIN)/python -m pip install -q faiss-cpu matplotlib
 	touch $(VENV)/.bench
 
-bench: bench-codec bench-search bench-storage bench-options bench-collection bench-distributed
+bench: bench-codec bench-search bench-storage bench-options bench-collection bench-ivf bench-distributed
 
 bench-codec: $(VENV)/.bench
 	$(BIN)/python tools/bench_codec.py
@@ -51,6 +52,9 @@ bench-storage: $(VENV)/.bench
 
 bench-options: $(VENV)/.bench
 	$(BIN)/python tools/bench_options.py
+
+bench-ivf: $(VENV)/.bench
+	$(BIN)/python tools/bench_ivf.py
 
 reproduce: $(VENV)/.bench
 	$(BIN)/python tools/reproduce_paper.py --data ../shared/data/sift-real ../shared/data/minilm-real --out docs/

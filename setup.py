@@ -1,4 +1,4 @@
-"""Build the compiled extensions (ockstore._codec_kernels, ockstore._search_kernels), with OpenMP when the compiler
+"""Build the compiled extensions (ockstore._codec_kernels, ockstore._search_kernels, ockstore._ivf_kernels), with OpenMP when the compiler
 supports it.
 
 Environment overrides:
@@ -6,6 +6,7 @@ Environment overrides:
   OCKSTORE_MARCH=native  add -march=native (faster on the build machine, not portable); any value is passed as -march=
 """
 
+import glob
 import os
 import subprocess
 import sys
@@ -53,15 +54,18 @@ class BuildExt(build_ext):
         super().build_extensions()
 
 
-# The compiled kernels: the codec (encoding, decoding, training products) and search (the scan with top-k).
+# The compiled kernels: the codec (encoding, decoding, training products), search (the scan with top-k) and the
+# inverted file (coarse assignment, probing, the scan of probed lists).
 extensions = [
     Extension(
         f"ockstore.{name}",
         [f"ockstore/{name}.pyx"],
         include_dirs=[np.get_include()],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_2_0_API_VERSION")],
+        # The C headers the kernels include: editing one rebuilds them (cythonize tracks the .pxd files itself).
+        depends=sorted(glob.glob("ockstore/*.h")),
     )
-    for name in ("_codec_kernels", "_search_kernels")
+    for name in ("_codec_kernels", "_search_kernels", "_ivf_kernels")
 ]
 
 setup(

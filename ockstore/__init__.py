@@ -1,14 +1,16 @@
 """ockstore: compact-code vector indexes with Optimized Cartesian K-Means.
 
 Train a quantizer (PQ, CKM, ECKM, OCKM), encode vectors into bytes, store them in one file that any process opens
-read-only through mmap, and search it with asymmetric (ADC) or symmetric (SDC) distances.
+read-only through mmap, and search it with asymmetric (ADC) or symmetric (SDC) distances; an inverted file (IVF) over
+any of them searches large bases in sublinear time.
 """
 
 try:
-    from . import _codec_kernels, _search_kernels  # noqa: F401  (the compiled loops; nothing works without them)
+    from . import _codec_kernels, _ivf_kernels, _search_kernels  # noqa: F401  (the compiled loops)
 except ImportError as exc:  # pragma: no cover - exercised by hand on broken installs
     raise ImportError(
-        "ockstore's compiled extensions (ockstore._codec_kernels, ockstore._search_kernels) are missing or broken: "
+        "ockstore's compiled extensions (ockstore._codec_kernels, ockstore._search_kernels, ockstore._ivf_kernels) "
+        "are missing or broken: "
         f"{exc}. "
         "Rebuild them with `pip install -e .` (or `python setup.py build_ext --inplace`) from the source folder."
     ) from exc
@@ -18,13 +20,15 @@ from .errors import CollectionLockedError, FormatError, NotFittedError
 from .index import Index
 from .indexfile.reader import file_info, load_quantizer, open_index
 from .indexfile.writer import IndexWriter, build_index, save_quantizer
+from .ivf import IVF
+from .ivf_index import IVFIndex
 from .quantizers import CKM, ECKM, OCKM, PQ, Quantizer
 from .collection import Collection, CollectionWarning, create_collection, open_collection
 from . import datasets, evaluation, paths
 
 __all__ = [
-    "PQ", "CKM", "ECKM", "OCKM", "Quantizer",
-    "Index", "IndexWriter", "build_index", "open_index", "file_info", "save_quantizer", "load_quantizer",
+    "PQ", "CKM", "ECKM", "OCKM", "Quantizer", "IVF",
+    "Index", "IVFIndex", "IndexWriter", "build_index", "open_index", "file_info", "save_quantizer", "load_quantizer",
     "Collection", "create_collection", "open_collection", "CollectionWarning",
     "FormatError", "NotFittedError", "CollectionLockedError",
     "datasets", "evaluation", "paths",

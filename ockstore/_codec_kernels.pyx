@@ -20,12 +20,48 @@ from ockstore._scratch cimport _alloc, _slice_items
 
 cdef extern from "_simd.h" nogil:
     void ock_unary_inplace(float *dot, const float *sqnorm, int n)
-    int ock_select_smallest(const float *values, int n, int T, float *out_score, int *out_index)
+    int ock_select_smallest(int isa, const float *values, int n, int T, float *out_score, int *out_index)
     float ock_min_of_sum(const float *a, const float *b, int n)
     int ock_first_index_of_sum(const float *a, const float *b, int n, float target)
     float ock_min(const float *a, int n)
     int ock_first_index(const float *a, int n, float target)
     float ock_sum_of_squares(const float *a, int n)
+    void ock_add_rows_to_words(double *acc, const float *X, long n, int P, const uint8_t *codes, int W, int WB,
+                               int K)
+    int ock_detect_isa()
+    int ock_fast_fma()
+    void ock_encoder_tables(int isa, const float *Z, int ldz, int n, int S, const float *W, int ldw, int J,
+                    const float *sqn, float *out, int ldo)
+    float ock_leaves_min(int isa, const float *base, const float *pair, const float *score, const int *word,
+                         int count, int K, float *acc)
+    void ock_leaves_locate(int isa, const float *base, const float *pair, const float *score, const int *word, int count,
+                           int K, const float *acc, float target, int *out_t, int *out_k)
+
+# The instruction set of the encoder's explicitly vectorised kernels (_simd.h): the widest this CPU has. Every choice
+# gives bitwise the same codes and errors (tests force each one with _set_isa); none is ever wider than the CPU's.
+# The portable tables need a hardware fmaf to be fast (_portable_fma); without one they come from BLAS.
+cdef int _DETECTED_ISA = ock_detect_isa()
+cdef int _isa = _DETECTED_ISA
+cdef bint _portable_fma = ock_fast_fma()
+
+
+def _set_isa(int isa, bint exact_portable=False):
+    """For tests: use the kernels of instruction set `isa` (0 portable, 1 AVX2+FMA, 2 AVX-512), capped at the CPU's;
+    exact_portable makes the portable kernel compute the tables with fmaf even where fmaf is slow (software), instead
+    of BLAS, so that it gives the same bits as the others. Returns the previous (isa, exact_portable)."""
+    global _isa, _portable_fma
+    previous = (_isa, bool(_portable_fma))
+    _isa = isa if isa < _DETECTED_ISA else _DETECTED_ISA
+    if _isa < 0:
+        _isa = 0
+    _portable_fma = exact_portable or ock_fast_fma()
+    return previous
+
+
+def _detected_isa():
+    """The widest instruction set of the encoder's kernels on this CPU (0 portable, 1 AVX2+FMA, 2 AVX-512)."""
+    return _DETECTED_ISA
+
 
 cdef enum:
     # Vectors per encoding task. Large enough that each sgemm call runs near peak (the tables of one chunk are
@@ -59,18 +95,19 @@ cdef inline int _pair_index(int c, int c2, int C) noexcept nogil:
 cdef struct BeamScratch:
     float *scores        # (C, K): score row of each level
     float *cand_score    # (C, T): ranked candidates of each level
+    float *leaf_acc      # (K,): per word of the last level, the least partial error over the candidates above it
     int *cand_word       # (C, T)
     int *chosen          # (C,): current prefix
     int *best_code       # (C,): best leaf so far
-    float best_last_min  # the last level's minimum in the best leaf (its word is located after the search)
     float best_error
+    int isa              # instruction set of the kernels (_isa)
 
 
-# The arrays of a BeamScratch come from two slices of encode_beam's blocks: its floats (scores, then cand_score) and
-# its ints (cand_word, chosen, then best_code).
+# The arrays of a BeamScratch come from two slices of encode_beam's blocks: its floats (scores, cand_score, then
+# leaf_acc) and its ints (cand_word, chosen, then best_code).
 
 cdef inline Py_ssize_t _beam_floats(int C, int K, int T) noexcept nogil:
-    return <Py_ssize_t>C * K + <Py_ssize_t>C * T
+    return <Py_ssize_t>C * K + <Py_ssize_t>C * T + K
 
 
 cdef inline Py_ssize_t _beam_ints(int C, int T) noexcept nogil:
@@ -81,6 +118,7 @@ cdef void _beam_scratch_init(BeamScratch *s, float *floats, int *ints, int C, in
     """Point the arrays of s into floats (_beam_floats items) and ints (_beam_ints items), owned by the caller."""
     s.scores = floats
     s.cand_score = floats + <size_t>C * K
+    s.leaf_acc = s.cand_score + <size_t>C * T
     s.cand_word = ints
     s.chosen = ints + <size_t>C * T
     s.best_code = s.chosen + C
@@ -107,58 +145,73 @@ cdef const float *_level_row(int level, const float *unary, const float *pairs, 
 
 cdef void _descend(int level, float partial, const float *unary, const float *pairs, int C, int K, int T,
                    BeamScratch *s) noexcept nogil:
-    """Explore level `level` below the prefix s.chosen[0:level] whose partial error is `partial`."""
+    """Explore level `level` (< C - 1) below the prefix s.chosen[0:level] whose partial error is `partial`."""
     cdef const float *row = unary + <size_t>level * K
     cdef float *buf = s.scores + <size_t>level * K
     cdef const float *last
-    cdef int c, k, t, count, p_index
+    cdef const float *base
+    cdef float *cand_score = s.cand_score + <size_t>level * T
+    cdef int *cand_word = s.cand_word + <size_t>level * T
+    cdef int c, k, t, count, leaf_t, leaf_k
     cdef float m
     cdef size_t KK = <size_t>K * K
-    if level >= 2:
-        row = _level_row(level, unary, pairs, s.chosen, C, K, buf)
     if level == 0 and C == 1:
         # PQ / CKM: the nearest word.
         m = ock_min(row, K)
         s.best_error = m
         s.best_code[0] = ock_first_index(row, K, m)
         return
-    if level == C - 1:
-        # The last level takes its single best word: min over k of row[k] + the pair row of the last chosen word.
-        p_index = _pair_index(level - 1, level, C)
-        last = pairs + p_index * KK + <size_t>s.chosen[level - 1] * K
-        m = ock_min_of_sum(row, last, K)
-        if partial + m < s.best_error:
-            # Remember the prefix and the minimum; the word that attains it is found once, for the final winner.
-            s.best_error = partial + m
-            s.best_last_min = m
-            for c in range(level):
-                s.best_code[c] = s.chosen[c]
-        return
-    # An inner level: the T best candidates, each explored in rank order.
+    if level >= 2:
+        row = _level_row(level, unary, pairs, s.chosen, C, K, buf)
+    # The T best candidates of this level, in rank order.
     if level > 0:
         last = pairs + _pair_index(level - 1, level, C) * KK + <size_t>s.chosen[level - 1] * K
         for k in range(K):
             buf[k] = partial + (row[k] + last[k])
         row = buf
-    count = ock_select_smallest(row, K, T, s.cand_score + <size_t>level * T, s.cand_word + <size_t>level * T)
-    for t in range(count):
-        s.chosen[level] = s.cand_word[<size_t>level * T + t]
-        _descend(level + 1, s.cand_score[<size_t>level * T + t], unary, pairs, C, K, T, s)
+    count = ock_select_smallest(s.isa, row, K, T, cand_score, cand_word)
+    if level < C - 2:
+        for t in range(count):
+            s.chosen[level] = cand_word[t]
+            _descend(level + 1, cand_score[t], unary, pairs, C, K, T, s)
+        return
+    # The children are leaves: the last level takes its single best word under each candidate, all candidates at
+    # once. Its row without the pair term of this level's word: unary (C = 2) plus the pairs of the earlier prefix.
+    base = unary + <size_t>(C - 1) * K
+    if C >= 3:
+        base = _level_row(C - 1, unary, pairs, s.chosen, C, K, s.scores + <size_t>(C - 1) * K)
+    last = pairs + _pair_index(C - 2, C - 1, C) * KK
+    m = ock_leaves_min(s.isa, base, last, cand_score, cand_word, count, K, s.leaf_acc)
+    if m < s.best_error:
+        # Strictly less: on equal errors the earlier leaf (in rank order) stays.
+        ock_leaves_locate(s.isa, base, last, cand_score, cand_word, count, K, s.leaf_acc, m, &leaf_t, &leaf_k)
+        s.best_error = m
+        for c in range(level):
+            s.best_code[c] = s.chosen[c]
+        s.best_code[level] = cand_word[leaf_t]
+        s.best_code[C - 1] = leaf_k
 
 
-cdef void _locate_last_word(const float *unary, const float *pairs, int C, int K, BeamScratch *s) noexcept nogil:
-    """Find the last word of the best leaf: the first k whose score equals the minimum recorded for that leaf.
-
-    The score row is rebuilt by the same _level_row as in _descend (same operands, same order): the sums are equal.
-    """
-    cdef int level = C - 1
-    cdef const float *row = unary + <size_t>level * K
-    cdef const float *p
+cdef float _leaf_error(const float *unary, const float *pairs, const uint8_t *code, int C, int K) noexcept nogil:
+    """The error of a given code (minus ||z||^2), summed exactly as _descend sums it when it reaches that leaf: the
+    beam finds a code with bitwise the same error, so a code is only replaced by a strictly better one."""
+    cdef float partial, row_value
+    cdef int level, c
     cdef size_t KK = <size_t>K * K
-    if level >= 2:
-        row = _level_row(level, unary, pairs, s.best_code, C, K, s.scores + <size_t>level * K)
-    p = pairs + _pair_index(level - 1, level, C) * KK + <size_t>s.best_code[level - 1] * K
-    s.best_code[level] = ock_first_index_of_sum(row, p, K, s.best_last_min)
+    if C == 1:
+        return unary[code[0]]
+    partial = unary[code[0]]
+    for level in range(1, C):
+        row_value = unary[<size_t>level * K + code[level]]
+        for c in range(level - 1):
+            row_value = row_value + pairs[_pair_index(c, level, C) * KK + <size_t>code[c] * K + code[level]]
+        if level < C - 1:
+            partial = partial + (row_value + pairs[_pair_index(level - 1, level, C) * KK
+                                                   + <size_t>code[level - 1] * K + code[level]])
+        else:
+            partial = row_value + (partial + pairs[_pair_index(level - 1, level, C) * KK
+                                                   + <size_t>code[level - 1] * K + code[level]])
+    return partial
 
 
 cdef float _code_error(const float *unary, const float *pairs, const uint8_t *code, int C, int K) noexcept nogil:
@@ -177,7 +230,8 @@ cdef float _code_error(const float *unary, const float *pairs, const uint8_t *co
 cdef void _encode_chunk(const float *X, int n, int P, const float *rot_pad, const float *words_t,
                         const float *word_sqnorms, const float *pair_tables, int M, int S, int C, int K, int T,
                         const uint8_t *prev_codes, uint8_t *codes, float *errors,
-                        float *zbuf, float *gbuf, float *beam_floats, int *beam_ints) noexcept nogil:
+                        float *zbuf, float *gbuf, float *beam_floats, int *beam_ints, int isa,
+                        bint portable_fma) noexcept nogil:
     """Encode n vectors (rows of X); see encode_beam for the arguments. The rest is the thread's scratch: zbuf
     (n x M*S floats), gbuf (n x C*K floats) and the arrays of its BeamScratch (see _beam_scratch_init)."""
     cdef BeamScratch scratch  # on this thread's stack: its fields are written at every leaf
@@ -190,32 +244,40 @@ cdef void _encode_chunk(const float *X, int n, int P, const float *rot_pad, cons
     cdef float *g
     cdef const float *z
     _beam_scratch_init(&scratch, beam_floats, beam_ints, C, K, T)
-    # zbuf (n x MS) = X (n x P) @ rot_pad (P x MS): the rotated, zero-padded vectors. Without a rotation (rot_pad
-    # NULL) X is already laid out that way (P == MS) and is used in place.
-    if rot_pad != NULL:
+    scratch.isa = isa
+    # zbuf (n x MS) = X (n x P) @ rot_pad (P x MS): the rotated, zero-padded vectors, by the table kernel (or BLAS,
+    # as for the tables). Without a rotation (rot_pad NULL) X is already laid out that way (P == MS), used in place.
+    if rot_pad != NULL and (isa > 0 or portable_fma):
+        ock_encoder_tables(isa, X, P, n, P, rot_pad, MS, MS, NULL, zbuf, MS)
+    elif rot_pad != NULL:
         _gemm(n, MS, P, X, P, False, rot_pad, MS, zbuf, MS)
     else:
         zbuf = <float *>X
     for i in range(n):
         errors[i] = 0
     for m in range(M):
-        # gbuf (n x CK) = z_m (n x S, a column block of zbuf) @ words_t[m] (S x CK): every z.d of this subspace.
-        _gemm(n, CK, S, zbuf + <size_t>m * S, MS, False, words_t + <size_t>m * S * CK, CK, gbuf, CK)
+        # gbuf (n x CK): unary[c*K + k] = ||d[c,k]||^2 - 2 z.d[c,k] for every z (row of z_m, a column block of zbuf)
+        # and word (column of words_t[m], S x CK). Fused multiply-adds in registers (_simd.h), or, on a CPU without
+        # FMA, BLAS (rounded its own way: the same on that CPU for any number of threads).
+        if isa > 0 or portable_fma:
+            ock_encoder_tables(isa, zbuf + <size_t>m * S, MS, n, S, words_t + <size_t>m * S * CK, CK, CK,
+                       word_sqnorms + <size_t>m * CK, gbuf, CK)
+        else:
+            _gemm(n, CK, S, zbuf + <size_t>m * S, MS, False, words_t + <size_t>m * S * CK, CK, gbuf, CK)
+            for i in range(n):
+                ock_unary_inplace(gbuf + <size_t>i * CK, word_sqnorms + <size_t>m * CK, CK)
         for i in range(n):
             g = gbuf + <size_t>i * CK
-            ock_unary_inplace(g, word_sqnorms + <size_t>m * CK, CK)
             z = zbuf + <size_t>i * MS + <size_t>m * S
             zz = ock_sum_of_squares(z, S)
             scratch.best_error = INFINITY
             for c in range(C):
                 scratch.best_code[c] = 0  # a valid code even if no leaf compares below infinity
             _descend(0, 0.0, g, pair_tables + m * pair_stride, C, K, T, &scratch)
-            if C > 1:
-                _locate_last_word(g, pair_tables + m * pair_stride, C, K, &scratch)
             new_error = scratch.best_error
             if prev_codes != NULL:
                 # A code is replaced only when the new one is strictly better, so the objective never rises.
-                old_error = _code_error(g, pair_tables + m * pair_stride, prev_codes + <size_t>i * W + m * C, C, K)
+                old_error = _leaf_error(g, pair_tables + m * pair_stride, prev_codes + <size_t>i * W + m * C, C, K)
                 if not new_error < old_error:
                     new_error = old_error
                     for c in range(C):
@@ -260,6 +322,8 @@ def encode_beam(const float[:, ::1] X,               # IN (n, P)
     cdef const uint8_t *prev = NULL
     cdef const float *pairs = NULL
     cdef const float *rot = NULL
+    cdef int isa = _isa
+    cdef bint portable_fma = _portable_fma
     if n == 0:
         return
     if n_threads < 1:
@@ -288,7 +352,7 @@ def encode_beam(const float[:, ::1] X,               # IN (n, P)
                               pairs, M, S, C, K, T,
                               (prev + <size_t>start * M * C) if prev != NULL else NULL,
                               &codes[start, 0], &errors[start], zbufs + tid * z_stride, gbufs + tid * g_stride,
-                              beam_floats + tid * bf_stride, beam_ints + tid * bi_stride)
+                              beam_floats + tid * bf_stride, beam_ints + tid * bi_stride, isa, portable_fma)
     finally:
         free(zbufs)
         free(gbufs)
@@ -300,13 +364,19 @@ def encode_beam(const float[:, ::1] X,               # IN (n, P)
 # Products over many rows, in parallel, with results independent of the number of threads.
 
 cdef enum:
-    # Rows per sgemm call in matmul_rows and accumulate_xty: enough rows that each call runs near BLAS peak, few
-    # enough that a training set splits into many tasks for the threads. The chunks are fixed row ranges, so which
-    # thread computes one never changes its result.
+    # Rows per sgemm call in matmul_rows: enough rows that each call runs near BLAS peak, few enough that a training
+    # set splits into many tasks for the threads. The chunks are fixed row ranges, so which thread computes one never
+    # changes its result.
     PRODUCT_CHUNK = 1024
-    # accumulate_xty sums X^T Y over this many fixed slices of rows, each in float64 and in row order, then adds the
-    # slices in order: the result is the same for any number of threads, and memory is SLICES * P * Q doubles.
-    XTY_SLICES = 8
+    # code_sums sums over at most this many fixed slices of rows, each in float64 and in row order, then adds the
+    # slices in order. A slice has at least SUM_SLICE_ROWS and SUM_ROWS_PER_WORD * K rows (its K x P sums per byte
+    # position are worth zeroing and adding), and the slices hold at most SUM_SLICE_BYTES (SLICES * W*K*P doubles).
+    # The number of slices depends on the shapes only, so the result is the same for any number of threads.
+    SUM_SLICES = 8
+    SUM_SLICE_ROWS = 2048
+    SUM_ROWS_PER_WORD = 16
+    # code_sums gives each task a group of byte positions whose sums (group*K x P doubles) fill about this much cache.
+    SUM_BLOCK_BYTES = 256 * 1024
 
 
 def matmul_rows(const float[:, ::1] X,      # IN (n, P)
@@ -326,50 +396,6 @@ def matmul_rows(const float[:, ::1] X,      # IN (n, P)
         start = chunk * PRODUCT_CHUNK
         count = <int>(n - start) if n - start < PRODUCT_CHUNK else PRODUCT_CHUNK
         _gemm(count, Q, P, &X[start, 0], P, False, &B[0, 0], Q, &out[start, 0], Q)
-
-
-def accumulate_xty(const float[:, ::1] X,   # IN (n, P)
-                   const float[:, ::1] Y,   # IN (n, Q)
-                   double[:, ::1] out,      # OUT (P, Q) = X^T Y
-                   int n_threads):
-    """X^T Y over all rows: float32 products of PRODUCT_CHUNK rows, summed in float64 (deterministic)."""
-    cdef Py_ssize_t n = X.shape[0]
-    cdef int P = X.shape[1]
-    cdef int Q = Y.shape[1]
-    cdef Py_ssize_t slice_rows = (n + XTY_SLICES - 1) // XTY_SLICES
-    cdef int sl, rows_here
-    cdef Py_ssize_t start, stop, j, PQ = <Py_ssize_t>P * Q
-    cdef Py_ssize_t part_stride = _slice_items(PQ)  # a slice of `parts` per thread
-    cdef double *acc = NULL
-    cdef float *parts = NULL
-    cdef float *part
-    if n_threads < 1:
-        n_threads = 1
-    try:
-        acc = <double *>_alloc(XTY_SLICES * PQ * sizeof(double), "accumulate_xty's float64 sums of the slices")
-        parts = <float *>_alloc(<size_t>n_threads * part_stride * sizeof(float),
-                                "accumulate_xty's float32 products of a chunk (per thread)")
-        memset(acc, 0, XTY_SLICES * PQ * sizeof(double))
-        with nogil, parallel(num_threads=n_threads):
-            part = parts + threadid() * part_stride
-            for sl in prange(XTY_SLICES, schedule='static'):
-                start = sl * slice_rows
-                stop = start + slice_rows if start + slice_rows < n else n
-                while start < stop:
-                    rows_here = <int>(stop - start) if stop - start < PRODUCT_CHUNK else PRODUCT_CHUNK
-                    # part (P x Q) = X[start:start+rows]^T (rows x P, transposed) @ Y[start:start+rows] (rows x Q)
-                    _gemm(P, Q, rows_here, &X[start, 0], P, True, &Y[start, 0], Q, part, Q)
-                    for j in range(PQ):
-                        acc[sl * PQ + j] += part[j]
-                    start = start + rows_here
-        for j in range(PQ):
-            out[j // Q, j % Q] = 0
-        for sl in range(XTY_SLICES):
-            for j in range(PQ):
-                out[j // Q, j % Q] += acc[sl * PQ + j]
-    finally:
-        free(acc)
-        free(parts)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -460,6 +486,95 @@ def normal_equations(const uint8_t[:, ::1] codes,    # IN (n, M*C)
                 for c2 in range(C):
                     gram[m, r, c2 * K + codes[i, m * C + c2]] += 1.0
 
+
+
+cdef Py_ssize_t SUM_SLICE_BYTES = 64 * 1024 * 1024
+
+
+def code_sums(const uint8_t[:, ::1] codes,   # IN (n, W)
+              const float[:, ::1] X,         # IN (n, P)
+              int n_codewords,
+              double[:, ::1] out,            # OUT (W*K, P): out[w*K + k] = the sum of the rows X[i] with codes[i, w] == k
+              int n_threads):
+    """The sum of the vectors that use each word, in float64: B^T X for the n x W*K binary matrix B of the codes.
+
+    Training gets every product it needs from these sums: X^T Zhat = sum over words of (sum of its rows)^T word
+    (Procrustes), and B_m^T Z_m = (B_m^T X) R_pad[:, block m] (the right-hand sides of the normal equations).
+    Tasks are (slice of rows, group of byte positions): each sums its slice's rows in row order, and the slices are
+    then added in slice order, so the result is the same for any n_threads.
+    """
+    cdef Py_ssize_t n = X.shape[0]
+    cdef int P = X.shape[1]
+    cdef int W = codes.shape[1]
+    cdef int K = n_codewords
+    cdef Py_ssize_t KP = <Py_ssize_t>K * P
+    cdef Py_ssize_t WKP = W * KP
+    cdef Py_ssize_t min_rows = SUM_ROWS_PER_WORD * K if SUM_ROWS_PER_WORD * K > SUM_SLICE_ROWS else SUM_SLICE_ROWS
+    cdef Py_ssize_t n_slices = n // min_rows
+    cdef Py_ssize_t slice_rows, start, stop, j, sl, task
+    # Byte positions per task: their WB*K x P sums fill about SUM_BLOCK_BYTES.
+    cdef int WB = <int>(SUM_BLOCK_BYTES // (KP * <Py_ssize_t>sizeof(double))) if KP > 0 else 1
+    cdef int n_groups, w0, wb
+    cdef double *acc = NULL
+    cdef double *flat = &out[0, 0] if W > 0 and P > 0 else NULL
+    cdef double *sums
+    cdef double total
+    if WB < 1:
+        WB = 1
+    if WB > W:
+        WB = W
+    n_groups = (W + WB - 1) // WB if W > 0 else 0
+    if n_slices > SUM_SLICES:
+        n_slices = SUM_SLICES
+    if n_slices > SUM_SLICE_BYTES // (WKP * <Py_ssize_t>sizeof(double) + 1):
+        n_slices = SUM_SLICE_BYTES // (WKP * <Py_ssize_t>sizeof(double) + 1)
+    if n_slices < 1:
+        n_slices = 1
+    slice_rows = (n + n_slices - 1) // n_slices
+    if flat == NULL:
+        return
+    try:
+        # Slice 0 sums straight into out, the others into acc; then out += acc[0], acc[1], ... in slice order.
+        acc = <double *>_alloc(<size_t>(n_slices - 1) * WKP * sizeof(double), "code_sums' float64 sums of the slices")
+        for task in prange(n_slices * n_groups, nogil=True, num_threads=n_threads, schedule='dynamic'):
+            sl = task // n_groups
+            w0 = <int>(task % n_groups) * WB
+            wb = W - w0 if W - w0 < WB else WB
+            sums = (flat if sl == 0 else acc + (sl - 1) * WKP) + w0 * KP
+            memset(sums, 0, wb * KP * sizeof(double))
+            start = sl * slice_rows
+            stop = start + slice_rows if start + slice_rows < n else n
+            if start < stop:
+                ock_add_rows_to_words(sums, &X[start, 0], stop - start, P, &codes[start, w0], W, wb, K)
+        if n_slices > 1:
+            for j in prange(WKP, nogil=True, num_threads=n_threads, schedule='static'):
+                total = flat[j]
+                for sl in range(n_slices - 1):
+                    total = total + acc[sl * WKP + j]
+                flat[j] = total
+    finally:
+        free(acc)
+
+
+def code_gram(const uint8_t[:, ::1] codes,   # IN (n, M*C)
+              int n_codebooks, int n_codewords,
+              double[:, :, ::1] gram,        # OUT (M, C*K, C*K): B_m^T B_m (co-occurrence counts)
+              int n_threads):
+    """The Gram matrices of the normal equations: gram[m, c*K + k, c2*K + k2] = #rows whose code uses word k of
+    codebook c and word k2 of codebook c2 in subspace m (exact counts). One subspace per task."""
+    cdef Py_ssize_t n = codes.shape[0]
+    cdef int M = gram.shape[0]
+    cdef int C = n_codebooks
+    cdef int K = n_codewords
+    cdef int m, c, c2, r
+    cdef Py_ssize_t i
+    for m in prange(M, nogil=True, num_threads=n_threads, schedule='dynamic'):
+        memset(&gram[m, 0, 0], 0, <size_t>C * K * C * K * sizeof(double))
+        for i in range(n):
+            for c in range(C):
+                r = c * K + codes[i, m * C + c]
+                for c2 in range(C):
+                    gram[m, r, c2 * K + codes[i, m * C + c2]] += 1.0
 
 
 def max_abs(const float[::1] values):   # IN (n,)

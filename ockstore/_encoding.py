@@ -2,11 +2,12 @@
 encoding (docs/ARCHITECTURE.md, "Indexes"). Shared by the in-memory ``Index`` and the file writer, so that both
 encode the same vectors into the same bytes.
 
-    codes   (n, M*C) uint8   the code of each vector
-    norms   (n,) float32     ||x_hat||^2 of each code, when norm_encoding == "f32"
+    codes   (n, M*C) uint8   the code of each vector (of its residual x - c_l for an inverted file)
+    norms   (n,) float32     ||x_hat||^2 of each code, when norm_encoding == "f32" (for an inverted file the norm of
+                             the whole reconstruction c_l + R z_hat)
             (n,) uint8       its one-byte code, when norm_encoding == "u8": the term used is quantizer.norm_levels[code]
             absent           when norm_encoding == "none" (C = 1: PQ and CKM need no norm term; metrics "ip" and
-                             "cosine" need none either)
+                             "cosine" need none either; an inverted file with metric "l2" always needs one)
     vectors (n, P) float16, float32 or uint8: the vectors themselves, as given, when the index stores them for
             exact re-ranking (``store_vectors``)
 """
@@ -18,11 +19,12 @@ import numpy as np
 from ._codec import scalar_encode
 from ._validation import check_choice, to_float32_rows
 from .errors import NotFittedError
+from .ivf import IVF
 from .quantizers import Quantizer
 
 __all__ = ["NORM_ENCODINGS", "NORM_DTYPES", "DEFAULT_NORM_ENCODING", "BUILD_CHUNK", "STORE_VECTORS",
-           "STORED_VECTOR_DTYPES", "check_fitted_quantizer", "resolve_norm_encoding", "check_store_vectors",
-           "vectors_for_storage", "encode_rows"]
+           "STORED_VECTOR_DTYPES", "check_fitted_quantizer", "check_fitted_model", "resolve_norm_encoding",
+           "check_store_vectors", "vectors_for_storage", "encode_rows", "encode_ivf_rows"]
 
 NORM_ENCODINGS = ("f32", "u8", "none")
 NORM_DTYPES = {"f32": np.dtype("<f4"), "u8": np.dtype("<u1")}
@@ -45,6 +47,9 @@ BUILD_CHUNK = 65536
 
 def check_fitted_quantizer(quantizer):
     """``quantizer`` when it is a fitted PQ, CKM, ECKM or OCKM; TypeError or NotFittedError naming it otherwise."""
+    if isinstance(quantizer, IVF):
+        raise TypeError("quantizer: an IVF makes an inverted-file index: build it with Index.from_vectors, "
+                        "IndexWriter or build_index (ockstore.ivf_index.IVFIndex), not with the flat Index")
     if not isinstance(quantizer, Quantizer):
         raise TypeError(f"quantizer must be a PQ, CKM, ECKM or OCKM instance, got {type(quantizer).__name__}")
     if not quantizer.is_fitted:
@@ -52,10 +57,25 @@ def check_fitted_quantizer(quantizer):
     return quantizer
 
 
+def check_fitted_model(quantizer):
+    """``quantizer`` when it is a fitted PQ, CKM, ECKM, OCKM or IVF (what index files are made with); TypeError or
+    NotFittedError naming it otherwise."""
+    if isinstance(quantizer, IVF):
+        if not quantizer.is_fitted:
+            raise NotFittedError("quantizer: this IVF is not fitted yet: call fit(X) first")
+        quantizer._check_fitted()
+        return quantizer
+    if not isinstance(quantizer, Quantizer):
+        raise TypeError(f"quantizer must be a PQ, CKM, ECKM, OCKM or IVF instance, got {type(quantizer).__name__}")
+    return check_fitted_quantizer(quantizer)
+
+
 def resolve_norm_encoding(quantizer, norm_encoding):
     """None means the default for the quantizer: DEFAULT_NORM_ENCODING for L2 with C >= 2, "none" otherwise (C = 1,
-    or metric "ip" / "cosine", whose scores need no norm term)."""
-    C = quantizer.n_codebooks
+    or metric "ip" / "cosine", whose scores need no norm term). An IVF with metric "l2" always needs the norm term
+    (that of the whole reconstruction c_l + R z_hat, whatever C): "u8" by default, "none" refused."""
+    is_ivf = isinstance(quantizer, IVF)
+    C = 2 if is_ivf else quantizer.n_codebooks
     needs_norm = C > 1 and quantizer.metric == "l2"
     if norm_encoding is None:
         return DEFAULT_NORM_ENCODING if needs_norm else "none"
@@ -63,6 +83,9 @@ def resolve_norm_encoding(quantizer, norm_encoding):
     if quantizer.metric != "l2" and norm_encoding != "none":
         raise ValueError(f"norm_encoding must be 'none' (or None) for metric {quantizer.metric!r}: inner products "
                          f"need no norm term, got {norm_encoding!r}")
+    if is_ivf and needs_norm and norm_encoding == "none":
+        raise ValueError("norm_encoding must be 'f32' or 'u8' for an IVF with metric 'l2': its distances need the "
+                         "norm term of the whole reconstruction, got 'none'")
     if C == 1 and norm_encoding != "none":
         raise ValueError(f"norm_encoding must be 'none' (or None) for {type(quantizer).__name__} with one codebook "
                          f"per subspace: its tables hold the whole distance, got {norm_encoding!r}")
@@ -115,3 +138,12 @@ def encode_rows(quantizer, X, norm_encoding, n_threads, first_row=0):
         return codes, None
     sq = quantizer.code_norms(codes, n_threads=n_threads)
     return codes, (sq if norm_encoding == "f32" else scalar_encode(sq, quantizer.norm_levels))
+
+
+def encode_ivf_rows(ivf, X, norm_encoding, n_threads, first_row=0):
+    """``encode_rows`` for an IVF: ``(lists (n,) int32, codes (n, M*C) uint8, norms (n,) or None)``; the norm term is
+    that of the whole reconstruction, ||c_l + R z_hat||^2, its one-byte code through ``ivf.norm_levels``."""
+    lists, codes, sq = ivf._encode_rows(X, n_threads, first_row, norms=norm_encoding != "none")
+    if norm_encoding == "none":
+        return lists, codes, None
+    return lists, codes, (sq if norm_encoding == "f32" else scalar_encode(sq, ivf.norm_levels))

@@ -14,6 +14,7 @@ from libc.stdlib cimport free
 from libc.string cimport memcpy, memset
 
 from ockstore._scratch cimport _alloc, _slice_items
+from ockstore._topk cimport _id_of, _worse
 
 cdef extern from "_tables.h" nogil:
     enum: OCK_PANEL
@@ -70,18 +71,6 @@ cdef extern from *:
     }
     """
     uint64_t _load_bytes8 "ock_load_bytes8"(const uint8_t *p) noexcept nogil
-
-
-cdef inline int64_t _id_of(const int64_t *ids, int64_t row) noexcept nogil:
-    """The id of a row (its row number when ids is NULL); -1 for the empty slot of a heap (row -1)."""
-    if row < 0:
-        return -1
-    return ids[row] if ids != NULL else row
-
-
-cdef inline bint _worse(float d1, int64_t r1, float d2, int64_t r2, const int64_t *ids) noexcept nogil:
-    """(d1, row r1) ranks after (d2, row r2): a larger distance, or an equal one and a larger id."""
-    return d1 > d2 or (d1 == d2 and _id_of(ids, r1) > _id_of(ids, r2))
 
 
 cdef void _heap_replace_top(float *hd, int64_t *hr, int k, float d, int64_t row,

@@ -47,14 +47,17 @@ def _log(verbose, message):
         print(f"[ockstore] {message}", file=sys.stderr, flush=True)
 
 
-def _procrustes(X, Zhat, layout, n_threads):
-    """The orthogonal R minimising ||X - Zhat R^T||_F: R = U V^T from the SVD of X^T Zhat (summed in float64)."""
-    P = X.shape[1]
-    A_padded = np.empty((P, Zhat.shape[1]), dtype=np.float64)
-    _codec_kernels.accumulate_xty(X, Zhat, A_padded, n_threads)
-    U, _, Vt = scipy.linalg.svd(A_padded[:, layout.padded_columns], lapack_driver="gesvd")
+def _procrustes(A_padded, layout):
+    """The orthogonal R minimising ||X - Zhat R^T||_F, from A_padded = X^T Zhat (P, M*S) float64 (padding columns
+    included): R = U V^T from the SVD of X^T Zhat."""
+    A = A_padded[:, layout.padded_columns]
+    try:
+        # Divide and conquer: 2.5x (P = 128) to 10x (P = 384) faster than gesvd, as accurate.
+        U, _, Vt = scipy.linalg.svd(A, lapack_driver="gesdd", check_finite=False)
+    except np.linalg.LinAlgError:
+        # gesdd can fail to converge where the QR iteration of gesvd still does.
+        U, _, Vt = scipy.linalg.svd(A, lapack_driver="gesvd", check_finite=False)
     return (U @ Vt).astype(np.float32)
-
 
 
 def _solve_codebooks(gram, rhs, C, K, shared):
@@ -97,22 +100,22 @@ def _pinv_solve(gram, rhs):
         return Vk @ ((Vk.T @ rhs) / w[keep, None])
 
 
-def _reseed_unused(words, used, Zp, codes, rng):
+def _reseed_unused(words, used, X, rot_pad, codes, rng):
     """Give every unused word a new value: the vector its codebook would have to add to a random training vector.
 
     An unused word does not enter the objective, so any value keeps it unchanged; the residual of a random vector
-    (its subvector minus the words of the other codebooks in its code) gives the word a chance to be chosen by the
-    next encoding, as k-means re-seeds empty clusters.
+    (its rotated subvector minus the words of the other codebooks in its code) gives the word a chance to be chosen
+    by the next encoding, as k-means re-seeds empty clusters.
     """
     M, C, K, S = words.shape
-    n = Zp.shape[0]
+    n = X.shape[0]
     for m in range(M):
         for c in range(C):
             empty = np.flatnonzero(~used[m, c])
             if empty.size == 0:
                 continue
             rows = rng.choice(n, size=empty.size, replace=empty.size > n)
-            target = Zp[rows, m * S:(m + 1) * S].astype(np.float64)
+            target = rotate(X[rows], rot_pad, 1)[:, m * S:(m + 1) * S].astype(np.float64)
             for c2 in range(C):
                 if c2 != c:
                     target -= words[m, c2, codes[rows, m * C + c2]]
@@ -172,26 +175,35 @@ def _lloyd(Y, layout, words, n_iter, rng, n_threads):
     return words
 
 
-def _update_rotation_and_codebooks(X, codes, tables, layout, learn_rotation, shared_codebook, rng, n_threads,
-                                   Zp, Zhat):
+def _update_rotation_and_codebooks(X, codes, tables, layout, learn_rotation, shared_codebook, rng, n_threads):
     """With the codes fixed: R by orthogonal Procrustes (when learned), then every codebook by least squares.
 
-    Zp and Zhat are (n, M*S) float32 work buffers. Returns (rotation or None, codebooks (M, C, K, S) float32).
+    Both steps need only the sum of the training vectors that use each word, G = B^T X ((M*C*K, P), float64, one
+    pass over the rows): X^T Zhat = sum over words of G[word]^T word (Procrustes), and the right-hand sides of the
+    normal equations B_m^T Z_m = G_m R_pad[:, block m] with the new rotation. Neither the reconstructions nor the
+    rotated vectors are formed. Returns (rotation or None, codebooks (M, C, K, S) float32).
     """
-    n = X.shape[0]
+    n, P = X.shape
     M, C, K, S = tables.words.shape
+    CK = C * K
+    sums = np.empty((M * CK, P), dtype=np.float64)
+    _codec_kernels.code_sums(codes, X, K, sums, n_threads)
+    sums = sums.reshape(M, CK, P)
     rotation = None
     if learn_rotation:
-        _codec_kernels.decode_rotated(codes, tables.words, Zhat, n_threads)
-        rotation = _procrustes(X, Zhat, layout, n_threads)
-    _codec_kernels.matmul_rows(X, layout.pad_rotation(rotation), Zp, n_threads)
-    gram = np.empty((M, C * K, C * K), dtype=np.float64)
-    rhs = np.empty((M, C * K, S), dtype=np.float64)
-    _codec_kernels.normal_equations(codes, Zp, C, K, gram, rhs, n_threads)
+        words = tables.words.astype(np.float64).reshape(M, CK, S)
+        A_padded = np.empty((P, M * S), dtype=np.float64)
+        for m in range(M):
+            A_padded[:, m * S:(m + 1) * S] = sums[m].T @ words[m]
+        rotation = _procrustes(A_padded, layout)
+    rot_pad = layout.pad_rotation(rotation).astype(np.float64)
+    gram = np.empty((M, CK, CK), dtype=np.float64)
+    _codec_kernels.code_gram(codes, C, K, gram, n_threads)
     words = np.empty((M, C, K, S), dtype=np.float64)
     used = np.empty((M, C, K), dtype=bool)
     for m in range(M):
-        words[m], used[m] = _solve_codebooks(gram[m], rhs[m], C, K, shared_codebook)
+        rhs = sums[m] @ rot_pad[:, m * S:(m + 1) * S]
+        words[m], used[m] = _solve_codebooks(gram[m], rhs, C, K, shared_codebook)
     if not used.all():
         if shared_codebook:
             # One codebook: re-seed its unused words from random subvectors.
@@ -199,9 +211,9 @@ def _update_rotation_and_codebooks(X, codes, tables, layout, learn_rotation, sha
                 empty = np.flatnonzero(~used[m, 0])
                 if empty.size:
                     rows = rng.choice(n, size=empty.size, replace=empty.size > n)
-                    words[m, :, empty] = Zp[rows, m * S:(m + 1) * S][:, None, :]
+                    words[m, :, empty] = rotate(X[rows], layout.pad_rotation(rotation), 1)[:, None, m * S:(m + 1) * S]
         else:
-            _reseed_unused(words, used, Zp, codes, rng)
+            _reseed_unused(words, used, X, layout.pad_rotation(rotation), codes, rng)
     for m, size in enumerate(layout.sizes):
         words[m, :, :, size:] = 0.0  # padding dimensions stay exactly zero
     return rotation, words.astype(np.float32)
@@ -233,15 +245,12 @@ def train(X, *, n_subspaces, n_codebooks, n_codewords, beam_width, n_iter, tol, 
     _log(verbose, f"{name} init: objective {history[0]:.6g} ({time.perf_counter() - t0:.2f}s)")
     stop_reason = f"reached n_iter={n_iter}"
 
-    Zp = np.empty((n, M * S), dtype=np.float32)    # rotated training vectors, reused every iteration
-    Zhat = np.empty((n, M * S), dtype=np.float32)  # their reconstructions, reused every iteration
     with blas_single_thread():
         for it in range(1, n_iter + 1):
             new_rotation, new_words = _update_rotation_and_codebooks(
-                X, codes, tables, layout, learn_rotation, shared_codebook, rng, n_threads, Zp, Zhat)
+                X, codes, tables, layout, learn_rotation, shared_codebook, rng, n_threads)
             new_tables = CodecTables(layout, new_rotation, new_words)
-            # Zp holds X rotated by new_rotation: the last update computed it.
-            new_codes, new_errors = new_tables.encode(Zp, T, n_threads, prev_codes=codes, rotated=True)
+            new_codes, new_errors = new_tables.encode(X, T, n_threads, prev_codes=codes)
             objective = float(new_errors.mean(dtype=np.float64))
             if objective > history[-1]:
                 stop_reason = f"iteration {it} did not lower the objective (rounding); it was undone"

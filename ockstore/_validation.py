@@ -26,6 +26,7 @@ __all__ = [
     "resolve_n_threads",
     "as_codes",
     "as_ids",
+    "as_list_ids",
 ]
 
 
@@ -249,3 +250,24 @@ def as_ids(ids, name="ids", *, n=None, matrix=False, missing_ok=False, values=Tr
     if out.size and int(out.min()) < lowest:
         raise ValueError(f"{name} must be >= {lowest} (-1 means 'no result'), found {int(out.min())}")
     return out
+
+
+def as_list_ids(list_ids, name, n_lists, n=None):
+    """Check the list ids of an inverted file: integers of shape (n,) (or a scalar, one row), each in
+    0..n_lists-1; returns (C-contiguous int64 1-D, was_scalar)."""
+    arr = list_ids if isinstance(list_ids, np.ndarray) else np.asarray(list_ids)
+    if arr.size == 0 and arr.dtype.kind == "f" and not isinstance(list_ids, np.ndarray):
+        arr = arr.astype(np.int64)  # an empty list has no integer dtype of its own
+    if arr.dtype.kind == "b" or arr.dtype.kind not in "iu":
+        raise TypeError(f"{name} must be an integer array (list ids), got dtype {arr.dtype}")
+    was_scalar = arr.ndim == 0
+    if was_scalar:
+        arr = arr.reshape(1)
+    if arr.ndim != 1 or (n is not None and arr.shape[0] != n):
+        expected = f"({'n' if n is None else n},)"
+        raise ValueError(f"{name} must have shape {expected}, got {np.shape(list_ids)}")
+    if arr.size:
+        lo, hi = int(arr.min()), int(arr.max())
+        if lo < 0 or hi >= n_lists:
+            raise ValueError(f"{name} holds values outside 0..{n_lists - 1} (found {lo}..{hi})")
+    return np.ascontiguousarray(arr, dtype=np.int64), was_scalar

@@ -68,7 +68,10 @@ class Index:
     """
 
     def __init__(self, quantizer, codes, norms, ids, norm_encoding, *, vectors=None, _resource=None):
-        quantizer = check_fitted_quantizer(quantizer)
+        self._attach(check_fitted_quantizer(quantizer), codes, norms, ids, norm_encoding, vectors, _resource)
+
+    def _attach(self, quantizer, codes, norms, ids, norm_encoding, vectors, _resource):
+        """Check and keep the arrays of a fitted model (``__init__`` of this class and of IVFIndex)."""
         norm_encoding = resolve_norm_encoding(quantizer, check_choice(norm_encoding, "norm_encoding",
                                                                        NORM_ENCODINGS))
         codes = _check_array(codes, "codes", np.uint8, (None, quantizer.code_size))
@@ -130,7 +133,17 @@ class Index:
             only when every value is within +-65504.
         n_threads : int or None
             Threads for encoding; None means all cores.
+
+        With an IVF as ``quantizer`` the result is an inverted-file index (``ockstore.ivf_index.IVFIndex``): rows
+        are stored list after list, and ``norm_encoding`` "none" is refused for metric "l2".
         """
+        from .ivf import IVF  # the inverted file builds on this module, not the other way
+
+        if isinstance(quantizer, IVF) and cls is Index:
+            from .ivf_index import IVFIndex
+
+            return IVFIndex.from_vectors(quantizer, X, ids, norm_encoding=norm_encoding,
+                                         store_vectors=store_vectors, n_threads=n_threads)
         quantizer = check_fitted_quantizer(quantizer)
         norm_encoding = resolve_norm_encoding(quantizer, norm_encoding)
         store_vectors = check_store_vectors(store_vectors)
@@ -285,7 +298,7 @@ class Index:
         file adds format_version (the file's, e.g. "1.0"), has_ids, metadata (the user dict, a copy) and path.
         """
         self._check_open()
-        info = {"N": len(self), **_quantizer_summary(self._quantizer), "norm_encoding": self._norm_encoding,
+        info = {"N": len(self), **self._model_summary(), "norm_encoding": self._norm_encoding,
                 "store_vectors": self.store_vectors, "bytes_per_vector": self.bytes_per_vector}
         if self._file is not None:
             major, minor = self._file.version
@@ -294,6 +307,10 @@ class Index:
             info["metadata"] = storage.canonical_metadata(self._metadata)
             info["path"] = self._file.path
         return info
+
+    def _model_summary(self):
+        """The part of info() that describes the model (IVFIndex adds its lists)."""
+        return _quantizer_summary(self._quantizer)
 
     # ------------------------------------------------------------------------------------------------ files
     def save(self, path, metadata=None):
@@ -369,7 +386,7 @@ class Index:
                                         f"section 'ids': row {start + row} holds {int(block[row])}, ids must be >= 0")
 
     # ----------------------------------------------------------------------------------------------------- search
-    def search(self, Q, k, *, distance="adc", rerank=None, vectors=None, allow=None, n_threads=None):
+    def search(self, Q, k, *, distance="adc", rerank=None, vectors=None, allow=None, n_threads=None, n_probe=None):
         """The k best base vectors of each query, by an exhaustive scan of the codes.
 
         Parameters
@@ -399,6 +416,9 @@ class Index:
             serves every query of the call.
         n_threads : int or None
             None means all cores. Results do not depend on it.
+        n_probe : None
+            Only inverted-file indexes (``IVFIndex.search``) probe lists; a flat index scans every code, and any
+            other value raises ValueError.
 
         Returns
         -------
@@ -411,6 +431,27 @@ class Index:
             searched alone or in a batch.
         """
         self._check_open()
+        if n_probe is not None:
+            raise ValueError("n_probe applies to inverted-file (IVF) indexes only: this index is flat and scans every "
+                             "code; leave n_probe out")
+        Q, was_1d, k, distance, rerank, vectors, bitmap, threads = self._search_arguments(
+            Q, k, distance, rerank, vectors, allow, n_threads)
+        tables = self._tables
+        if tables is None:  # first search: two threads may both build them; one is kept
+            tables = self._tables = _search.QueryTables(self._quantizer)
+        norm_term = tables.uses_norm_term
+        D, rows = _search.search_codes(
+            tables, Q, k if rerank is None else rerank, self._codes, self._ids, distance=distance,
+            norms=self._norms if norm_term and self._norm_encoding == "f32" else None,
+            norm_codes=self._norms if norm_term and self._norm_encoding == "u8" else None,
+            norm_levels=self._norm_levels, allow=bitmap, n_threads=threads,
+        )
+        return self._search_results(Q, was_1d, k, D, rows, rerank, vectors)
+
+    def _search_arguments(self, Q, k, distance, rerank, vectors, allow, n_threads):
+        """The checked arguments of a search (shared with IVFIndex.search): (Q prepared float32 (nq, P), was_1d, k,
+        distance, rerank (the candidates the scan keeps, or None), vectors for re-ranking or None, the row bitmap
+        of ``allow`` or None, threads)."""
         N = self._codes.shape[0]
         k = check_k(k, N)
         distance = check_choice(distance, "distance", ("adc", "sdc"))
@@ -430,22 +471,16 @@ class Index:
             mask = _search_options.allow_bitmap(allow, N, self._ids, self._ids_lookup)
             if not mask.all():
                 bitmap = _search.rows_bitmap(mask)
-        tables = self._tables
-        if tables is None:  # first search: two threads may both build them; one is kept
-            tables = self._tables = _search.QueryTables(self._quantizer)
-        norm_term = tables.uses_norm_term
-        D, rows = _search.search_codes(
-            tables, Q, k if rerank is None else rerank, self._codes, self._ids, distance=distance,
-            norms=self._norms if norm_term and self._norm_encoding == "f32" else None,
-            norm_codes=self._norms if norm_term and self._norm_encoding == "u8" else None,
-            norm_levels=self._norm_levels, allow=bitmap, n_threads=threads,
-        )
+        return Q, was_1d, k, distance, rerank, vectors, bitmap, threads
+
+    def _search_results(self, Q, was_1d, k, D, rows, rerank, vectors):
+        """What search returns, from the scan's (D, rows): re-ranked, rows mapped to ids, scores for "ip"/"cosine"."""
         metric = self._quantizer.metric
         if rerank is not None:
             D, I = _search_options.rerank_exact(Q, rows, vectors, metric, self._ids, k)
         else:
             I = rows
-            if self._ids is not None and N > 0:
+            if self._ids is not None and self._codes.shape[0] > 0:
                 I = self._ids[rows]  # row -1 (padding) takes the last id here, and gets -1 back below
                 np.putmask(I, rows < 0, -1)
             if metric != "l2":
@@ -463,6 +498,11 @@ class Index:
 
 
 def _quantizer_summary(q):
-    """P, method, metric, M, C, K, T, bits of a fitted quantizer (the part of info() that describes the model)."""
+    """P, method, metric, M, C, K, T, bits of a fitted quantizer (the part of info() that describes the model); for an
+    IVF those of its fine quantizer, then n_lists."""
+    from .ivf import IVF  # the inverted file builds on the quantizers, not on this module
+
+    if isinstance(q, IVF):
+        return {**_quantizer_summary(q.quantizer), "n_lists": int(q.n_lists)}
     return {"P": int(q.dim), "method": q.method, "metric": q.metric, "M": int(q.n_subspaces), "C": int(q.n_codebooks),
             "K": int(q.n_codewords), "T": int(q.beam_width), "bits": int(q.bits)}

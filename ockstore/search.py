@@ -41,7 +41,8 @@ import numpy as np
 from . import _search_kernels
 from ._validation import resolve_n_threads
 
-__all__ = ["QueryTables", "search_codes", "rows_bitmap", "panels", "LUT_SLOTS"]
+__all__ = ["QueryTables", "search_codes", "rows_bitmap", "panels", "LUT_SLOTS", "TABLE_L2_NORM_TERM", "TABLE_L2_WHOLE",
+           "TABLE_NEG_DOT"]
 
 # Table slots per code byte, whatever K is: a byte can only index 0..255, so the scan never reads past a table.
 LUT_SLOTS = _search_kernels.TABLE_SLOTS
@@ -87,13 +88,16 @@ class QueryTables:
     quantizer : fitted Quantizer
         Its ``_tables`` (``rot_pad`` (P, M*S), ``words_t`` (M, S, C*K), ``words`` (M, C, K, S)) and its ``metric``
         are read once; the quantizer must not be refitted while these tables are in use.
+    kind : TABLE_L2_NORM_TERM, TABLE_L2_WHOLE, TABLE_NEG_DOT or None
+        None: the kind the quantizer's metric and C call for. An inverted file asks for TABLE_L2_NORM_TERM with
+        metric "l2" whatever C is: its stored norm term (of the whole reconstruction) completes every distance.
 
     ``model`` holds the rotation and the words in float32 as the model holds them (the table kernel widens each value
     to float64, _tables.h), in panels; ``words`` in float64 serves SDC's reconstructions of the queries.
     No input validation in this class: callers pass fitted quantizers and checked queries.
     """
 
-    def __init__(self, quantizer):
+    def __init__(self, quantizer, kind=None):
         tables = quantizer._tables
         M, C, K, S = tables.words.shape
         self.n_subspaces, self.n_codebooks, self.n_codewords, self.sub_dim = M, C, K, S
@@ -102,13 +106,17 @@ class QueryTables:
         self.metric = quantizer.metric
         self.words = np.ascontiguousarray(tables.words, dtype=np.float64)              # (M, C, K, S)
         # ||d[m, k]||^2 in float64, for the classic C = 1 table.
-        word_sqnorms = np.einsum("mcks,mcks->mck", self.words, self.words).reshape(M, C * K)
-        if self.metric != "l2":
+        self.word_sqnorms = np.einsum("mcks,mcks->mck", self.words, self.words).reshape(M, C * K)
+        if kind is not None:
+            self.kind = kind
+        elif self.metric != "l2":
             self.kind = TABLE_NEG_DOT
         else:
             self.kind = TABLE_L2_WHOLE if C == 1 else TABLE_L2_NORM_TERM
-        words = np.stack([panels(w) for w in np.asarray(tables.words_t, dtype=np.float32)])   # (M, S*C*K)
-        self.model = _search_kernels.TableModel(panels(tables.rot_pad), words, word_sqnorms, C, S, self.kind)
+        # The arrays of the table kernel (also read by the inverted file's kernel, which computes its tables itself).
+        self.rot_panels = panels(tables.rot_pad)                                                   # (P * M*S,)
+        self.word_panels = np.stack([panels(w) for w in np.asarray(tables.words_t, dtype=np.float32)])  # (M, S*C*K)
+        self.model = _search_kernels.TableModel(self.rot_panels, self.word_panels, self.word_sqnorms, C, S, self.kind)
 
     @property
     def uses_norm_term(self) -> bool:

@@ -298,7 +298,8 @@ def test_search_errors_are_those_of_the_collection_search(client, X, q, tmp_path
     od.build_collection(tmp_path / "c", q, da.from_array(X[:500], chunks=250), client=client).close()
     Q = X[:3]
     cases = [(ValueError, "k", dict(k=0)), (TypeError, "k", dict(k=2.5)), (ValueError, "distance", dict(distance="x")),
-             (TypeError, "unexpected keyword argument 'n_probe'", dict(n_probe=3)),
+             (ValueError, "n_probe applies to inverted-file", dict(n_probe=3)),
+             (TypeError, "unexpected keyword argument 'probes'", dict(probes=3)),
              (ValueError, "rerank needs the original vectors", dict(rerank=20)),
              (ValueError, "rerank = 3 must be >= k", dict(rerank=3, vectors=X)),
              (TypeError, "boolean mask", dict(allow=np.ones(500, dtype=bool))), (ValueError, "n_threads",

@@ -60,11 +60,15 @@ class _Searched:
             raise
         finally:  # search a file that failed verify too: a corrupt file that opens must not crash a search
             queries = np.linspace(-2.0, 2.0, 3 * self.index.dim, dtype=np.float32).reshape(3, self.index.dim)
+            probes = [{}]
+            if isinstance(self.index, ockstore.IVFIndex):  # an inverted file: every list scanned too
+                probes.append({"n_probe": self.index.n_lists})
             for distance in ("adc", "sdc"):
-                D, I = self.index.search(queries, 4, distance=distance, n_threads=1)
-                if D.shape != (3, 4) or I.shape != (3, 4):
-                    raise AssertionError(f"search returned shapes {D.shape}, {I.shape}")
-                SEARCHES[0] += 1
+                for probe in probes:
+                    D, I = self.index.search(queries, 4, distance=distance, n_threads=1, **probe)
+                    if D.shape != (3, 4) or I.shape != (3, 4):
+                        raise AssertionError(f"search returned shapes {D.shape}, {I.shape}")
+                    SEARCHES[0] += 1
             self.index.info()
 
     def close(self):
@@ -87,6 +91,16 @@ def make_seed_file(path):
     X = rng.normal(size=(64, 4)).astype(np.float32)
     q = ockstore.OCKM(2, 2, 2, n_codewords=4, n_iter=2, seed=0).fit(X)
     ockstore.build_index(path, q, X[:6], np.arange(6) * 3 + 1, norm_encoding="u8", metadata={"note": "fuzz"})
+    return path
+
+
+def make_ivf_seed_file(path):
+    """A small valid inverted-file index (docs/FORMAT.md section 14): IVF of 3 lists over OCKM P=4 M=2 C=2 T=2 K=4,
+    6 vectors, user ids, u8 norms, user metadata."""
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(64, 4)).astype(np.float32)
+    ivf = ockstore.IVF(3, ockstore.OCKM(2, 2, 2, n_codewords=4, n_iter=2, seed=0), n_iter=2).fit(X)
+    ockstore.build_index(path, ivf, X[:6], np.arange(6) * 3 + 1, norm_encoding="u8", metadata={"note": "fuzz"})
     return path
 
 
@@ -131,6 +145,28 @@ def test_fuzz_index_file_in_subprocess_I1_to_I9(tmp_path):
     assert "?" not in checks, checks  # every FormatError names the file first
     opened_ok = sum(n for key, n in counts.items() if key.endswith(":ok"))
     assert opened_ok >= 1 and report["searches"] >= 2 * opened_ok, (report["searches"], opened_ok)
+
+
+
+@pytest.mark.slow
+def test_fuzz_ivf_index_file_in_subprocess_V1_to_V7(tmp_path):
+    """V1-V7 with I1-I9 and R1-R23: mutated inverted-file index files are refused with FormatError or open, verify
+    and search (with the default n_probe and with every list) without any other exception or crash; every
+    truncation and every change after the header is refused."""
+    valid = make_ivf_seed_file(tmp_path / "valid.ock")
+    size = len(valid.read_bytes())
+    work = tmp_path / "work"
+    work.mkdir()
+    report = run_json_script(Path(__file__).name, "--file", valid, "--workdir", work, "--random", 3000, "--seed", 4,
+                             timeout=600)
+    assert report["n_failures"] == 0 and report["cases"] >= 10_000, report
+    counts = report["counts"]
+    assert counts["truncate:refused"] == size and counts["original:ok"] == 1
+    checks = report["checks"]
+    assert checks.get("bad meta", 0) > 0 and checks.get("CRC mismatch", 0) > 0, checks
+    assert "?" not in checks, checks
+    opened_ok = sum(n for key, n in counts.items() if key.endswith(":ok"))
+    assert opened_ok >= 1 and report["searches"] >= 4 * opened_ok, (report["searches"], opened_ok)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ import reference as ref
 from conftest import REPO, gaussian_mixture
 from helpers import random_rotation
 from ockstore import CKM, ECKM, OCKM, PQ, NotFittedError, load_quantizer, save_quantizer
+from ockstore import _codec_kernels
 from ockstore._codec import CodecTables, SubspaceLayout
 from ockstore.quantizers import quantizer_from_state
 
@@ -150,6 +151,55 @@ def test_beam_encoder_breaks_exact_ties_like_reference(P, M, C, K, T):
     expected, expected_errors = ref.beam_encode(X, None, D, T)
     np.testing.assert_array_equal(codes, expected)
     np.testing.assert_array_equal(errors, expected_errors)
+
+
+@pytest.fixture
+def isa_restored():
+    """Restores the encoder's instruction set (tests below force each one) to what it was."""
+    previous = _codec_kernels._set_isa(_codec_kernels._detected_isa())
+    yield
+    _codec_kernels._set_isa(*previous)
+
+
+# (P, M, C, K, T, n): the benchmark's shape; uneven subspaces and C = 3; K and S not multiples of any vector width;
+# C = 1; T = 31 next to the fast selection's limit; K = 8 below one vector; C = 4. n is never a multiple of 4 (the
+# table kernel's row blocks).
+ISA_CASES = [(128, 4, 2, 256, 10, 203), (10, 3, 3, 16, 3, 130), (12, 2, 2, 100, 5, 37), (9, 3, 1, 24, 1, 66),
+             (40, 2, 2, 64, 31, 129), (7, 2, 4, 8, 2, 50)]
+
+
+@pytest.mark.parametrize("P, M, C, K, T, n", ISA_CASES)
+def test_every_instruction_set_gives_the_same_bits(P, M, C, K, T, n, isa_restored):
+    """The encoder's kernels exist for AVX-512, AVX2+FMA and portable C (_simd.h); every version this CPU runs
+    (the portable one computing its tables with exact fmaf) gives bitwise the same codes and errors, with and
+    without previous codes, and they match the reference."""
+    R, D, X = random_codec(P, M, C, K, n=n, seed=P + C + K + T)
+    tables = CodecTables(SubspaceLayout(P, M), R, D)
+    prev = np.random.default_rng(1).integers(0, K, size=(n, M * C)).astype(np.uint8)
+    runs = {}
+    for isa in range(_codec_kernels._detected_isa() + 1):
+        _codec_kernels._set_isa(isa, exact_portable=True)
+        runs[isa] = tables.encode(X, T, 2) + tables.encode(X, T, 1, prev_codes=prev)
+    for isa, run in runs.items():
+        for got, want in zip(run, runs[0]):
+            np.testing.assert_array_equal(got, want, err_msg=f"instruction set {isa} differs from the portable one")
+    expected, _ = ref.beam_encode(X, R, D, T)
+    assert_codes_match(X, R, D, runs[0][0], expected)
+
+
+@pytest.mark.parametrize("C, K, T", [(2, 256, 10), (3, 16, 3)])
+def test_portable_encoder_with_blas_tables_matches_reference(C, K, T, isa_restored):
+    """Where fmaf is not a hardware instruction the portable encoder takes its tables from BLAS instead (rounded
+    differently, so not bitwise equal to the other versions): its codes still match the reference."""
+    P, M = 20, 3
+    R, D, X = random_codec(P, M, C, K, n=300, seed=C + K)
+    _codec_kernels._set_isa(0, exact_portable=False)
+    tables = CodecTables(SubspaceLayout(P, M), R, D)
+    codes, errors = tables.encode(X, T, 2)
+    expected, _ = ref.beam_encode(X, R, D, T)
+    assert_codes_match(X, R, D, codes, expected)
+    direct = ref.code_errors(X, R, D, codes)
+    np.testing.assert_array_less(np.abs(errors - direct), 1e-5 * (sq_rows(X) + direct) + 1e-30)
 
 
 @pytest.mark.parametrize("C, T", [(1, 1), (2, 1), (2, 4), (3, 2)])

@@ -78,7 +78,7 @@ def write_file(path, sections=(), growing=(), meta=None, user=None):
 def test_constants_match_the_specification_R1_R2_R6_R11():
     """R1, R2, R6, R11: the module's constants are the specification's."""
     assert storage.MAGIC == b"\x89OCK\r\n\x1a\n" and storage.PREAMBLE_SIZE == 24
-    assert storage.FORMAT_VERSION == (1, 1) and storage.MAX_HEADER_BYTES == 16 * 1024 * 1024
+    assert storage.FORMAT_VERSION == (1, 2) and storage.MAX_HEADER_BYTES == 16 * 1024 * 1024
     assert storage.DTYPES == tuple(DTYPES) and storage.ALIGNMENT == 64
     assert storage.MAX_NAME_LENGTH == 255 and storage.MAX_NDIM == 32
 
@@ -776,6 +776,52 @@ def test_growing_sections_refuse_bad_rows(tmp_path):
         w.commit({})
     with open_file(tmp_path / "f.ock") as f:
         np.testing.assert_array_equal(f.sections["g"], [[0, 1], [4, 5]])
+
+
+def test_filled_sections_rows_in_any_order_R18_R20_R21(tmp_path):
+    """declare_filled / write_rows: a section of known size written in any order (rows never written are zeros),
+    checksummed at commit (R18), the same bytes as the section given whole (R20); its backing file is a hidden
+    temporary sibling, removed at commit and on abort (R21). Refused: undeclared names, rows past the end, other
+    dtypes or row shapes; append to a filled section."""
+    rows = np.arange(40, dtype="<i8").reshape(10, 4)
+    order = [7, 2, 9, 0, 4, 1, 8]  # rows 3, 5, 6 never written
+    with FileWriter(tmp_path / "f.ock") as w:
+        w.declare_filled("f", "<i8", 10, (4,))
+        w.declare_filled("empty", "<u1", 0)
+        assert sum(is_hidden_temp(name, "f.ock") for name in listing(tmp_path)) == 1  # one backing file
+        w.write_rows("f", 5, rows[5:5])  # zero rows: nothing
+        for r in order:
+            w.write_rows("f", r, rows[r:r + 1])
+        w.write_rows("f", 8, rows[8:10])
+        with pytest.raises(ValueError, match="beyond"):
+            w.write_rows("f", 9, rows[:2])
+        with pytest.raises(ValueError, match="filled"):
+            w.write_rows("nope", 0, rows[:1])
+        with pytest.raises(TypeError, match="exactly"):
+            w.write_rows("f", 0, rows[:1].astype("<f8"))
+        with pytest.raises(ValueError, match="shape"):
+            w.write_rows("f", 0, rows[:1, :3])
+        with pytest.raises(ValueError, match="growing"):
+            w.append("f", rows[:1])
+        w.commit({})
+    assert listing(tmp_path) == ["f.ock"]
+    expected = rows.copy()
+    expected[[3, 5, 6]] = 0
+    with open_file(tmp_path / "f.ock") as f:
+        f.verify()
+        np.testing.assert_array_equal(f.sections["f"], expected)
+        assert f.sections["empty"].shape == (0,)
+    with FileWriter(tmp_path / "g.ock") as w:
+        w.put("f", expected)
+        w.put("empty", np.zeros(0, "<u1"))
+        w.commit({})
+    assert (tmp_path / "f.ock").read_bytes() == (tmp_path / "g.ock").read_bytes()
+    with pytest.raises(RuntimeError):
+        with FileWriter(tmp_path / "h.ock") as w:
+            w.declare_filled("f", "<i8", 10, (4,))
+            w.write_rows("f", 0, rows[:3])
+            raise RuntimeError("boom")
+    assert sorted(listing(tmp_path)) == ["f.ock", "g.ock"]
 
 
 class Custom:

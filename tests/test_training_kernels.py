@@ -1,5 +1,6 @@
 """Tests of the training kernels against the NumPy oracles of tests/reference.py (docs/ARCHITECTURE.md, "The method"): the normal
-equations of the codebooks, X^T Y, row products, orthogonal Procrustes, and the scalar quantizer of the norms.
+equations of the codebooks, the sums of the vectors using each word (from which training forms X^T Zhat and the
+right-hand sides), row products, orthogonal Procrustes, and the scalar quantizer of the norms.
 
 Each kernel is run on small seeded inputs of several shapes (odd sizes, n = 0 and n = 1, more rows than one chunk)
 with 1 and 2 threads. Integer-valued inputs make every float32 sum exact, so there the kernels must equal the
@@ -18,7 +19,7 @@ from helpers import random_rotation
 # The package's private functions under test, imported in this one block so that a move of the modules changes
 # only these lines.
 from ockstore._blas import blas_single_thread
-from ockstore._codec_kernels import accumulate_xty, matmul_rows, normal_equations
+from ockstore._codec_kernels import code_gram, code_sums, matmul_rows, normal_equations
 from ockstore._codec import SubspaceLayout, fit_scalar_quantizer, scalar_encode
 from ockstore._training import _procrustes
 
@@ -78,38 +79,90 @@ def test_normal_equations_exact_on_integer_data(n_threads):
     np.testing.assert_array_equal(rhs, want_rhs)
 
 
-# --------------------------------------------------------------------------------------------------- X^T Y
-def run_xty(X, Y, n_threads):
-    out = np.full((X.shape[1], Y.shape[1]), np.nan)
-    with blas_single_thread():
-        accumulate_xty(X, Y, out, n_threads)
+# ------------------------------------------------------------------------------------- sums of the rows per word
+def run_code_sums(codes, X, K, n_threads):
+    """The kernel's B^T X, written into a buffer filled with NaN beforehand (everything must be overwritten)."""
+    out = np.full((codes.shape[1] * K, X.shape[1]), np.nan)
+    code_sums(codes, X, K, out, n_threads)
     return out
 
 
-# (n, P, Q): no rows, one row, fewer rows than the kernel's 8 slices, one sgemm per slice, two sgemm calls per
-# slice (slices of 1126 rows against 1024-row calls).
-XTY_SHAPES = [(0, 3, 4), (1, 1, 1), (1, 5, 2), (7, 4, 4), (1000, 10, 12), (9001, 7, 13)]
+def sums_oracle(codes, X, K):
+    """B^T X in float64, B the n x W*K binary matrix of the codes: every code byte as one codebook of one subspace."""
+    _, rhs = ref.normal_equations(codes, X, codes.shape[1], K)
+    return rhs[0]
+
+
+def run_code_gram(codes, C, K, n_threads):
+    M = codes.shape[1] // C
+    gram = np.full((M, C * K, C * K), np.nan)
+    code_gram(codes, C, K, gram, n_threads)
+    return gram
+
+
+# (n, W, K, P): no rows, one row, fewer rows than a slice, several slices of 2,048 rows (the last one short),
+# K = 256 (every byte value a word).
+SUM_SHAPES = [(0, 2, 4, 3), (1, 1, 2, 1), (37, 3, 5, 7), (300, 8, 16, 12), (9001, 4, 7, 5), (5000, 2, 256, 3)]
 
 
 @pytest.mark.parametrize("n_threads", THREADS)
-@pytest.mark.parametrize("n,P,Q", XTY_SHAPES)
-def test_accumulate_xty_matches_oracle(n, P, Q, n_threads):
-    """out = X^T Y (float64) within the float32 rounding bound of products of at most 1024 rows:
-    |out - X^T Y| <= (k + 1) 2^-24 |X|^T |Y|, k = min(n, 1024)."""
-    rng = np.random.default_rng(n + 10 * P + Q)
-    X, Y = gaussian(rng, n, P), gaussian(rng, n, Q)
-    out = run_xty(X, Y, n_threads)
-    bound = (min(n, 1024) + 1) * EPS32 * ref.xty(np.abs(X), np.abs(Y))
-    assert out.shape == (P, Q) and out.dtype == np.float64
-    assert np.all(np.abs(out - ref.xty(X, Y)) <= bound), np.abs(out - ref.xty(X, Y)).max()
+@pytest.mark.parametrize("n,W,K,P", SUM_SHAPES)
+def test_code_sums_match_oracle(n, W, K, P, n_threads):
+    """out[w*K + k] = the sum of the rows whose byte w is k: float64 sums of float32 values, so within
+    ~n * 2^-53 of the sum of magnitudes."""
+    rng = np.random.default_rng(n + 10 * W + K + P)
+    codes = rng.integers(0, K, size=(n, W)).astype(np.uint8)
+    X = gaussian(rng, n, P)
+    out = run_code_sums(codes, X, K, n_threads)
+    want = sums_oracle(codes, X, K)
+    magnitude = sums_oracle(codes, np.abs(X), K)
+    assert out.shape == (W * K, P) and out.dtype == np.float64
+    assert np.all(np.abs(out - want) <= 1e-14 * (n + 1) * magnitude + 1e-300), np.abs(out - want).max()
 
 
 @pytest.mark.parametrize("n_threads", THREADS)
 @pytest.mark.parametrize("n", [1, 7, 9001])
-def test_accumulate_xty_exact_on_integer_data(n, n_threads):
+def test_code_sums_exact_on_integer_data(n, n_threads):
     rng = np.random.default_rng(n)
-    X, Y = small_integers(rng, n, 6), small_integers(rng, n, 5)
-    np.testing.assert_array_equal(run_xty(X, Y, n_threads), ref.xty(X, Y))
+    codes = rng.integers(0, 9, size=(n, 5)).astype(np.uint8)
+    X = small_integers(rng, n, 6, high=100)
+    np.testing.assert_array_equal(run_code_sums(codes, X, 9, n_threads), sums_oracle(codes, X, 9))
+
+
+@pytest.mark.parametrize("n_threads", THREADS)
+@pytest.mark.parametrize("n", [0, 1, 300, 3001])
+@pytest.mark.parametrize("M,C,K,S", NE_SHAPES)
+def test_code_gram_matches_oracle(M, C, K, S, n, n_threads):
+    """gram[m] = B_m^T B_m exactly (counts): the Gram matrices of the normal equations."""
+    rng = np.random.default_rng(M * 1000 + C * 100 + K + n)
+    codes = rng.integers(0, K, size=(n, M * C)).astype(np.uint8)
+    want, _ = ref.normal_equations(codes, np.zeros((n, M), np.float32), C, K)
+    np.testing.assert_array_equal(run_code_gram(codes, C, K, n_threads), want)
+
+
+def test_training_products_from_the_sums():
+    """What training forms from the sums G = B^T X equals the products it replaces: X^T Zhat = sum over the words
+    of G[word]^T word (Zhat the reconstructions in the padded rotated space), and B_m^T (X R_pad)_m = G_m R_pad_m
+    (the right-hand sides of the normal equations with rotation R)."""
+    rng = np.random.default_rng(11)
+    n, P, M, C, K = 3000, 10, 3, 2, 16
+    S = -(-P // M)
+    codes = rng.integers(0, K, size=(n, M * C)).astype(np.uint8)
+    X = gaussian(rng, n, P)
+    D = gaussian(rng, M, C, K, S)
+    for m, size in enumerate(ref.subspace_sizes(P, M)):
+        D[m, :, :, size:] = 0.0
+    G = run_code_sums(codes, X, K, 2).reshape(M, C * K, P)
+    Zhat = ref.decode_rotated(codes, D).reshape(n, M * S)
+    A = np.concatenate([G[m].T @ D[m].reshape(C * K, S).astype(np.float64) for m in range(M)], axis=1)
+    scale = ref.xty(np.abs(X), np.abs(Zhat))
+    assert np.all(np.abs(A - ref.xty(X, Zhat)) <= 1e-12 * scale + 1e-300)
+    rot_pad = SubspaceLayout(P, M).pad_rotation(random_rotation(P, seed=2)).astype(np.float64)
+    _, want = ref.normal_equations(codes, X.astype(np.float64) @ rot_pad, C, K)
+    for m in range(M):
+        got = G[m] @ rot_pad[:, m * S:(m + 1) * S]
+        _, magnitude = ref.normal_equations(codes, np.abs(X).astype(np.float64) @ np.abs(rot_pad), C, K)
+        assert np.all(np.abs(got - want[m]) <= 1e-12 * magnitude[m] + 1e-300)
 
 
 # ---------------------------------------------------------------------------------------------------- X @ B
@@ -154,17 +207,21 @@ def kernel_runs(kernel):
         codes = rng.integers(0, K, size=(3001, M * C)).astype(np.uint8)
         Z = gaussian(rng, 3001, M * S)
         return lambda n_threads: run_normal_equations(codes, Z, C, K, n_threads)
-    if kernel == "accumulate_xty":
-        X, Y = gaussian(rng, 9001, 9), gaussian(rng, 9001, 11)
-        return lambda n_threads: (run_xty(X, Y, n_threads),)
+    if kernel == "code_sums":
+        codes = rng.integers(0, 13, size=(20001, 6)).astype(np.uint8)
+        X = gaussian(rng, 20001, 9)
+        return lambda n_threads: (run_code_sums(codes, X, 13, n_threads),)
+    if kernel == "code_gram":
+        codes = rng.integers(0, 13, size=(20001, 6)).astype(np.uint8)
+        return lambda n_threads: (run_code_gram(codes, 2, 13, n_threads),)
     X, B = gaussian(rng, 5000, 10), gaussian(rng, 10, 12)
     return lambda n_threads: (run_matmul(X, B, n_threads),)
 
 
-@pytest.mark.parametrize("kernel", ["normal_equations", "accumulate_xty", "matmul_rows"])
+@pytest.mark.parametrize("kernel", ["normal_equations", "code_sums", "code_gram", "matmul_rows"])
 def test_kernels_identical_for_any_number_of_threads(kernel):
-    """Every chunk is computed the same way whichever thread runs it, and accumulate_xty sums its 8 slices in a
-    fixed order: the bits do not depend on the number of threads."""
+    """Every chunk is computed the same way whichever thread runs it, and code_sums adds its slices in a fixed
+    order: the bits do not depend on the number of threads."""
     run = kernel_runs(kernel)
     one = run(1)
     for n_threads in (2, 3):
@@ -183,14 +240,13 @@ def padding_columns(P, M):
     return np.concatenate([m * S + np.arange(size, S) for m, size in enumerate(ref.subspace_sizes(P, M))])
 
 
-def run_procrustes(X, Zhat, M, n_threads, padding=0.0):
-    """_procrustes with Zhat (n, P) zero-padded to (n, M*S) by the oracle's layout; ``padding`` fills the padding
-    columns instead (they must not matter)."""
+def run_procrustes(X, Zhat, M, padding=0.0):
+    """_procrustes on X^T Zhat with Zhat (n, P) zero-padded to (n, M*S) by the oracle's layout; ``padding`` fills the
+    padding columns instead (they must not matter)."""
     n, P = Zhat.shape
-    Zp = ref.rotate_and_split(Zhat, None, M).reshape(n, M * -(-P // M)).astype(np.float32)
+    Zp = ref.rotate_and_split(Zhat, None, M).reshape(n, M * -(-P // M))
     Zp[:, padding_columns(P, M)] = padding
-    with blas_single_thread():
-        return _procrustes(X, Zp, SubspaceLayout(P, M), n_threads)
+    return _procrustes(ref.xty(X, Zp), SubspaceLayout(P, M))
 
 
 def assert_orthogonal(R, P):
@@ -198,30 +254,28 @@ def assert_orthogonal(R, P):
     np.testing.assert_allclose(R.astype(np.float64).T @ R, np.eye(P), rtol=0, atol=1e-5)
 
 
-@pytest.mark.parametrize("n_threads", THREADS)
 @pytest.mark.parametrize("P,M", LAYOUTS)
-def test_procrustes_recovers_a_known_rotation(P, M, n_threads):
+def test_procrustes_recovers_a_known_rotation(P, M):
     """X = Zhat R0^T exactly (up to float32): the minimiser is R0 itself."""
     rng = np.random.default_rng(P * 10 + M)
     R0 = random_rotation(P, seed=P)
     Zhat = gaussian(rng, 300, P)
     X = (Zhat.astype(np.float64) @ R0.T).astype(np.float32)
-    R = run_procrustes(X, Zhat, M, n_threads)
+    R = run_procrustes(X, Zhat, M)
     assert_orthogonal(R, P)
     np.testing.assert_allclose(R, R0, rtol=0, atol=1e-5)
 
 
-@pytest.mark.parametrize("n_threads", THREADS)
 @pytest.mark.parametrize("n", [1, 3, 200])
 @pytest.mark.parametrize("P,M", LAYOUTS)
-def test_procrustes_is_the_minimiser(P, M, n, n_threads):
+def test_procrustes_is_the_minimiser(P, M, n):
     """R is orthogonal and ||X - Zhat R^T||^2 is the least over orthogonal matrices (the oracle's closed form,
     ||X||^2 + ||Zhat||^2 - 2 ||X^T Zhat||_*); 50 random rotations and the identity do no better. With n >= P the
     minimiser is unique: R equals the SVD oracle and scipy.linalg.orthogonal_procrustes."""
     rng = np.random.default_rng(P * 100 + M * 10 + n)
     Zhat = gaussian(rng, n, P)
     X = (Zhat @ random_rotation(P, seed=P + 1).T + 0.5 * gaussian(rng, n, P)).astype(np.float32)
-    R = run_procrustes(X, Zhat, M, n_threads)
+    R = run_procrustes(X, Zhat, M)
     assert_orthogonal(R, P)
     scale = float(np.sum(X.astype(np.float64) ** 2) + np.sum(Zhat.astype(np.float64) ** 2))
     tol = 1e-5 * scale
@@ -239,20 +293,18 @@ def test_procrustes_is_the_minimiser(P, M, n, n_threads):
 @pytest.mark.parametrize("P,M", LAYOUTS)
 def test_procrustes_without_rows_is_orthogonal(P, M):
     """n = 0: every orthogonal matrix is optimal; the result must still be one."""
-    for n_threads in THREADS:
-        R = run_procrustes(np.zeros((0, P), np.float32), np.zeros((0, P), np.float32), M, n_threads)
-        assert_orthogonal(R, P)
+    R = run_procrustes(np.zeros((0, P), np.float32), np.zeros((0, P), np.float32), M)
+    assert_orthogonal(R, P)
 
 
 @pytest.mark.parametrize("P,M", [(10, 3), (5, 2), (12, 5)])
-def test_procrustes_ignores_padding_and_threads(P, M):
-    """The same R (bit for bit) with 1 and 2 threads; values in the padding columns of Zhat do not change it."""
+def test_procrustes_ignores_padding(P, M):
+    """Values in the padding columns of Zhat do not change R."""
     rng = np.random.default_rng(P + M)
     Zhat = gaussian(rng, 500, P)
     X = (Zhat @ random_rotation(P, seed=3).T + gaussian(rng, 500, P)).astype(np.float32)
-    R = run_procrustes(X, Zhat, M, 1)
-    np.testing.assert_array_equal(run_procrustes(X, Zhat, M, 2), R)
-    np.testing.assert_allclose(run_procrustes(X, Zhat, M, 2, padding=7.0), R, rtol=0, atol=1e-6)
+    R = run_procrustes(X, Zhat, M)
+    np.testing.assert_array_equal(run_procrustes(X, Zhat, M, padding=7.0), R)
 
 
 # ---------------------------------------------------------------------------------------------- scalar quantizer

@@ -7,10 +7,16 @@ after the other. Reported: training time (total and per iteration where the meth
 of the base with 1 and 2 threads, distortion (mean squared error per vector) on the learn and base sets, and ratios
 of ockstore OCKM to each faiss index.
 
+With --train-repeats N (N >= 2) the training of OCKM and of faiss's product residual quantizer (the peer at equal
+bits with the same beam) is then repeated N more times, interleaved (ockstore, faiss, ockstore, faiss, ...), and the
+report gives every run, the median of each and the median of the per-pair ratios: one run is at the mercy of
+whatever else the machine does. The load average is printed before and after.
+
 faiss-cpu is imported here only (``make bench`` installs it into the benchmark environment); ockstore never depends
 on it. Usage::
 
     python tools/bench_codec.py --data ../shared/data/sift-real --bits 32 64 128 --out bench-results/codec.md
+    python tools/bench_codec.py --bits 64 --methods OCKM --faiss-methods PRQ --train-repeats 5  # training ratio
 """
 
 from __future__ import annotations
@@ -41,6 +47,13 @@ def mean_sq_error(X, X_hat, chunk=100_000):
         d = X[s:s + chunk].astype(np.float64) - X_hat[s:s + chunk]
         total += float(np.einsum("ij,ij->", d, d))
     return total / X.shape[0]
+
+
+def load_average():
+    try:
+        return "{:.2f} {:.2f} {:.2f}".format(*os.getloadavg())
+    except OSError:
+        return "unknown"
 
 
 def timed(fn, *args):
@@ -96,6 +109,39 @@ def run_faiss(faiss, kind, bits, learn, base, threads_list, max_threads):
     return row
 
 
+# ---------------------------------------------------------------------------------------------- training repeats
+def repeat_training(faiss, bits, learn, repeats, max_threads):
+    """OCKM(bits/16, 2, 10) and faiss PRQ(bits/16 x 2 x 8, beam 10) trained `repeats` times each, interleaved."""
+    ours, theirs = [], []
+    for _ in range(repeats):
+        q = ockstore.OCKM(bits // 16, 2, 10, n_threads=max_threads)
+        ours.append(timed(q.fit, learn)[1])
+        if faiss is not None:
+            index = faiss_codec(faiss, "PRQ", learn.shape[1], bits)
+            faiss.omp_set_num_threads(max_threads)
+            theirs.append(timed(index.train, learn)[1])
+    return {"bits": bits, "ockm_train_s": ours, "prq_train_s": theirs}
+
+
+def report_repeats(runs):
+    lines = ["### Training time, interleaved runs: OCKM(M, 2, 10) vs faiss PRQ (M x 2 x 8, beam 10)", "",
+             "| bits | OCKM runs (s) | PRQ runs (s) | OCKM median | PRQ median | ratio of medians | median of ratios |",
+             "|---|---|---|---|---|---|---|"]
+    for run in runs:
+        ours, theirs = run["ockm_train_s"], run["prq_train_s"]
+        row = (f"| {run['bits']} | {' '.join(f'{t:.2f}' for t in ours)} | {' '.join(f'{t:.2f}' for t in theirs)} | "
+               f"{np.median(ours):.2f} | ")
+        if theirs:
+            ratios = [a / b for a, b in zip(ours, theirs)]
+            row += (f"{np.median(theirs):.2f} | {np.median(ours) / np.median(theirs):.3f}× | "
+                    f"{np.median(ratios):.3f}× |")
+        else:
+            row += "— | — | — |"
+        lines.append(row)
+    lines.append("")
+    return "\n".join(lines)
+
+
 # -------------------------------------------------------------------------------------------------------- report
 def fmt(v, digits=0):
     if v is None:
@@ -147,6 +193,10 @@ def main(argv=None):
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="thread counts for encoding")
     parser.add_argument("--no-faiss", action="store_true", help="skip the faiss peers")
     parser.add_argument("--methods", nargs="+", default=["PQ", "CKM", "ECKM", "OCKM"])
+    parser.add_argument("--faiss-methods", nargs="+", default=["IndexPQ", "OPQ+PQ", "PRQ"],
+                        choices=["IndexPQ", "OPQ+PQ", "PRQ"])
+    parser.add_argument("--train-repeats", type=int, default=0,
+                        help="then train OCKM and faiss PRQ this many more times each, interleaved (0: no repeats)")
     parser.add_argument("--out", default=None, help="write the markdown report here (and a .json beside it)")
     args = parser.parse_args(argv)
     for b in args.bits:
@@ -154,7 +204,7 @@ def main(argv=None):
             parser.error(f"--bits {b}: code lengths must be multiples of 16 (ECKM/OCKM use M = bits/16, C = 2)")
 
     ds = datasets.load_texmex(args.data)
-    print(f"# machine: {machine_description()}", flush=True)
+    print(f"# machine: {machine_description()}; load average {load_average()}", flush=True)
     t = time.perf_counter()
     learn = np.ascontiguousarray(ds.learn, dtype=np.float32)
     base = ds.base if args.base_limit is None else ds.base[:args.base_limit]
@@ -182,23 +232,32 @@ def main(argv=None):
             rows.append(row)
             print(json.dumps(row), flush=True)
         if faiss is not None:
-            for kind in ("IndexPQ", "OPQ+PQ", "PRQ"):
+            for kind in args.faiss_methods:
                 row = run_faiss(faiss, kind, bits, learn, base, args.threads, max_threads)
                 row["bits"] = bits
                 rows.append(row)
                 print(json.dumps(row), flush=True)
 
+    repeats = []
+    if args.train_repeats > 0:
+        for bits in args.bits:
+            run = repeat_training(faiss, bits, learn, args.train_repeats, max_threads)
+            repeats.append(run)
+            print(json.dumps(run), flush=True)
+
     header = (f"Codec benchmark on {ds.name} (learn {learn.shape[0]:,}, base {base.shape[0]:,}, dim "
-              f"{learn.shape[1]}).\nMachine: {machine_description()}.\n"
+              f"{learn.shape[1]}).\nMachine: {machine_description()}; load average at the end {load_average()}.\n"
               f"Command: python tools/bench_codec.py {' '.join(argv if argv is not None else sys.argv[1:])}")
     text = report(rows, args.bits, args.threads, header)
+    if repeats:
+        text += "\n" + report_repeats(repeats)
     print(text)
     if args.out:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         with open(args.out, "w") as f:
             f.write(text + "\n")
         with open(os.path.splitext(args.out)[0] + ".json", "w") as f:
-            json.dump(rows, f, indent=1)
+            json.dump({"rows": rows, "train_repeats": repeats}, f, indent=1)
     return 0
 
 

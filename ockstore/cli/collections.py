@@ -99,7 +99,8 @@ def create(args, out):
                                     store_vectors=args.store_vectors, metadata=meta or None,
                                     merge_factor=args.merge_factor) as c:
         info = c.info()
-    print(f"created collection {info['path']}: {info['method'].upper()} {info['bits']} bits, metric "
+    lists = f"IVF of {info['n_lists']:,} lists over " if "n_lists" in info else ""
+    print(f"created collection {info['path']}: {lists}{info['method'].upper()} {info['bits']} bits, metric "
           f"{info['metric']}, norm encoding {info['norm_encoding']}, stored vectors {info['store_vectors'] or 'none'}",
           file=out)
     return 0

@@ -147,6 +147,9 @@ def train(args, out):
     given = {parameter: getattr(args, dest) for dest, (_flag, parameter) in QUANTIZER_OPTIONS.items()
              if getattr(args, dest) is not None}  # the others: the class's own defaults
     q = cls(args.subspaces, **given, n_threads=args.threads, verbose=args.verbose)
+    fine = q
+    if args.lists is not None:
+        q = ockstore.IVF(args.lists, fine, seed=0 if args.seed is None else args.seed, n_threads=args.threads)
 
     t0 = time.perf_counter()
     X = _read_vectors(args.learn, "learn vectors", args.limit)
@@ -157,16 +160,23 @@ def train(args, out):
     t_fit = time.perf_counter() - t0
     meta = dict(args.metadata)
     ockstore.save_quantizer(args.output, q, metadata=meta or None)
-    hist = q.objective_history
-    params = f"M={q.n_subspaces}"
-    if "n_codebooks" in q.get_params():
-        params += f" C={q.n_codebooks}"
-    if "beam_width" in q.get_params():
-        params += f" T={q.beam_width}"
-    params += f" K={q.n_codewords}"
-    print(f"trained {type(q).__name__} {params} ({q.bits} bits, metric {q.metric}) on {n:,} vectors of dim {dim} in "
-          f"{t_fit:.1f} s (read {t_read:.1f} s)", file=out)
-    print(f"{len(hist) - 1} iterations ({q.stop_reason}); objective (mean squared error): "
+    hist = fine.objective_history
+    params = f"M={fine.n_subspaces}"
+    if "n_codebooks" in fine.get_params():
+        params += f" C={fine.n_codebooks}"
+    if "beam_width" in fine.get_params():
+        params += f" T={fine.beam_width}"
+    params += f" K={fine.n_codewords}"
+    what = f"{type(fine).__name__} {params} ({fine.bits} bits, metric {fine.metric})"
+    if fine is not q:
+        what = f"IVF of {q.n_lists:,} lists over {what}"
+    print(f"trained {what} on {n:,} vectors of dim {dim} in {t_fit:.1f} s (read {t_read:.1f} s)", file=out)
+    if fine is not q:
+        coarse = q.coarse_objective_history
+        print(f"coarse k-means: {len(coarse) - 1} iterations; mean squared distance to the nearest centroid "
+              f"{coarse[0]:.6g} -> {coarse[-1]:.6g}", file=out)
+    residuals = " of the residuals" if fine is not q else ""
+    print(f"{len(hist) - 1} iterations ({fine.stop_reason}); objective (mean squared error{residuals}): "
           f"{hist[0]:.6g} at init -> {hist[-1]:.6g} final", file=out)
     print(f"wrote {args.output}", file=out)
     return 0
@@ -218,16 +228,36 @@ def build(args, out):
     stored = info.get("store_vectors")
     vectors = (f" + {info['P'] * STORED_VECTOR_BYTES[stored]} bytes/vector of stored {stored} vectors"
                if stored else "")
-    print(f"wrote {args.output}: {n:,} vectors, {info['method'].upper()} {info['bits']} bits, metric "
+    lists = ""
+    if "n_lists" in info:
+        sizes = info["list_sizes"]
+        lists = (f"IVF of {info['n_lists']:,} lists ({sizes['min']:,} to {sizes['max']:,} vectors, {sizes['empty']} "
+                 "empty), ")
+    print(f"wrote {args.output}: {n:,} vectors, {lists}{info['method'].upper()} {info['bits']} bits, metric "
           f"{info['metric']}, {info['bytes_per_vector']} bytes/vector ({info['M'] * info['C']} code bytes{norm})"
           f"{vectors}, {fmt_bytes(size)}, {elapsed:.1f} s ({rate_text(rate)} vectors/s)", file=out)
     return 0
 
 
-def _search_all(index, Q, k, distance, threads, show, label="search", rerank=None, allow=None):
+def _check_probe(index, args):
+    """--probe needs an inverted-file index, and at most its number of lists."""
+    if args.probe is None:
+        return
+    n_lists = index.info().get("n_lists")
+    if n_lists is None:
+        raise CommandError(f"{args.index}: a flat index scans every code; --probe applies to inverted-file indexes "
+                           "(made with 'ockstore train --lists N')")
+    if args.probe > n_lists:
+        raise CommandError(f"--probe {args.probe}: {args.index} has {n_lists:,} lists (--probe {n_lists} scans "
+                           "them all)")
+
+
+def _search_all(index, Q, k, distance, threads, show, label="search", rerank=None, allow=None, n_probe=None):
     """Search every query, in slices of SEARCH_BATCH when a progress bar is shown; returns (D, I, seconds)."""
     nq = Q.shape[0]
     options = {"distance": distance, "rerank": rerank, "allow": allow, "n_threads": threads}
+    if n_probe is not None:
+        options["n_probe"] = n_probe
     t0 = time.perf_counter()
     if not show or nq <= SEARCH_BATCH:
         D, I = index.search(Q, k, **options)
@@ -259,11 +289,12 @@ def search(args, out):
         _check_output(args.output, "-o/--output")
     with _open_index(args.index) as index:
         _check_rerank_vectors(index, args)
+        _check_probe(index, args)
         metric = index.metric
         Q = _load_queries(args, index, args.queries)
         allow = read_allowed_ids(args.allow) if args.allow is not None else None
         D, I, elapsed = _search_all(index, Q, args.k, args.distance, args.threads, progress_enabled(args),
-                                    rerank=args.rerank, allow=allow)
+                                    rerank=args.rerank, allow=allow, n_probe=args.probe)
     nq = Q.shape[0]
     if args.output is None:
         print_results(out, D, I, metric=metric)
@@ -276,6 +307,8 @@ def search(args, out):
         written.append(dpath)
     ms = 1000.0 * elapsed / nq if nq else 0.0
     how = args.distance + (f", rerank {args.rerank}" if args.rerank is not None else "")
+    if args.probe is not None:
+        how += f", probe {args.probe}"
     if allow is not None:
         how += f", {len(allow):,} allowed ids"
     print(f"searched {nq:,} queries, k={args.k}, {how}, metric {metric} in {elapsed:.2f} s ({ms:.3f} ms/query); "
@@ -326,6 +359,7 @@ def evaluate(args, out):
             args.subparser.error(f"argument --base: the mean overall ratio is an l2 measure, but {args.index} has "
                                  f"metric {info['metric']}; leave out --base")
         _check_rerank_vectors(index, args)
+        _check_probe(index, args)
         Q = _load_queries(args, index, args.queries)
         gt = _read_vectors(args.groundtruth, "ground truth", args.limit)
         if gt.dtype.kind not in "iu":
@@ -343,10 +377,13 @@ def evaluate(args, out):
                 raise CommandError(f"{args.base}: {base.shape[0]:,} base vectors, but the index holds "
                                    f"{info['N']:,}: the mean overall ratio needs the base the index was built from")
         D, I, elapsed = _search_all(index, Q, args.k, args.distance, args.threads, progress_enabled(args),
-                                    rerank=args.rerank)
+                                    rerank=args.rerank, n_probe=args.probe)
     nq = Q.shape[0]
     result = {"index": args.index, "method": info["method"], "metric": info["metric"], "bits": info["bits"],
               "N": info["N"], "queries": nq, "k": args.k, "distance": args.distance, "rerank": args.rerank}
+    if "n_lists" in info:
+        result["n_lists"] = info["n_lists"]
+        result["n_probe"] = args.probe if args.probe is not None else info["default_n_probe"]
     for r in args.recalls:
         result[f"recall@{r}"] = evaluation.recall_at_r(I, gt, r)
     if base is not None:
@@ -363,10 +400,12 @@ def evaluate(args, out):
     if args.json:
         print(json.dumps(result, indent=2), file=out)
         return 0
-    print(f"index:    {args.index} ({info['method'].upper()}, {info['bits']} bits, metric {info['metric']}, "
+    ivf = f"IVF {info['n_lists']:,} lists, " if "n_lists" in info else ""
+    print(f"index:    {args.index} ({ivf}{info['method'].upper()}, {info['bits']} bits, metric {info['metric']}, "
           f"{info['N']:,} vectors)", file=out)
     rerank = f", rerank {args.rerank}" if args.rerank is not None else ", no rerank"
-    print(f"queries:  {nq:,} from {args.queries}, k={args.k}, {args.distance}{rerank}", file=out)
+    probe = f", probe {result['n_probe']} of {result['n_lists']:,} lists" if "n_lists" in result else ""
+    print(f"queries:  {nq:,} from {args.queries}, k={args.k}, {args.distance}{rerank}{probe}", file=out)
     width = max(len(f"recall@{r}") for r in args.recalls)
     width = max(width, len("ms/query"), len("MOR@10") if base is not None else 0)
     for r in args.recalls:

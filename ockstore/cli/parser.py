@@ -122,6 +122,13 @@ def _add_rerank(p):
                         "(e.g. -k 10 --rerank 100)")
 
 
+def _add_probe(p):
+    p.add_argument("--probe", type=_positive, default=None, metavar="N",
+                   help="inverted-file indexes (train --lists): scan the N lists nearest each query (1..lists; more "
+                        "lists, better recall, slower); default: the index's default_n_probe (lists / 64, see "
+                        "'ockstore info'); --probe LISTS scans every list (e.g. --probe 32)")
+
+
 def _add_progress(p):
     g = p.add_mutually_exclusive_group()
     g.add_argument("-q", "--quiet", action="store_true",
@@ -165,6 +172,8 @@ examples:
   ockstore train sift_learn.bvecs.gz -o pq.ockq --method pq --subspaces 8 --limit 50000
   # an index ranked by cosine similarity (every vector is normalised to unit length first)
   ockstore train learn.npy -o cos.ockq --method ockm --subspaces 8 --metric cosine
+  # an inverted file: 1,024 coarse lists, residuals in 64-bit OCKM codes (search it with --probe)
+  ockstore train sift_learn.bvecs.gz -o ivf.ockq --method ockm --subspaces 4 --lists 1024
 
 Code size: M*C bytes per vector (C = 1 for pq and ckm). Default iterations: """ + _defaults("n_iter") + ".",
     )
@@ -187,6 +196,11 @@ Code size: M*C bytes per vector (C = 1 for pq and ckm). Default iterations: """ 
     p.add_argument("--metric", choices=PARAMETERS["metric"].choices, default=None,
                    help="what searches rank by: l2, squared L2 distance, ascending (the default); ip, inner product, "
                         "or cosine, cosine similarity, both descending (e.g. --metric ip)")
+    p.add_argument("--lists", type=_int_type(1, "a positive integer"), default=None, metavar="N",
+                   help="make an inverted file (IVF) of N coarse lists: vectors go to the list of their nearest "
+                        "k-means centroid and the quantizer encodes their residuals; searches then scan the lists "
+                        "nearest each query only (search/eval --probe). Needs at least N training vectors "
+                        "(e.g. --lists 1024 for a million vectors); default: a flat index")
     p.add_argument("--limit", type=_positive, default=None, metavar="N", help="train on the first N vectors only")
     _add_metadata(p)
     p.add_argument("-v", "--verbose", action="store_true", help="print the objective of every iteration on stderr")
@@ -272,6 +286,7 @@ similarities for cosine (descending). ADC: from the query to each reconstruction
                    help="with -o, also write the distances beside it: OUT's stem + .dist.fvecs (or .dist.npy)")
     p.add_argument("--limit", type=_positive, default=None, metavar="N", help="search the first N queries only")
     _add_rerank(p)
+    _add_probe(p)
     p.add_argument("--allow", default=None, metavar="IDS_FILE",
                    help="search only the vectors with these ids; ids the index does not hold are ignored. "
                         f"IDS_FILE: {ID_FILES} (one per line; '#' starts a comment) (e.g. --allow in_stock.txt)")
@@ -283,7 +298,9 @@ similarities for cosine (descending). ADC: from the query to each reconstruction
     p = sub.add_parser(
         "info", formatter_class=_Formatter, help="describe an index file, quantizer file or collection folder",
         description=_wrap("Print what an index file (or a quantizer file) holds: method, parameters, sizes, format "
-                    "version, metadata. Reads the header only: constant time whatever the size of the index."),
+                    "version, metadata; for an inverted file also its lists (n_lists, default_n_probe, and the "
+                    "min, max, mean and median list size and the number of empty lists). Reads the header and "
+                    "the small sections only: constant time whatever the number of vectors."),
         epilog="""\
 examples:
   ockstore info sift.ock
@@ -334,6 +351,7 @@ examples:
                         "l2 indexes only)")
     p.add_argument("--limit", type=_positive, default=None, metavar="N", help="use the first N queries only")
     _add_rerank(p)
+    _add_probe(p)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of aligned lines")
     _add_threads(p)
     _add_progress(p)

@@ -10,7 +10,7 @@ import os
 import numpy as np
 
 from .. import storage
-from .._encoding import check_fitted_quantizer, check_store_vectors, resolve_norm_encoding
+from .._encoding import check_fitted_model, check_store_vectors, resolve_norm_encoding
 from .._validation import as_ids, as_vectors, check_choice, check_int
 from ..errors import FormatError
 from ..index import _quantizer_summary
@@ -505,8 +505,9 @@ def create_collection(path, quantizer, *, norm_encoding=None, store_vectors=None
     path : str or os.PathLike
         A folder that does not exist yet (its parent must) or an empty one. FileExistsError when it is already a
         collection (or a file); ValueError when it holds other files.
-    quantizer : fitted PQ, CKM, ECKM or OCKM
-        Saved in the folder (``quantizer.ockq``) and shared by every segment.
+    quantizer : fitted PQ, CKM, ECKM, OCKM or IVF
+        Saved in the folder (``quantizer.ockq``) and shared by every segment. With an IVF every segment is an
+        inverted-file index (its coarse centroids shared too) and searches take ``n_probe``.
     norm_encoding, store_vectors
         As for :class:`ockstore.IndexWriter`, for every segment.
     metadata : dict or None
@@ -516,7 +517,7 @@ def create_collection(path, quantizer, *, norm_encoding=None, store_vectors=None
         is merged into one when it reaches F segments. Stored in the collection.
     """
     folder = _folder_path(path)
-    quantizer = check_fitted_quantizer(quantizer)
+    quantizer = check_fitted_model(quantizer)
     norm_encoding = resolve_norm_encoding(quantizer, norm_encoding)
     store_vectors = check_store_vectors(store_vectors)
     user = check_user_metadata(metadata)

@@ -5,9 +5,8 @@ deletion masks, and writing them: new rows (``SegmentWriter``, ``write_pending_s
 A segment is an ordinary index file that always stores ids (docs/FORMAT.md rule C7). Its ids are unique within it;
 an id may appear in several segments, but is live (not deleted) in at most one.
 
-IVF segments (a later file kind, rows stored list after list): the two places here that will need them are marked
-"IVF:" below — ``copy_live_rows`` must hand the writer each row's list with its code, and ``SegmentWriter`` encodes
-rows itself (with the collection's quantizer, whose tables are built once) and must then pass their lists too.
+IVF segments (inverted files, rows stored list after list): ``SegmentWriter`` and ``copy_live_rows`` hand the writer
+each row's list with its code (``IndexWriter._append(..., list_ids=...)``); the writer sorts the rows by list.
 """
 
 from __future__ import annotations
@@ -18,10 +17,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import storage
-from .._encoding import BUILD_CHUNK, encode_rows, vectors_for_storage
+from .._encoding import BUILD_CHUNK, encode_ivf_rows, encode_rows, vectors_for_storage
 from .._validation import as_ids, as_vectors, resolve_n_threads
 from ..indexfile.reader import open_index
 from ..indexfile.writer import IndexWriter
+from ..ivf import IVF
 from ..search import rows_bitmap
 from . import names
 
@@ -239,8 +239,9 @@ class SegmentWriter:
         X, _ = as_vectors(X, "X", spec.quantizer.dim, convert=False)
         ids = as_ids(ids, "ids", n=X.shape[0])
         # Encoded here with the collection's quantizer, whose tables are built once, not by the IndexWriter (its own
-        # copy of the model would build them again for every segment: most of the cost of a one-row add).
-        # IVF: the writer of an IVF segment needs each row's list with its code.
+        # copy of the model would build them again for every segment: most of the cost of a one-row add). The writer
+        # of an IVF segment takes each row's list with its code.
+        ivf = isinstance(spec.quantizer, IVF)
         for start in range(0, max(X.shape[0], 1), BUILD_CHUNK):  # once with zero rows: declares the ids section
             stop = min(X.shape[0], start + BUILD_CHUNK)
             vectors = None
@@ -249,8 +250,13 @@ class SegmentWriter:
             # A few rows run on one thread: waking others costs more than encoding them (code_sqnorms has no such
             # guard; the results do not depend on the threads).
             threads = 1 if stop - start <= SMALL_CHUNK_ROWS else self._threads
-            codes, norms = encode_rows(spec.quantizer, X[start:stop], spec.norm_encoding, threads, start)
-            self._writer._append(codes, norms, ids[start:stop], vectors)
+            if ivf:
+                lists, codes, norms = encode_ivf_rows(spec.quantizer, X[start:stop], spec.norm_encoding, threads,
+                                                      start)
+                self._writer._append(codes, norms, ids[start:stop], vectors, list_ids=lists)
+            else:
+                codes, norms = encode_rows(spec.quantizer, X[start:stop], spec.norm_encoding, threads, start)
+                self._writer._append(codes, norms, ids[start:stop], vectors)
         if ids.size:
             low, high = int(ids.min()), int(ids.max())
             self.min_id = low if self.min_id is None else min(self.min_id, low)
@@ -292,8 +298,8 @@ def copy_live_rows(path, spec, views):
     codes, norm terms, ids and stored vectors COPY_ROWS rows at a time (no re-encoding; memory bounded by the step
     whatever the segments' sizes). Returns (rows, min_id, max_id).
 
-    IVF: an IVF segment must be written list after list: this copy must then pass each row's list to the writer
-    (and gather the rows of one list from every view before the next list).
+    IVF segments: each row goes with its list (``IVFIndex.row_lists``); the IVF writer sorts the rows list after list
+    (within a list in the order copied), through temporary files.
     """
     rows, low, high = 0, None, None
     with IndexWriter(path, spec.quantizer, norm_encoding=spec.norm_encoding,
@@ -302,6 +308,7 @@ def copy_live_rows(path, spec, views):
             index = view.index
             live = view.live_mask()
             norms, vectors = index.norms, index.vectors
+            ivf = isinstance(index.quantizer, IVF)
             for start in range(0, view.segment.rows, COPY_ROWS):
                 stop = min(view.segment.rows, start + COPY_ROWS)
                 keep = slice(None) if live is None else live[start:stop]
@@ -313,6 +320,7 @@ def copy_live_rows(path, spec, views):
                     None if norms is None else np.ascontiguousarray(norms[start:stop][keep]),
                     ids,
                     None if vectors is None else np.ascontiguousarray(vectors[start:stop][keep]),
+                    **({"list_ids": index.row_lists(start, stop)[keep]} if ivf else {}),
                 )
                 rows += ids.size
                 low = int(ids.min()) if low is None else min(low, int(ids.min()))

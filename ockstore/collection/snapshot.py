@@ -18,6 +18,7 @@ from .. import _search_options, storage
 from .._validation import as_vectors, check_choice, check_k, resolve_n_threads
 from ..errors import FormatError
 from ..index import Index
+from ..ivf import IVF
 from ..search import QueryTables, rows_bitmap
 from ..indexfile.reader import load_quantizer
 from . import names
@@ -107,7 +108,7 @@ class Snapshot:
         width = k if rerank is None else rerank
         Qp = quantizer._prepare(Q, "Q")  # what Index.search scans with: unit rows for cosine
         searched, rows = [], None
-        if _flat(self.views, segment_options):
+        if _flat(self.views, segment_options) and not isinstance(quantizer, IVF):
             # flat segments: one table model, each segment bounded by the k-th best so far (scan.py)
             parts = []
             for view in self.views:
@@ -218,7 +219,8 @@ class Snapshot:
 
 def _flat(views, options):
     """Whether every segment is a flat Index searched without segment options: then scan.py scans them all with one
-    set of tables; otherwise (IVF segments, n_probe) each segment's own search runs and the results are merged."""
+    set of tables; otherwise (IVF segments, n_probe) each segment's own search runs and the results are merged. (A
+    collection of an IVF takes the second path even without segments: its model has no flat tables.)"""
     return not options and all(type(view.index) is Index for view in views)
 
 

@@ -1,9 +1,11 @@
 """Index and quantizer files: what an ockstore index keeps in the container of ``ockstore.storage`` (docs/FORMAT.md
-section 11, rules I1-I14).
+section 11, rules I1-I14; inverted files: section 14, rules V1-V10).
 
-    schema.py   the meta map and section table: writing them, and the open-time checks of a file
-    writer.py   IndexWriter (streaming, bounded memory, atomic), build_index, save_quantizer
-    reader.py   open_index (read-only mmap, O(1) in N), load_quantizer, file_info
+    schema.py       the meta map and section table: writing them, and the open-time checks of a file
+    writer.py       IndexWriter (streaming, bounded memory, atomic), build_index, save_quantizer
+    reader.py       open_index (read-only mmap, O(1) in N), load_quantizer, file_info
+    ivf_schema.py   what an inverted file adds: the ivf meta map, the coarse sections, the list offsets
+    ivf_writer.py   IVFIndexWriter (IndexWriter with an IVF): rows sorted list after list through spill files
 
 The public names are re-exported by ``ockstore`` itself.
 """

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from .. import storage
 from ..index import Index, _quantizer_summary
-from .schema import KIND_INDEX, KIND_QUANTIZER, read_file
+from .schema import INDEX_KINDS, KIND_IVF_QUANTIZER, KINDS, read_file
 
 __all__ = ["open_index", "load_quantizer", "file_info"]
 
@@ -36,8 +36,8 @@ def open_index(path):
     """
     mf = storage.open_file(path)
     try:
-        _kind, quantizer, (codes, norms, ids, encoding, vectors) = read_file(mf, (KIND_INDEX,))
-        index = Index(quantizer, codes, norms, ids, encoding, vectors=vectors, _resource=mf)
+        _kind, model, arrays = read_file(mf, INDEX_KINDS)
+        index = _make_index(model, arrays, mf)
     except BaseException:
         mf.close()
         raise
@@ -46,39 +46,61 @@ def open_index(path):
     return index
 
 
+def _make_index(model, arrays, resource=None):
+    """The Index (flat) or IVFIndex of the arrays read_file returns."""
+    codes, norms, ids, encoding, vectors, offsets = arrays
+    if offsets is None:
+        return Index(model, codes, norms, ids, encoding, vectors=vectors, _resource=resource)
+    from ..ivf_index import IVFIndex
+
+    return IVFIndex(model, codes, norms, ids, offsets, encoding, vectors=vectors, _resource=resource)
+
+
 def load_quantizer(path):
-    """Load the fitted quantizer of a quantizer file (written by :func:`save_quantizer`) or of an index file.
+    """Load the fitted quantizer of a quantizer file (written by :func:`save_quantizer`) or of an index file: a PQ,
+    CKM, ECKM or OCKM, or an IVF for an inverted file (its fine quantizer is ``ivf.quantizer``).
 
     Raises FileNotFoundError, ValueError (not a regular file) or FormatError, as :func:`open_index`. The file is
     closed before this returns: the quantizer holds copies of its arrays.
     """
     with storage.open_file(path) as mf:
-        _kind, quantizer, _vectors = read_file(mf, (KIND_INDEX, KIND_QUANTIZER))
+        _kind, quantizer, _vectors = read_file(mf, KINDS)
     return quantizer
 
 
 def file_info(path) -> dict:
     """Describe an index file or a quantizer file without loading its vectors (every open-time check runs).
 
-    An index file gives ``open_index(path).info()`` plus ``kind: "index"``. A quantizer file gives kind
-    ("quantizer"), P, method, metric, M, C, K, T, bits, code_size, iterations, objective (the last training objective),
-    format_version, metadata and path. Raises as :func:`open_index`.
+    An index file gives ``open_index(path).info()`` plus ``kind`` ("index" or "ivf-index"). A quantizer file gives
+    kind ("quantizer"), P, method, metric, M, C, K, T, bits, code_size, iterations, objective (the last training
+    objective), format_version, metadata and path; an IVF quantizer file (kind "ivf-quantizer") adds n_lists,
+    default_n_probe and coarse_objective (the fine quantizer's iterations and objective are on residuals). Raises as
+    :func:`open_index`.
     """
     with storage.open_file(path) as mf:
-        kind, quantizer, vectors = read_file(mf, (KIND_INDEX, KIND_QUANTIZER))
+        kind, model, arrays = read_file(mf, KINDS)
         major, minor = mf.version
         common = {"format_version": f"{major}.{minor}", "metadata": storage.canonical_metadata(mf.user), "path": mf.path}
-        if kind == KIND_INDEX:
-            codes, norms, ids, encoding, stored = vectors
-            index = Index(quantizer, codes, norms, ids, encoding, vectors=stored)
+        if kind in INDEX_KINDS:
+            index = _make_index(model, arrays)
             try:
                 info = index.info()
+                has_ids = index.has_ids
             finally:
                 index.close()
-            return {"kind": KIND_INDEX, **info, "has_ids": ids is not None, **common}
+            return {"kind": kind, **info, "has_ids": has_ids, **common}
+    if kind == KIND_IVF_QUANTIZER:
+        from ..ivf_index import ivf_summary
+
+        quantizer = model.quantizer
+        summary = {**ivf_summary(model), "default_n_probe": int(model.default_n_probe),
+                   "coarse_objective": float(model.coarse_objective_history[-1])}
+    else:
+        quantizer = model
+        summary = _quantizer_summary(quantizer)
     return {
-        "kind": KIND_QUANTIZER,
-        **_quantizer_summary(quantizer),
+        "kind": kind,
+        **summary,
         "code_size": int(quantizer.code_size),
         "iterations": int(len(quantizer.objective_history) - 1),
         "objective": float(quantizer.objective_history[-1]),

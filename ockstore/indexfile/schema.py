@@ -19,13 +19,19 @@ from .._version import __version__
 from .._params import STORED_PARAMETERS
 from ..quantizers import METHODS, PARAMETERS, quantizer_from_state
 
-__all__ = ["KIND_INDEX", "KIND_QUANTIZER", "HEADER_MARGIN", "check_user_metadata", "quantizer_meta", "format_minor_version",
-           "put_quantizer_sections", "read_file"]
+__all__ = ["KIND_INDEX", "KIND_QUANTIZER", "KIND_IVF_INDEX", "KIND_IVF_QUANTIZER", "KINDS", "INDEX_KINDS",
+           "HEADER_MARGIN", "check_user_metadata", "quantizer_meta", "format_minor_version", "put_quantizer_sections",
+           "read_file"]
 
 # docs/FORMAT.md section 11: the values of meta "kind" and the number of levels of the one-byte norm quantizer.
 KIND_INDEX = "index"
 KIND_QUANTIZER = "quantizer"
 N_NORM_LEVELS = 256
+# docs/FORMAT.md section 14: inverted files (format 1.2; ivf_schema.py holds their own rules).
+KIND_IVF_INDEX = "ivf-index"
+KIND_IVF_QUANTIZER = "ivf-quantizer"
+KINDS = (KIND_INDEX, KIND_QUANTIZER, KIND_IVF_INDEX, KIND_IVF_QUANTIZER)
+INDEX_KINDS = (KIND_INDEX, KIND_IVF_INDEX)
 
 # The header holds the user metadata plus the index's own meta and section list, which take well under 1 KiB (eight
 # params, seven section entries, every int at most 9 bytes packed). User metadata is refused up front when it leaves
@@ -105,8 +111,9 @@ class _Reader:
         if type(kind) is not str:
             raise self.fail("bad meta", f"meta 'kind' = {_short(kind)}, expected a str: is this an ockstore index "
                                         "or quantizer file?")
-        if kind not in (KIND_INDEX, KIND_QUANTIZER):
-            raise self.fail("unknown kind", f"meta 'kind' = {_short(kind)}, expected 'index' or 'quantizer'")
+        if kind not in KINDS:
+            raise self.fail("unknown kind", f"meta 'kind' = {_short(kind)}, expected "
+                                            f"{', '.join(repr(k) for k in KINDS)}")
         if kind not in accepted:
             raise self.fail("wrong kind", f"the file holds a {kind}, not an index (meta 'kind' = {kind!r}); "
                                           "load it with ockstore.load_quantizer")
@@ -150,20 +157,23 @@ class _Reader:
                                             f"got {p[name]}")
         return p
 
-    def index_meta(self, p):
-        """meta 'ntotal', 'norm_encoding', 'has_ids', 'store_vectors' of an index file (I3)."""
+    def index_meta(self, p, ivf=False):
+        """meta 'ntotal', 'norm_encoding', 'has_ids', 'store_vectors' of an index file (I3; with ``ivf``, V6: a norm
+        term exactly for metric "l2", has_ids true)."""
         ntotal = self._int("meta 'ntotal'", self.meta.get("ntotal"), 0)
         encoding = self.meta.get("norm_encoding")
         if type(encoding) is not str or encoding not in NORM_ENCODINGS:
             raise self.fail("bad meta", f"meta 'norm_encoding' = {_short(encoding)}, expected 'f32', 'u8' or 'none'")
-        needs_norm = p["n_codebooks"] > 1 and p["metric"] == "l2"
+        needs_norm = (ivf or p["n_codebooks"] > 1) and p["metric"] == "l2"
         if needs_norm == (encoding == "none"):
             expected = "'f32' or 'u8'" if needs_norm else "'none'"
-            raise self.fail("bad meta", f"meta 'norm_encoding' = {encoding!r} with n_codebooks = {p['n_codebooks']} "
-                                        f"and metric {p['metric']!r}, expected {expected}")
+            what = "an inverted file" if ivf else f"n_codebooks = {p['n_codebooks']}"
+            raise self.fail("bad meta", f"meta 'norm_encoding' = {encoding!r} with {what} and metric "
+                                        f"{p['metric']!r}, expected {expected}")
         has_ids = self.meta.get("has_ids")
-        if type(has_ids) is not bool:
-            raise self.fail("bad meta", f"meta 'has_ids' = {_short(has_ids)}, expected true or false")
+        if type(has_ids) is not bool or (ivf and not has_ids):
+            expected = "true (an inverted file always stores its ids)" if ivf else "true or false"
+            raise self.fail("bad meta", f"meta 'has_ids' = {_short(has_ids)}, expected {expected}")
         store_vectors = self.meta.get("store_vectors")  # absent: no stored vectors (format 1.0 had none)
         if "store_vectors" in self.meta and (type(store_vectors) is not str or store_vectors not in STORE_VECTORS):
             raise self.fail("bad meta", f"meta 'store_vectors' = {_short(store_vectors)}, expected "
@@ -244,25 +254,40 @@ class _Reader:
         return codes, norms, ids, vectors
 
     def for_quantizer_file(self):
-        for name in ("codes", "norms", "ids", "vectors"):
+        for name in ("codes", "norms", "ids", "vectors", "list_offsets"):
             self.absent(name, "a quantizer file holds no vectors")
+
+    def absent_ivf_sections(self):
+        """V4: the sections of an inverted file are not in a flat one."""
+        for name in ("coarse_centroids", "coarse_objective_history", "ivf_norm_levels", "list_offsets"):
+            self.absent(name, f"meta 'kind' is {self.meta.get('kind')!r}, not an inverted file")
 
 
 def read_file(mf, accepted):
-    """Run every open-time check of docs/FORMAT.md section 11.4 on an opened container; returns
-    (kind, quantizer, (codes, norms, ids, norm_encoding, vectors) or None)."""
+    """Run every open-time check of docs/FORMAT.md sections 11.4 and 14.4 on an opened container; returns
+    (kind, model, (codes, norms, ids, norm_encoding, vectors, list_offsets) or None): the model is the quantizer, or
+    the IVF of an inverted file (list_offsets None for a flat index)."""
+    from . import ivf_schema  # the inverted file's rules build on this module
+
     reader = _Reader(mf)
     kind = reader.kind(accepted)
     p = reader.params()
-    index_meta = reader.index_meta(p) if kind == KIND_INDEX else None
+    is_ivf = kind in (KIND_IVF_INDEX, KIND_IVF_QUANTIZER)
+    ivf_params = ivf_schema.read_ivf_meta(reader) if is_ivf else None
+    index_meta = reader.index_meta(p, ivf=is_ivf) if kind in INDEX_KINDS else None
     arrays = reader.quantizer_sections(p)
-    if kind == KIND_INDEX:
+    model = quantizer_from_state(p, arrays)
+    if is_ivf:
+        model = ivf_schema.read_ivf_model(reader, ivf_params, p, model)
+    if kind in INDEX_KINDS:
         ntotal, encoding, has_ids, store_vectors = index_meta
+        offsets = ivf_schema.read_list_offsets(reader, ivf_params["n_lists"], ntotal) if is_ivf else None
         codes, norms, ids, stored = reader.index_sections(p, ntotal, encoding, has_ids, store_vectors)
-        vectors = (codes, norms, ids, encoding, stored)
+        vectors = (codes, norms, ids, encoding, stored, offsets)
     else:
         reader.for_quantizer_file()
         vectors = None
-    quantizer = quantizer_from_state(p, arrays)
-    return kind, quantizer, vectors
+    if not is_ivf:
+        reader.absent_ivf_sections()
+    return kind, model, vectors
 

@@ -7,13 +7,15 @@ import numpy as np
 
 from .. import storage
 from .._encoding import (
-    NORM_DTYPES, STORED_VECTOR_DTYPES, check_fitted_quantizer, check_store_vectors, encode_rows,
+    NORM_DTYPES, STORED_VECTOR_DTYPES, check_fitted_model, check_fitted_quantizer, check_store_vectors, encode_rows,
     resolve_norm_encoding, vectors_for_storage,
 )
 from .._validation import as_ids, as_vectors, check_int, resolve_n_threads
+from ..ivf import IVF
 from ..quantizers import quantizer_from_state
 from .schema import (
-    KIND_INDEX, KIND_QUANTIZER, check_user_metadata, format_minor_version, put_quantizer_sections, quantizer_meta,
+    KIND_INDEX, KIND_IVF_QUANTIZER, KIND_QUANTIZER, check_user_metadata, format_minor_version, put_quantizer_sections,
+    quantizer_meta,
 )
 
 __all__ = ["IndexWriter", "build_index", "save_quantizer"]
@@ -32,8 +34,10 @@ class IndexWriter:
     ----------
     path : str or os.PathLike
         The index file to write; its folder must exist.
-    quantizer : fitted PQ, CKM, ECKM or OCKM
-        Its model is captured when the writer is created (refitting it afterwards does not affect this file).
+    quantizer : fitted PQ, CKM, ECKM, OCKM or IVF
+        Its model is captured when the writer is created (refitting it afterwards does not affect this file). With
+        an IVF the writer is an ``ockstore.indexfile.ivf_writer.IVFIndexWriter``: it writes an inverted-file index
+        (rows list after list, sorted through temporary files at close; docs/FORMAT.md section 14).
     norm_encoding : "u8", "f32", "none" or None
         As for :meth:`Index.from_vectors`: None means "u8" for L2 with C >= 2 and "none" otherwise.
     store_vectors : None, "float16", "float32" or "uint8"
@@ -56,6 +60,13 @@ class IndexWriter:
     Any other use after :meth:`close` or :meth:`abort` raises ValueError. A writer garbage-collected without
     :meth:`close` writes nothing (its temporary files are removed). Not thread-safe: one writer, one thread.
     """
+
+    def __new__(cls, path=None, quantizer=None, *args, **kwargs):
+        if cls is IndexWriter and isinstance(quantizer, IVF):  # an inverted file: the IVF writer
+            from .ivf_writer import IVFIndexWriter
+
+            cls = IVFIndexWriter
+        return super().__new__(cls)
 
     def __init__(self, path, quantizer, *, norm_encoding=None, store_vectors=None, metadata=None, n_threads=None):
         quantizer = check_fitted_quantizer(quantizer)
@@ -163,10 +174,13 @@ class IndexWriter:
                 raise ValueError("ids: earlier chunks were added without ids; give ids with every chunk or with none")
             raise ValueError("ids: earlier chunks were added with ids; give ids with every chunk or with none")
 
-    def _append(self, codes, norms, ids, vectors=None):
+    def _append(self, codes, norms, ids, vectors=None, *, list_ids=None):
         """Append checked rows: codes (n, M*C) uint8, norms (n,) of the norm dtype or None, ids (n,) int64 or None,
         vectors (n, P) of the stored dtype or None. No input validation beyond the consistency of ids with earlier
-        chunks."""
+        chunks. ``list_ids`` (n,) (the list of each row) is for inverted files only (IVFIndexWriter._append, which
+        requires it); a flat writer refuses it."""
+        if list_ids is not None:
+            raise ValueError("list_ids: this writer makes a flat index (its quantizer is not an IVF)")
         self._check_open()
         self._check_ids_given(ids is not None)
         if self._has_ids is None:
@@ -235,7 +249,7 @@ def build_index(path, quantizer, X, ids=None, *, norm_encoding=None, store_vecto
     Writes atomically: on any error nothing appears under ``path`` and an older file there is untouched.
     """
     chunk_size = check_int(chunk_size, "chunk_size", min_value=1)
-    quantizer = check_fitted_quantizer(quantizer)
+    quantizer = check_fitted_model(quantizer)
     X, _ = as_vectors(X, "X", quantizer.dim, convert=False)
     N = X.shape[0]
     if ids is not None:
@@ -254,12 +268,23 @@ def save_quantizer(path, quantizer, *, metadata=None):
     Parameters
     ----------
     path : str or os.PathLike
-    quantizer : fitted PQ, CKM, ECKM or OCKM
+    quantizer : fitted PQ, CKM, ECKM, OCKM or IVF
+        An IVF gives a file of kind "ivf-quantizer": its fine quantizer, coarse centroids and norm levels
+        (docs/FORMAT.md section 14); ``load_quantizer`` returns the IVF.
     metadata : dict or None
         User metadata, as for :class:`IndexWriter`.
     """
-    quantizer = check_fitted_quantizer(quantizer)
+    quantizer = check_fitted_model(quantizer)
     user = check_user_metadata(metadata)
+    if isinstance(quantizer, IVF):
+        from .ivf_schema import IVF_MINOR_VERSION, ivf_meta, put_ivf_sections
+
+        with storage.FileWriter(path, minor_version=IVF_MINOR_VERSION) as writer:
+            put_quantizer_sections(writer, quantizer.quantizer)
+            put_ivf_sections(writer, quantizer)
+            writer.commit({**quantizer_meta(KIND_IVF_QUANTIZER, quantizer.quantizer), "ivf": ivf_meta(quantizer)},
+                          user)
+        return
     with storage.FileWriter(path, minor_version=format_minor_version(quantizer, None)) as writer:
         put_quantizer_sections(writer, quantizer)
         writer.commit(quantizer_meta(KIND_QUANTIZER, quantizer), user)

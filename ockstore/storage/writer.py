@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import zlib
 
 import msgpack
@@ -21,7 +22,7 @@ __all__ = ["FileWriter"]
 class _Section:
     """One section of a FileWriter: a fixed array, or a growing one spilled to a temporary file."""
 
-    __slots__ = ("name", "dtype", "array", "row_shape", "rows", "nbytes", "crc", "spill", "spill_path")
+    __slots__ = ("name", "dtype", "array", "row_shape", "rows", "nbytes", "crc", "spill", "spill_path", "filled")
 
     def __init__(self, name, dtype, array=None, row_shape=None):
         self.name = name
@@ -33,6 +34,7 @@ class _Section:
         self.crc = 0
         self.spill = None  # growing sections: the open spill file, created at the first non-empty append
         self.spill_path = None
+        self.filled = False  # a section of known size whose rows are written in any order (declare_filled)
 
     @property
     def shape(self):
@@ -132,6 +134,70 @@ class FileWriter:
         check_shape_bytes((0, *row_shape), np.dtype(code).itemsize, f"section {name!r}")
         self._sections[name] = _Section(name, code, row_shape=row_shape)
 
+    def declare_filled(self, name, dtype, n_rows, row_shape=()):
+        """Declare a section of exactly ``n_rows`` rows whose rows are written in any order by :meth:`write_rows`
+        (rows never written hold zeros). It is backed by a hidden temporary file of its final size, so memory stays
+        bounded whatever ``n_rows`` is; its CRC is computed at commit, by one more read of that file.
+
+        Its shape in the file is ``(n_rows, *row_shape)``. Used to sort rows by a key through the file system (a
+        counting sort: the caller knows where every row goes).
+        """
+        self.declare_growing(name, dtype, row_shape)
+        section = self._sections[name]
+        section.filled = True
+        section.rows = check_int(n_rows, f"section {name!r}: n_rows", min_value=0)
+        check_shape_bytes((section.rows, *section.row_shape), np.dtype(section.dtype).itemsize, f"section {name!r}")
+        row_items = int(np.prod(section.row_shape, dtype=np.int64))
+        section.nbytes = section.rows * row_items * np.dtype(section.dtype).itemsize
+        if section.nbytes:
+            section.spill_path, fd = self._new_temp()
+            section.spill = open(fd, "w+b")
+            try:
+                section.spill.truncate(section.nbytes)
+            except BaseException:
+                self.abort()
+                raise
+
+    def write_rows(self, name, start, rows):
+        """Write ``rows`` at rows ``start``, ``start + 1``, ... of a section declared with :meth:`declare_filled`.
+
+        Parameters
+        ----------
+        name : str
+        start : int >= 0
+        rows : ndarray of shape (n, *row_shape), exactly the declared dtype; start + n must not exceed n_rows.
+        """
+        self._check_open()
+        section = self._sections.get(name) if isinstance(name, str) else None
+        if section is None or not section.filled:
+            raise ValueError(f"no filled section named {name!r}; declare it with declare_filled first")
+        self._check_rows(section, rows)
+        start = check_int(start, "start", min_value=0)
+        if start + rows.shape[0] > section.rows:
+            raise ValueError(f"section {name!r}: rows {start}..{start + rows.shape[0] - 1} are beyond its "
+                             f"{section.rows} rows")
+        if rows.size:
+            data = flat_bytes(np.ascontiguousarray(rows))
+            row_bytes = data.size // rows.shape[0]
+            try:
+                written = os.pwrite(section.spill.fileno(), data, start * row_bytes)
+                while written < data.size:  # a short write (a signal, a pipe-like file system): write the rest
+                    written += os.pwrite(section.spill.fileno(), data[written:], start * row_bytes + written)
+            except BaseException:
+                self.abort()  # the section may now hold part of the rows: this writer cannot go on
+                raise
+
+    def _check_rows(self, section, rows):
+        name = section.name
+        if not isinstance(rows, np.ndarray):
+            raise TypeError(f"section {name!r}: rows must be a numpy.ndarray, got {type(rows).__name__}")
+        if rows.dtype != np.dtype(section.dtype):
+            raise TypeError(f"section {name!r}: rows must have dtype {section.dtype} exactly, got {rows.dtype.str}")
+        if rows.ndim != 1 + len(section.row_shape) or rows.shape[1:] != section.row_shape:
+            expected = ("n", *section.row_shape)
+            raise ValueError(f"section {name!r}: rows must have shape ({', '.join(map(str, expected))}), "
+                             f"got {rows.shape}")
+
     def append(self, name, rows):
         """Append rows to a growing section.
 
@@ -144,16 +210,9 @@ class FileWriter:
         """
         self._check_open()
         section = self._sections.get(name) if isinstance(name, str) else None
-        if section is None or section.row_shape is None:
+        if section is None or section.row_shape is None or section.filled:
             raise ValueError(f"no growing section named {name!r}; declare it with declare_growing first")
-        if not isinstance(rows, np.ndarray):
-            raise TypeError(f"section {name!r}: rows must be a numpy.ndarray, got {type(rows).__name__}")
-        if rows.dtype != np.dtype(section.dtype):
-            raise TypeError(f"section {name!r}: rows must have dtype {section.dtype} exactly, got {rows.dtype.str}")
-        if rows.ndim != 1 + len(section.row_shape) or rows.shape[1:] != section.row_shape:
-            expected = ("n", *section.row_shape)
-            raise ValueError(f"section {name!r}: rows must have shape ({', '.join(map(str, expected))}), "
-                             f"got {rows.shape}")
+        self._check_rows(section, rows)
         if rows.size:
             data = flat_bytes(np.ascontiguousarray(rows))
             if section.spill is None:
@@ -206,6 +265,8 @@ class FileWriter:
             if section.row_shape is None:  # fixed: read now, so what is written is what is checksummed
                 section.nbytes = section.array.nbytes
                 section.crc = zlib.crc32(flat_bytes(section.array))
+            elif section.filled:  # written in any order: its CRC needs one pass over its file
+                section.crc = self._spill_crc(section)
         header, entries = self._build_header(sections, canonical_metadata(meta), canonical_metadata(user))
         if len(header) > MAX_HEADER_BYTES:
             raise ValueError(
@@ -283,6 +344,19 @@ class FileWriter:
                 break
             header_length = len(packed)
         return packed, entries
+
+    def _spill_crc(self, section):
+        crc = 0
+        if section.spill is not None:
+            section.spill.seek(0)
+            remaining = section.nbytes
+            while remaining:
+                chunk = section.spill.read(min(remaining, CHUNK_BYTES))
+                if not chunk:
+                    raise OSError(f"spill file of section {section.name!r} is shorter than its {section.nbytes} bytes")
+                crc = zlib.crc32(chunk, crc)
+                remaining -= len(chunk)
+        return crc
 
     def _write_section(self, f, section):
         if section.row_shape is None:

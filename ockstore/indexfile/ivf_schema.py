@@ -1,0 +1,95 @@
+"""What an inverted-file (IVF) index or quantizer file holds beyond a flat one (docs/FORMAT.md section 14, rules
+V1-V10): the meta map ``ivf``, the sections of the coarse quantizer and the list offsets, and their open-time checks.
+
+The fine quantizer is stored exactly as a flat file stores its quantizer (meta ``method`` and ``params``, sections
+rotation, codebooks, objective_history, norm_levels: section 11), so every rule of section 11 applies to it; the
+rows (codes, norms, ids, vectors) are those of section 11.2, stored list after list. Writing: ``ivf_meta`` and
+``put_ivf_sections``; reading: ``read_ivf_model`` and ``read_list_offsets``, called by ``schema.read_file`` as part
+of its straight line of checks.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ivf import MAX_LISTS, ivf_from_state
+from .schema import KIND_IVF_INDEX, KIND_IVF_QUANTIZER, N_NORM_LEVELS, _short
+
+__all__ = ["KIND_IVF_INDEX", "KIND_IVF_QUANTIZER", "IVF_KINDS", "IVF_MINOR_VERSION", "ivf_meta", "put_ivf_sections",
+           "read_ivf_meta", "read_ivf_model", "read_list_offsets"]
+
+# docs/FORMAT.md section 14.1: the kinds of inverted-file files (KIND_IVF_INDEX, KIND_IVF_QUANTIZER, defined with the
+# others in schema.py). Readers of format 1.0 and 1.1 know only "index" and "quantizer": they refuse these files
+# ("unknown kind") instead of reading their rows as a flat index (V1).
+IVF_KINDS = (KIND_IVF_INDEX, KIND_IVF_QUANTIZER)
+
+# The format minor version that introduced inverted files (every IVF file says at least 1.2).
+IVF_MINOR_VERSION = 2
+
+
+# ====================================================================================================================
+# writing
+
+
+def ivf_meta(ivf):
+    """The ``ivf`` map of the meta of an IVF file (V2): n_lists, n_iter, seed."""
+    return ivf._stored_params()
+
+
+def put_ivf_sections(writer, ivf):
+    """coarse_centroids, coarse_objective_history, ivf_norm_levels, in this order, after the fine quantizer's (V3)."""
+    _params, arrays = ivf._get_state()
+    writer.put("coarse_centroids", np.ascontiguousarray(arrays["coarse_centroids"], dtype="<f4"))
+    writer.put("coarse_objective_history", np.ascontiguousarray(arrays["coarse_objective_history"], dtype="<f8"))
+    writer.put("ivf_norm_levels", np.ascontiguousarray(arrays["ivf_norm_levels"], dtype="<f4"))
+
+
+# ====================================================================================================================
+# reading (docs/FORMAT.md section 14.4; each failure a FormatError naming the check and the meta key or section)
+
+
+def read_ivf_meta(reader):
+    """meta 'ivf' (V2): a map of n_lists (int in 1..2**24), n_iter (int >= 1), seed (int >= 0 or nil)."""
+    ivf = reader.meta.get("ivf")
+    if not isinstance(ivf, dict):
+        raise reader.fail("bad meta", f"meta 'ivf' = {_short(ivf)}, expected a map (n_lists, n_iter, seed)")
+    for key in ("n_lists", "n_iter", "seed"):
+        if key not in ivf:
+            raise reader.fail("bad meta", f"meta 'ivf' has no key {key!r}")
+    params = {"n_lists": reader._int("meta 'ivf'['n_lists']", ivf["n_lists"], 1, MAX_LISTS),
+              "n_iter": reader._int("meta 'ivf'['n_iter']", ivf["n_iter"], 1)}
+    seed = ivf["seed"]
+    params["seed"] = None if seed is None else reader._int("meta 'ivf'['seed']", seed, 0)
+    return params
+
+
+def read_ivf_model(reader, ivf_params, p, quantizer):
+    """The coarse sections (V3, V4), checked, and the IVF they make with the fine ``quantizer`` (copies of the
+    arrays: the model outlives the mapping)."""
+    L, P = ivf_params["n_lists"], p["dim"]
+    views = {"coarse_centroids": reader.section("coarse_centroids", "<f4", (L, P)),
+             "coarse_objective_history": reader.section("coarse_objective_history", "<f8", (None,)),
+             "ivf_norm_levels": reader.section("ivf_norm_levels", "<f4", (N_NORM_LEVELS,))}
+    arrays = {name: np.array(view) for name, view in views.items()}
+    for name, arr in arrays.items():
+        if not np.isfinite(arr).all():
+            raise reader.fail("non-finite values", f"section {name!r} holds NaN or infinite values")
+    if (np.diff(arrays["ivf_norm_levels"]) < 0).any():
+        raise reader.fail("unsorted norm levels", "section 'ivf_norm_levels' is not in ascending order")
+    return ivf_from_state({"dim": P, **ivf_params}, arrays, quantizer)
+
+
+def read_list_offsets(reader, n_lists, ntotal):
+    """The list offsets of an IVF index (V5), checked at open (n_lists + 1 values, read whole): from 0 to ntotal,
+    non-decreasing. A read-only view of the mapping."""
+    offsets = reader.section("list_offsets", "<i8", (n_lists + 1,))
+    first, last = int(offsets[0]), int(offsets[-1])
+    if first != 0 or last != ntotal:
+        raise reader.fail("bad list offsets", f"section 'list_offsets' runs from {first} to {last}, expected 0 to "
+                                              f"meta 'ntotal' = {ntotal}")
+    steps = np.diff(offsets)
+    if steps.size and int(steps.min()) < 0:
+        bad = int(np.argmax(steps < 0))
+        raise reader.fail("bad list offsets", f"section 'list_offsets' decreases: list {bad} ends at "
+                                              f"{int(offsets[bad + 1])}, before its start {int(offsets[bad])}")
+    return offsets
