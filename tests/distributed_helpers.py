@@ -78,5 +78,6 @@ def local_cluster(n_workers=2):
     import distributed
 
     with distributed.LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None,
-                                  silence_logs=logging.ERROR) as cluster, distributed.Client(cluster) as client:
+                                  scheduler_kwargs={"dashboard_address": ":0"}, silence_logs=logging.ERROR) as cluster, \
+            distributed.Client(cluster) as client:
         yield client

@@ -85,6 +85,20 @@ def test_segments_do_not_depend_on_the_blas_threads_of_the_workers(client, tmp_p
                                                                norm_encoding="f32", store_vectors="float32")
 
 
+def test_a_collection_of_an_ivf_has_the_segments_and_results_of_one_process(client, X, tmp_path):
+    """An IVF quantizer: each task writes an inverted-file segment (rows list after list), byte-identical to an
+    IndexWriter build of the same rows; a search with n_probe equals the collection's."""
+    learn = base(1200, seed=4)
+    ivf = ockstore.IVF(n_lists=6, quantizer=ockstore.OCKM(4, 2, 4, n_codewords=32, n_iter=2, seed=0)).fit(learn)
+    c = od.build_collection(tmp_path / "c", ivf, da.from_array(X, chunks=(900, DIM)), client=client)
+    assert len(c) == N and c.info()["segments"] == 3
+    c.close()
+    assert segment_bytes(tmp_path / "c") == reference_segments(tmp_path / "ref", ivf, X, ranges(N, 900))
+    Q = base(30, seed=9)
+    for n_probe in (1, 3, 6):
+        _assert_same(tmp_path / "c", Q, 10, client, n_probe=n_probe)
+
+
 def test_every_kind_of_source_gives_the_same_segments(client, X, q, tmp_path):
     """A dask.array (chunked by rows and columns), .fvecs, .fvecs.gz and .bvecs files in ranges, and a list of files
     (one partition each, of mixed formats) give the same partitions, hence the same bytes."""
@@ -348,6 +362,33 @@ def test_assign_balances_rows_and_is_stable():
     assert shares == {"w1": ("b",), "w2": ("a", "c", "d", "e")}
     assert dsearch.assign(segments, ["w1", "w2"]) == shares
     assert dsearch.assign(segments[:1], ["w1", "w2", "w3"]) == {"w1": ("a",)}
+
+
+def test_without_a_client_an_embedded_cluster_of_processes_is_started_and_closed(X, q, tmp_path, monkeypatch):
+    """client=None: a LocalCluster of worker processes, one thread each, one per core this process may use, closed
+    when the call returns (build and search alike)."""
+    import distributed
+
+    from ockstore import _validation
+
+    made = []
+
+    class Recording(distributed.LocalCluster):
+        def __init__(self, *args, **kwargs):
+            made.append((self, kwargs))
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(distributed, "LocalCluster", Recording)
+    path = tmp_path / "c"
+    od.build_collection(path, q, da.from_array(X[:600], chunks=300)).close()
+    D, I = od.search_collection(path, X[:5], 3)
+    with ockstore.open_collection(path) as c:
+        np.testing.assert_array_equal(I, c.search(X[:5], 3)[1])
+    assert len(made) == 2
+    for cluster, kwargs in made:
+        assert kwargs["processes"] is True and kwargs["threads_per_worker"] == 1
+        assert kwargs["n_workers"] == _validation.resolve_n_threads(None)
+        assert cluster.status.name == "closed"
 
 
 # ====================================================================================================================

@@ -73,7 +73,8 @@ def build_collection(path, quantizer, source, *, ids=None, client=None, partitio
         A folder every worker sees at the same path. When it does not exist (or is empty) the collection is created
         (``ockstore.create_collection(path, quantizer, **collection_options)``); when it is a collection the vectors
         are added to it (its quantizer, ids continuing after its ``next_id``).
-    quantizer : fitted PQ, CKM, ECKM, OCKM (any quantizer a collection accepts), or None to add to an existing
+    quantizer : fitted PQ, CKM, ECKM, OCKM or IVF (any model a collection accepts; an IVF gives inverted-file
+        segments, searched with ``n_probe``), or None to add to an existing
         collection with its own quantizer. Shipped to every worker once.
     source : dask.array of shape (N, P), a vector file, or a list of vector files
         Files: ``.fvecs``, ``.bvecs``, ``.ivecs`` (each optionally ``.gz``) or ``.npy``, at paths every worker sees.

@@ -19,7 +19,7 @@ import dask
 import distributed
 import numpy as np
 
-from .._encoding import check_fitted_quantizer
+from .._encoding import check_fitted_model
 from .._validation import as_ids
 from ..collection import create_collection, open_collection
 from ..collection import names
@@ -37,7 +37,7 @@ def build_collection(path, quantizer, source, *, ids=None, client=None, partitio
     folder = os.path.abspath(_as_str(path, "path"))
     existing = os.path.isdir(folder) and any(names.parse_manifest(n) is not None for n in os.listdir(folder))
     if not existing or quantizer is not None:
-        quantizer = check_fitted_quantizer(quantizer)
+        quantizer = check_fitted_model(quantizer)
     if existing and collection_options:
         raise ValueError(f"{', '.join(sorted(collection_options))}: {folder!r} is already a collection, whose options "
                          "were fixed when it was created; leave them out to add to it")

@@ -20,8 +20,11 @@ def embedded(n_workers=None):
     may use), one thread each, no dashboard; both closed on exit."""
     n_workers = resolve_n_threads(None) if n_workers is None else check_int(n_workers, "n_workers", min_value=1)
     # One thread per worker: each task encodes or searches on one core, and Dask runs as many tasks as workers.
+    # No dashboard; the scheduler's HTTP server (health checks) on a free port rather than 8787, which another
+    # cluster of the machine may hold.
     cluster = distributed.LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True,
-                                       dashboard_address=None, silence_logs=logging.ERROR)
+                                       dashboard_address=None, scheduler_kwargs={"dashboard_address": ":0"},
+                                       silence_logs=logging.ERROR)
     try:
         with distributed.Client(cluster) as client:
             yield client
