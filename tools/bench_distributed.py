@@ -18,10 +18,13 @@ u8 norm term), the one ``tools/bench_collection.py`` caches (loaded, or trained 
    threads, and the index file; every result checked equal. Then ``--single`` (100) queries one at a time (latency:
    the fan-out's round trip is not hidden behind a batch).
 
+3. **Per-core rates** for docs/scale.md (encoding vectors/s per core, segment bytes per vector, scan ns per code on
+   one thread) and the issue's targets, pass or missed.
+
 The machine (CPU, cores) and the load average before and after each section are printed: the machine is shared,
 measure when it is quiet. Typical use, from the repository root:
 
-    python tools/bench_distributed.py --json distributed.json     # ~4 min on 2 cores (plus converting the data once)
+    python tools/bench_distributed.py --json distributed.json     # ~2 min on 2 cores (plus converting the data once)
     python tools/bench_distributed.py --quick                    # smoke test on 100K base rows
 """
 
@@ -86,7 +89,7 @@ def cluster(n_workers):
     logging.getLogger("distributed").setLevel(logging.ERROR)  # no INFO lines of the scheduler in the report
     t0 = time.perf_counter()
     lc = distributed.LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, dashboard_address=None,
-                                  silence_logs=logging.ERROR)
+                                  scheduler_kwargs={"dashboard_address": ":0"}, silence_logs=logging.ERROR)
     client = distributed.Client(lc)
     return lc, client, time.perf_counter() - t0
 
@@ -216,6 +219,35 @@ def section_search(index_path, folder, Q, client, args):
     return out
 
 
+def per_core(results, rows):
+    """The per-core rates docs/scale.md extrapolates from, and the issue's targets met or not."""
+    build = results["build"]
+    out = {"encode_vectors_per_s_per_core": build["IndexWriter, 1 thread"]["per_core_vectors_per_s"],
+           "encode_vectors_per_s_per_worker": build["build_collection, 1 worker"]["per_core_vectors_per_s"],
+           "segment_bytes_per_vector": build["collection_bytes"] / rows}
+    print(f"\n### Per-core rates (docs/scale.md)\n\n"
+          f"- encoding: {out['encode_vectors_per_s_per_core']:,.0f} vectors/s per core (IndexWriter, 1 thread); "
+          f"{out['encode_vectors_per_s_per_worker']:,.0f} per worker (build_collection, 1 worker)\n"
+          f"- segments: {out['segment_bytes_per_vector']:.2f} bytes per vector (codes, norm term, ids, headers)")
+    if "search" in results:
+        for k in (10, 100):
+            ms = results["search"][f"Collection.search, 1 thread, k={k}"]["ms_per_query"]
+            out[f"scan_ns_per_code_k{k}"] = 1e6 * ms / rows
+            print(f"- scan (batch of queries, 1 thread, k={k}): {ms:.3f} ms per query over {rows:,} codes = "
+                  f"{1e6 * ms / rows:.2f} ns per code")
+    checks = [("2 workers >= 1.7x faster than 1 worker", build["speedup_2_over_1_workers"] >= 1.7,
+               f"{build['speedup_2_over_1_workers']:.2f}x"),
+              ("1 worker within 1.3x of IndexWriter 1 thread", build["dask_1_over_indexwriter_1"] <= 1.3,
+               f"{build['dask_1_over_indexwriter_1']:.3f}x"),
+              ("2 workers within 1.3x of IndexWriter 2 threads", build["dask_2_over_indexwriter_2"] <= 1.3,
+               f"{build['dask_2_over_indexwriter_2']:.3f}x")]
+    print("\n### Targets (issue 12)\n")
+    for text, ok, value in checks:
+        print(f"- {'pass' if ok else 'MISSED'}: {text} ({value})")
+    out["targets"] = {text: ok for text, ok, _v in checks}
+    return out
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sift", default=str(REPO.parent / "shared" / "data" / "sift-real"))
@@ -262,6 +294,7 @@ def main():
         if not args.build_only:
             results["search"] = section_search(index_path, folder, Q, clients[2], args)
         results["load_after"] = load_avg()
+        results["per_core"] = per_core(results, rows)
         print(f"\nload average after: {results['load_after']}")
     finally:
         for lc, client in clusters.values():
