@@ -47,7 +47,10 @@ def q():
 
 
 def test_import_ockstore_does_not_import_dask():
-    code = "import sys, ockstore; assert 'dask' not in sys.modules and 'distributed' not in sys.modules, sys.modules"
+    """Neither the package nor its command line (whose --workers/--scheduler import ockstore.distributed only when
+    given) imports Dask."""
+    code = ("import sys, ockstore, ockstore.cli.commands, ockstore.cli.parser; "
+            "assert 'dask' not in sys.modules and 'distributed' not in sys.modules, sorted(sys.modules)")
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
