@@ -182,3 +182,19 @@ def test_command_line_build_with_local_workers(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1 and "ids must have shape (1000,)" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_command_line_build_of_an_ivf_collection(tmp_path):
+    """A quantizer file of an IVF: the collection's segments are inverted files, byte-identical to IndexWriter's, and
+    the command says so."""
+    X = base()
+    ivf = ockstore.IVF(n_lists=6, quantizer=ockstore.OCKM(4, 2, 4, n_codewords=32, n_iter=2, seed=0))
+    ivf.fit(base(1200, seed=4))
+    ockstore.save_quantizer(tmp_path / "ivf.ockq", ivf)
+    write_vecs(tmp_path / "x.npy", X)
+    command = [sys.executable, "-m", "ockstore", "build", str(tmp_path / "ivf.ockq"), str(tmp_path / "x.npy"), "-o",
+               str(tmp_path / "c"), "--workers", "2", "--partition-rows", "1000", "-q"]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert f"{N:,} vectors in 3 segments" in proc.stdout and "IVF of 6 lists over OCKM 64 bits" in proc.stdout
+    assert segment_bytes(tmp_path / "c") == reference_segments(tmp_path / "ref", ivf, X, ranges(N, 1000))

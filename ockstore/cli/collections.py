@@ -219,8 +219,10 @@ def build_distributed(args, out):
         info = c.info()
     rate = info["N"] / elapsed if elapsed > 0 else float("inf")
     on = f"{workers} local workers" if workers is not None else f"the cluster of {args.scheduler}"
+    lists = f"IVF of {info['n_lists']:,} lists over " if "n_lists" in info else ""
     print(f"built collection {info['path']} on {on}: {info['N']:,} vectors in {info['segments']} segments, "
-          f"generation {info['generation']}, {info['method'].upper()} {info['bits']} bits, metric {info['metric']}, "
+          f"generation {info['generation']}, {lists}{info['method'].upper()} {info['bits']} bits, "
+          f"metric {info['metric']}, "
           f"{elapsed:.1f} s ({rate_text(rate)} vectors/s)", file=out)
     return 0
 
