@@ -63,7 +63,8 @@ def to_float32_rows(arr, name):
 
     No input validation beyond these value checks: ``arr`` must already have passed ``check_vectors_dtype``.
     """
-    if type(arr) is np.ndarray and arr.dtype is _FLOAT32 and arr.flags.c_contiguous:
+    # == rather than `is`: arrays viewed from file records carry an equal float32 dtype that is another object
+    if type(arr) is np.ndarray and arr.dtype == _FLOAT32 and arr.flags.c_contiguous:
         out = arr  # already what the kernels take (the common case of a search): no copy, nothing can overflow
     else:
         with np.errstate(over="ignore"):  # values beyond float32 become inf: reported below as too large
