@@ -191,6 +191,29 @@ def test_commit_segments_makes_pending_segments_visible_at_once(q, tmp_path):
     c.close()
 
 
+@pytest.mark.parametrize("options, error, match", [
+    ({"operation": None}, ValueError, "operation must be"),
+    ({"operation": 3}, ValueError, "operation must be"),
+    ({"operation": ["add"]}, ValueError, "operation must be"),
+    ({"operation": "rewrite"}, ValueError, "operation must be"),
+    ({"merge": "no"}, TypeError, "merge must be True or False"),
+    ({"merge": None}, TypeError, "merge must be True or False"),
+])
+def test_commit_segments_checks_operation_and_merge_before_writing(q, tmp_path, options, error, match):
+    """C3: a manifest's 'operation' is a str of docs/FORMAT.md 13.3; a bad one is refused before anything is written
+    (a manifest the reader then skips would lose an acknowledged commit)."""
+    c, model = populated(tmp_path / "c", q)
+    pending = coll.write_pending_segment(c.path, c.segment_spec, vectors(5, 7), np.arange(5) + c.next_id)
+    generation, files = c.generation, sorted(os.listdir(c.path))
+    with pytest.raises(error, match=match):
+        c.commit_segments([pending], **options)
+    assert c.generation == generation and sorted(os.listdir(c.path)) == files
+    c.commit_segments([pending], operation="add", merge=False)
+    c.close()
+    with ockstore.open_collection(tmp_path / "c") as reader:
+        assert reader.generation == generation + 1 and len(reader) == len(model) + 5
+
+
 # ====================================================================================================================
 # damaged and foreign folders (C4, C5, C11)
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from .. import storage
 from .._encoding import check_fitted_model, check_store_vectors, resolve_norm_encoding
-from .._validation import as_ids, as_vectors, check_choice, check_int
+from .._validation import as_ids, as_vectors, check_bool, check_choice, check_int
 from ..errors import FormatError
 from ..index import _quantizer_summary
 from ..indexfile.schema import check_user_metadata
@@ -20,7 +20,7 @@ from ..paths import _as_str
 from . import commit as _commit
 from . import names
 from .lock import WriterLock
-from .manifest import MAX_ID, Manifest, SegmentEntry, write_manifest
+from .manifest import MAX_ID, OPERATIONS, Manifest, SegmentEntry, write_manifest
 from .policy import DEFAULT_MAX_MERGE_ROWS, DEFAULT_MERGE_FACTOR
 from .segments import IdIndex, PendingSegment, Segment, write_pending_segment
 from .snapshot import load_newest, manifest_generations, remember
@@ -359,8 +359,11 @@ class Collection:
         unique within it and across the list, equal to its PendingSegment's range, not live in the collection. On any
         error nothing is committed (the pending files stay, for the caller to retry or remove). With ``merge`` the
         size-tiered policy runs as after any add; without it every pending file becomes one segment as written.
+        ``operation`` (recorded in the manifest) is one of "add", "upsert", "commit", ... (docs/FORMAT.md 13.3).
         """
         self._check_writer("commit_segments")
+        operation = check_choice(operation, "operation", OPERATIONS)
+        merge = check_bool(merge, "merge")
         pending = list(pending)
         all_ids = []
         for p in pending:

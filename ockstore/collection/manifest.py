@@ -28,11 +28,13 @@ from ..indexfile.schema import LIBRARY
 from . import names
 
 __all__ = ["SegmentEntry", "Manifest", "write_manifest", "read_manifest", "write_deletions", "read_deletions",
-           "KIND_MANIFEST", "KIND_DELETIONS", "MAX_ID"]
+           "KIND_MANIFEST", "KIND_DELETIONS", "MAX_ID", "OPERATIONS"]
 
 KIND_MANIFEST = "manifest"
 KIND_DELETIONS = "deletions"
 MAX_ID = 2**63 - 1  # ids are int64 >= 0; next_id may reach MAX_ID + 1 (no id left)
+# What may make a generation (the body's 'operation', docs/FORMAT.md section 13.3); readers take any str.
+OPERATIONS = ("create", "add", "upsert", "delete", "compact", "commit")
 
 # The body of a manifest is a few hundred bytes per segment; anything larger than this is not a manifest.
 MAX_BODY_BYTES = 1 << 28
