@@ -57,6 +57,59 @@ def test_a_second_writer_is_refused_naming_the_folder_and_the_lock(q, tmp_path):
         again.add(vectors(2, 1))
 
 
+@pytest.mark.parametrize("first", ["old writer", "new writer"])
+@pytest.mark.parametrize("how", ["removed", "replaced"])
+def test_a_writer_whose_lock_file_was_removed_or_replaced_commits_nothing(q, tmp_path, first, how):
+    """C9: the lock belongs to the file the writer locked. When writer.lock is removed (or replaced) under a writer, a
+    second writer can lock the new file; the first then refuses every change (CollectionLockedError naming the lock)
+    and never overwrites the second's segments or manifests: no acknowledged commit is lost."""
+    path = tmp_path / "c"
+    old = ockstore.create_collection(path, q)
+    old.add(vectors(4, 1))
+    lock = path / names.LOCK_NAME
+    lock.unlink()
+    if how == "replaced":
+        (path / "new.lock").write_bytes(b"")
+        os.replace(path / "new.lock", lock)
+    new = ockstore.open_collection(path, "a")
+    if first == "new writer":
+        new.add(vectors(3, 2), ids=[100, 101, 102])
+    for change in (lambda: old.add(vectors(5, 3)), lambda: old.delete([0]), old.compact, old.vacuum,
+                   lambda: old.commit_segments([])):
+        with pytest.raises(CollectionLockedError, match="no longer holds the folder's lock") as info:
+            change()
+        assert repr(str(lock)) in str(info.value)
+    if first == "old writer":
+        new.add(vectors(3, 2), ids=[100, 101, 102])
+    old.close()
+    new.close()
+    with ockstore.open_collection(path) as reader:
+        assert reader.ids().tolist() == [0, 1, 2, 3, 100, 101, 102]
+        reader.verify()
+
+
+def test_a_commit_never_replaces_an_existing_manifest(q, tmp_path):
+    """C11: a manifest is created, never renamed over another: a writer that finds the name of its next generation
+    taken (here by a file that appeared after it opened the folder) commits nothing, leaves that file as it was, and
+    commits above it on its next change."""
+    path = tmp_path / "c"
+    c = ockstore.create_collection(path, q)
+    c.add(vectors(4, 1))
+    taken = path / names.manifest_name(c.generation + 1)
+    taken.write_bytes(b"someone else's")
+    with pytest.raises(CollectionLockedError, match="already exists"):
+        c.add(vectors(5, 2))
+    assert taken.read_bytes() == b"someone else's" and c.generation == 1 and len(c) == 4
+    assert not [n for n in os.listdir(path) if names.is_temporary(n)]
+    c.add(vectors(5, 2))
+    assert c.generation == 3
+    assert names.segment_name(2, 0) in c.vacuum()  # the failed commit's segment, left to vacuum
+    c.close()
+    with ockstore.open_collection(path) as reader:
+        assert reader.generation == 3 and len(reader) == 9
+        reader.verify()
+
+
 def test_a_reader_keeps_its_snapshot_until_refresh(q, tmp_path):
     """Readers see one generation, whatever the writer commits, compacts and removes meanwhile."""
     c, model = populated(tmp_path / "c", q, store_vectors="float32")

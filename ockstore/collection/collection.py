@@ -107,6 +107,7 @@ class Collection:
         if self._mode != "a":
             raise io.UnsupportedOperation(f"{what}: collection {self._folder!r} is open read-only (mode='r'); open it "
                                           "with mode='a' to change it")
+        self._lock.check()  # writer.lock removed or replaced: another writer may be in (C9)
 
     # --------------------------------------------------------------------------------------------------- attributes
     def __len__(self):
@@ -429,7 +430,10 @@ class Collection:
         """One commit of the next generation; then the files of the generation before last are removed."""
         generation = self._next_generation
         try:
-            new = _commit.commit(self._snap, generation, **changes)
+            new = _commit.commit(self._snap, generation, check=self._lock.check, **changes)
+        except _commit.GenerationTaken:
+            self._next_generation = max(manifest_generations(self._folder)[0], generation) + 1
+            raise
         except BaseException:
             if os.path.exists(os.path.join(self._folder, names.manifest_name(generation))):
                 self._next_generation = generation + 1  # committed, though an error followed: take it from disk

@@ -104,10 +104,11 @@ class Manifest:
 
 
 def write_manifest(folder, manifest, user):
-    """Write ``manifest.<generation>`` atomically; returns its path."""
+    """Write ``manifest.<generation>`` atomically, never replacing an existing file of that name (FileExistsError:
+    another writer, or anyone, made that generation); returns its path."""
     path = os.path.join(folder, names.manifest_name(manifest.generation))
     body = np.frombuffer(msgpack.packb(manifest.body(), use_bin_type=True), dtype=np.uint8)
-    with storage.FileWriter(path) as writer:
+    with storage.FileWriter(path, replace=False) as writer:
         writer.put("manifest", body)
         writer.commit({"generation": manifest.generation, "kind": KIND_MANIFEST, "library": LIBRARY}, user)
     return path
