@@ -110,6 +110,30 @@ def test_a_commit_never_replaces_an_existing_manifest(q, tmp_path):
         reader.verify()
 
 
+def test_no_commit_beyond_the_largest_generation(q, tmp_path):
+    """docs/FORMAT.md 13.1: G < 2**63. A (stray) manifest of the largest generation leaves no generation to commit:
+    every change raises FormatError naming it before anything is written, instead of a commit no reader would see."""
+    path = tmp_path / "c"
+    with ockstore.create_collection(path, q) as c:
+        c.add(vectors(10, 1))
+    last = path / names.manifest_name(names.MAX_GENERATION)
+    last.write_bytes(b"junk")
+    with pytest.warns(coll.CollectionWarning):
+        c = ockstore.open_collection(path, "a")
+    files = sorted(os.listdir(path))
+    pending = coll.write_pending_segment(c.path, c.segment_spec, vectors(2, 3), [50, 51])
+    for change in (lambda: c.add(vectors(10, 2)), lambda: c.upsert(vectors(1, 2), [3]), lambda: c.delete([0]),
+                   lambda: c.commit_segments([pending])):
+        with pytest.raises(FormatError, match=f"no generation left.*{last.name}"):
+            change()
+    assert sorted(os.listdir(path)) == sorted(files + [os.path.basename(pending.path)])
+    assert c.generation == 1 and len(c) == 10
+    c.close()
+    with pytest.warns(coll.CollectionWarning):
+        with ockstore.open_collection(path) as reader:
+            assert reader.generation == 1 and len(reader) == 10
+
+
 def test_a_reader_keeps_its_snapshot_until_refresh(q, tmp_path):
     """Readers see one generation, whatever the writer commits, compacts and removes meanwhile."""
     c, model = populated(tmp_path / "c", q, store_vectors="float32")

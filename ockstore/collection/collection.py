@@ -414,7 +414,7 @@ class Collection:
         references it before the commit), then commit it (deleting the live ids first for upsert)."""
         snap = self._snap
         pending = write_pending_segment(self._folder, snap.spec, X, ids, n_threads=n_threads,
-                                        _name=names.segment_name(self._next_generation, 0))
+                                        _name=names.segment_name(self._generation_to_commit(), 0))
         try:
             deletes = None
             if operation == "upsert":
@@ -426,9 +426,17 @@ class Collection:
                 _remove_file(pending.path)  # not committed
             raise
 
+    def _generation_to_commit(self):
+        generation = self._next_generation
+        if generation > names.MAX_GENERATION:  # docs/FORMAT.md 13.1: G < 2**63
+            raise FormatError(f"{self._folder!r}: no generation left to commit: "
+                              f"{names.manifest_name(generation - 1)} holds the largest one (2**63 - 1); remove that "
+                              "file if no commit of yours made it")
+        return generation
+
     def _apply(self, **changes):
         """One commit of the next generation; then the files of the generation before last are removed."""
-        generation = self._next_generation
+        generation = self._generation_to_commit()
         try:
             new = _commit.commit(self._snap, generation, check=self._lock.check, **changes)
         except _commit.GenerationTaken:
