@@ -54,8 +54,8 @@ def remove_quietly(path):
 
 
 def _put_in_place(temp, path, replace):
-    """Give the complete, fsynced ``temp`` the name ``path``: renamed over it, or (``replace`` false) hard-linked so that
-    an existing ``path`` is never replaced (FileExistsError), then the temporary name removed."""
+    """Give the complete, fsynced ``temp`` the name ``path``: renamed over it, or (``replace`` false) hard-linked so
+    that an existing ``path`` is never replaced (FileExistsError), then the temporary name removed."""
     if replace:
         os.replace(temp, path)
         return
