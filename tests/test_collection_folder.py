@@ -349,6 +349,49 @@ def test_a_damaged_newest_manifest_falls_back_to_the_previous_generation(q, tmp_
     reader.close()
 
 
+@pytest.mark.parametrize("kind", ["folder", "fifo"])
+def test_a_newest_manifest_that_is_not_a_regular_file_is_skipped(q, tmp_path, kind):
+    """C4: a newer manifest.<G> that is a folder or a FIFO does not verify: skipped and reported like a corrupt one
+    (never opened, so a FIFO never blocks), for readers and the writer, which commits past it and vacuum keeps it."""
+    if kind == "fifo" and not hasattr(os, "mkfifo"):
+        pytest.skip("no FIFOs on this system")
+    folder = tmp_path / "c"
+    with ockstore.create_collection(folder, q) as c:
+        c.add(vectors(10, 1))
+    odd = folder / names.manifest_name(50)
+    odd.mkdir() if kind == "folder" else os.mkfifo(odd)
+    for mode in ("r", "a"):
+        with pytest.warns(coll.CollectionWarning, match=f"{odd.name} does not verify.*not a regular file"):
+            c = ockstore.open_collection(folder, mode)
+        assert c.generation == 1 and len(c) == 10
+        assert len(c.info()["problems"]) == 1 and odd.name in c.info()["problems"][0]
+        if mode == "a":
+            c.add(vectors(2, 2))
+            assert c.generation == 51
+            c.vacuum()
+        c.close()
+    with ockstore.open_collection(folder) as reader:
+        assert reader.generation == 51 and len(reader) == 12
+
+
+@pytest.mark.parametrize("which", ["segment", "deletions", "quantizer"])
+def test_a_referenced_file_that_is_not_a_regular_file_is_a_format_error(q, tmp_path, which):
+    """C4: a file the current manifest references that is a FIFO (or a folder) fails the open with a FormatError naming
+    it, without opening it."""
+    if not hasattr(os, "mkfifo"):
+        pytest.skip("no FIFOs on this system")
+    folder = tmp_path / "c"
+    with ockstore.create_collection(folder, q) as c:
+        c.add(vectors(10, 1))
+        c.delete([2])
+        entry = c.info()["segment_files"][0]
+    name = {"segment": entry["file"], "deletions": entry["deletions"], "quantizer": names.QUANTIZER_NAME}[which]
+    (folder / name).unlink()
+    os.mkfifo(folder / name)
+    with pytest.raises(FormatError, match=f"{name}.*not a regular file"):
+        ockstore.open_collection(folder)
+
+
 class _no_warning:
     def __enter__(self):
         import warnings

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 
 import numpy as np
 
@@ -174,6 +175,13 @@ def commit(snapshot, generation, *, operation, pending=(), deletes=None, compact
     return Snapshot(folder, manifest, snapshot.user, spec, views, [], snapshot._tables, snapshot._cache)
 
 
+def _is_regular(path):
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return False
+
+
 def remove_generation(folder, dropped, kept):
     """Remove manifest ``dropped`` (a Manifest), then the files it references that no manifest of ``kept``
     references. The manifest goes first, so that no manifest ever references a missing file."""
@@ -203,8 +211,8 @@ def vacuum(folder, current, keep):
         referenced |= manifest.referenced()
     removed = []
     for name in sorted(os.listdir(folder)):
-        if name in referenced or not names.is_collection_file(name):
-            continue
+        if name in referenced or not names.is_collection_file(name) or not _is_regular(os.path.join(folder, name)):
+            continue  # a folder, FIFO or link of a collection file's name was not made by a collection: foreign
         generation = names.parse_manifest(name)
         if generation is not None and generation > current.generation:
             continue  # a newer manifest that did not verify: kept as evidence until a commit passes it

@@ -17,6 +17,7 @@ FormatError naming the file and the check.
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass, field
 
 import msgpack
@@ -28,7 +29,7 @@ from ..indexfile.schema import LIBRARY
 from . import names
 
 __all__ = ["SegmentEntry", "Manifest", "write_manifest", "read_manifest", "write_deletions", "read_deletions",
-           "KIND_MANIFEST", "KIND_DELETIONS", "MAX_ID", "OPERATIONS"]
+           "check_regular_file", "KIND_MANIFEST", "KIND_DELETIONS", "MAX_ID", "OPERATIONS"]
 
 KIND_MANIFEST = "manifest"
 KIND_DELETIONS = "deletions"
@@ -142,9 +143,23 @@ def _refuse_ext(code, data):
     raise _DuplicateKey(f"msgpack extension type {code} is not allowed")
 
 
+def check_regular_file(path):
+    """FormatError naming ``path`` when it is a folder, a FIFO, a device... (by ``stat`` alone: never opened, so a FIFO
+    cannot block); FileNotFoundError when it is missing (a reader may then retry with a newer manifest)."""
+    mode = os.stat(path).st_mode
+    if not stat.S_ISREG(mode):
+        raise storage.format_error(path, "not a regular file", f"a file of the collection is a {_file_type(mode)}")
+    return path
+
+
+def _file_type(mode):
+    return ("folder" if stat.S_ISDIR(mode) else "FIFO" if stat.S_ISFIFO(mode) else "socket" if stat.S_ISSOCK(mode)
+            else "device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "special file")
+
+
 def _open_kind(path, kind):
     """The opened container at ``path`` after the container's checks and meta 'kind' (C2)."""
-    mf = storage.open_file(path)
+    mf = storage.open_file(check_regular_file(path))
     if mf.meta.get("kind") != kind:
         got = mf.meta.get("kind")
         mf.close()

@@ -24,6 +24,7 @@ from ..indexfile.writer import IndexWriter
 from ..ivf import IVF
 from ..search import rows_bitmap
 from . import names
+from .manifest import check_regular_file
 
 __all__ = ["SegmentSpec", "IdIndex", "Segment", "SegmentView", "PendingSegment", "SegmentWriter",
            "write_pending_segment", "copy_live_rows", "COPY_ROWS"]
@@ -86,7 +87,8 @@ class Segment:
     def __init__(self, folder, entry, spec):
         self.name = entry.file
         self.path = os.path.join(folder, entry.file)
-        index = open_index(self.path)  # FileNotFoundError propagates: the caller may retry with a newer manifest
+        # FileNotFoundError propagates: the caller may retry with a newer manifest
+        index = open_index(check_regular_file(self.path))
         try:
             _check_segment(index, self.path, entry, spec)
         except BaseException:

@@ -22,7 +22,7 @@ from ..ivf import IVF
 from ..search import QueryTables, rows_bitmap
 from ..indexfile.reader import load_quantizer
 from . import names
-from .manifest import read_deletions, read_manifest
+from .manifest import check_regular_file, read_deletions, read_manifest
 from .merge import merge_topk
 from .scan import Part, scan_parts
 from .segments import Segment, SegmentSpec, SegmentView
@@ -278,7 +278,7 @@ def _open_generation(folder, manifest, user, cache, problems):
     quantizer_key = ("quantizer", manifest.quantizer)
     quantizer = cache.get(quantizer_key)
     if quantizer is None:
-        quantizer = load_quantizer(os.path.join(folder, manifest.quantizer))
+        quantizer = load_quantizer(check_regular_file(os.path.join(folder, manifest.quantizer)))
     spec = SegmentSpec(quantizer, manifest.norm_encoding, manifest.store_vectors)
     views, opened = [], []
     try:
