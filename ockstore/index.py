@@ -477,7 +477,8 @@ class Index:
         """What search returns, from the scan's (D, rows): re-ranked, rows mapped to ids, scores for "ip"/"cosine"."""
         metric = self._quantizer.metric
         if rerank is not None:
-            D, I = _search_options.rerank_exact(Q, rows, vectors, metric, self._ids, k)
+            source = self._damaged if vectors is self._vectors else None  # the stored section, or the caller's
+            D, I = _search_options.rerank_exact(Q, rows, vectors, metric, self._ids, k, source)
         else:
             I = rows
             if self._ids is not None and self._codes.shape[0] > 0:
@@ -488,6 +489,10 @@ class Index:
         if was_1d:
             return D[0], I[0]
         return D, I
+
+    def _damaged(self, check, detail):
+        """The FormatError of damage found in this index's arrays (named as verify names them)."""
+        return storage.format_error(self._file.path if self._file is not None else "<in-memory index>", check, detail)
 
     def _ids_lookup(self):
         """The IdLookup of the stored ids, built on first use (filters by id need it)."""

@@ -209,6 +209,11 @@ class Snapshot:
                     order = np.argsort(found)
                     block = np.empty((found.size, data.shape[1]), dtype=data.dtype)
                     block[order] = views[p].index.vectors[found[order]]
+                    if block.dtype.kind == "f":  # damage of the segment's section: FormatError naming it
+                        path = views[p].segment.path
+                        _search_options.check_vector_rows(block.astype(np.float32), found,
+                                                          lambda check, detail: storage.format_error(path, check,
+                                                                                                     detail))
                     data[chosen] = block
             local = np.full(cand.shape, -1, dtype=np.int64)
             local[valid] = where
@@ -257,14 +262,14 @@ def _check_id_vectors(vectors, dim):
 
 
 def _fetch_by_id(vectors, ids):
-    """vectors[ids] (ids sorted, unique) for re-ranking, checked: every id has a row, every value is finite."""
+    """vectors[ids] (ids sorted, unique) for re-ranking, as float32, checked: every id has a row, every value is finite
+    and within the limit of every vector input (ValueError naming ``vectors`` and the row, i.e. the id)."""
     if ids.size and int(ids[-1]) >= vectors.shape[0]:
         raise ValueError(f"vectors has {vectors.shape[0]} rows, but id {int(ids[-1])} is a candidate: on a collection "
                          "row i of vectors is the vector of id i")
-    block = np.asarray(vectors[ids])
-    if block.dtype.kind == "f" and not np.isfinite(block).all():
-        bad = int(ids[np.argmin(np.isfinite(block).all(axis=1))])
-        raise ValueError(f"vectors row {bad} holds NaN or infinite values")
+    with np.errstate(over="ignore"):  # float64 values beyond float32 become inf: refused below
+        block = np.asarray(vectors[ids], dtype=np.float32)
+    _search_options.check_vector_rows(block, ids)
     return block
 
 
