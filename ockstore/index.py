@@ -18,6 +18,7 @@ from ._encoding import (
     encode_rows, resolve_norm_encoding, vectors_for_storage,
 )
 from ._validation import as_ids, as_vectors, check_choice, check_k, resolve_n_threads
+from .ivf import check_n_probe
 
 __all__ = ["Index"]
 
@@ -431,9 +432,7 @@ class Index:
             searched alone or in a batch.
         """
         self._check_open()
-        if n_probe is not None:
-            raise ValueError("n_probe applies to inverted-file (IVF) indexes only: this index is flat and scans every "
-                             "code; leave n_probe out")
+        check_n_probe(n_probe, self._quantizer)  # a flat index: only None
         Q, was_1d, k, distance, rerank, vectors, bitmap, threads = self._search_arguments(
             Q, k, distance, rerank, vectors, allow, n_threads)
         tables = self._tables

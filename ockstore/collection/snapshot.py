@@ -18,7 +18,7 @@ from .. import _search_options, storage
 from .._validation import as_vectors, check_choice, check_k, resolve_n_threads
 from ..errors import FormatError
 from ..index import Index
-from ..ivf import IVF
+from ..ivf import IVF, check_n_probe
 from ..search import QueryTables, rows_bitmap
 from ..indexfile.reader import load_quantizer
 from . import names
@@ -103,6 +103,8 @@ class Snapshot:
                              "pass vectors= (indexed by id)")
         threads = resolve_n_threads(n_threads)
         self._check_segment_options(segment_options)
+        if "n_probe" in segment_options:  # checked here once, also when no segment is searched
+            check_n_probe(segment_options["n_probe"], quantizer, "collection")
         Q, was_1d = as_vectors(Q, "Q", quantizer.dim)
         allowed = None if allow is None else _allowed_ids(allow)
         width = k if rerank is None else rerank
