@@ -111,3 +111,16 @@ def test_add_is_one_commit_or_none(files, tmp_path):
     assert sorted(p.name for p in folder.iterdir()) == before
     with ockstore.open_collection(folder) as c:
         assert c.generation == 0 and len(c) == 0
+
+
+def test_add_names_a_refused_row_by_its_row_in_the_file(files, tmp_path):
+    folder = tmp_path / "coll"
+    run("create", files["q"], folder, "--store-vectors", "float16", check=0)
+    X = np.array(files["ds"].base[:500], dtype=np.float32)
+    X[450, 1] = 1e6  # beyond float16
+    np.save(tmp_path / "bad.npy", X)
+    for chunk in ("100", "1000"):
+        assert_data_error(run("add", folder, tmp_path / "bad.npy", "--chunk-size", chunk), "X row 450")
+    with ockstore.open_collection(folder) as c:
+        assert len(c) == 0
+

@@ -130,7 +130,7 @@ def add(args, out):
                 if ids is not None and stop > len(ids):
                     raise CommandError(f"{args.ids}: {len(ids):,} ids, but {args.base} has more vectors")
                 chunk_ids = ids[done:stop] if ids is not None else np.arange(first + done, first + stop)
-                writer.add(chunk, chunk_ids)
+                writer._add(chunk, chunk_ids, done)  # a refused row is named by its row in the file
                 done = stop
                 bar.update(chunk.shape[0])
             if ids is not None and done != len(ids):

@@ -207,7 +207,8 @@ def build(args, out):
                 stop = done + chunk.shape[0]
                 if ids is not None and stop > len(ids):
                     raise CommandError(f"{args.ids}: {len(ids):,} ids, but {args.base} has more base vectors")
-                writer.add(chunk, ids=None if ids is None else ids[done:stop])
+                # (_add: a refused row is named by its row in the file, not in the chunk)
+                writer._add(chunk, None if ids is None else ids[done:stop], done)
                 done = stop
                 bar.update(chunk.shape[0])
             if ids is not None and done != len(ids):
