@@ -124,3 +124,26 @@ def test_add_names_a_refused_row_by_its_row_in_the_file(files, tmp_path):
     with ockstore.open_collection(folder) as c:
         assert len(c) == 0
 
+
+def test_a_skipped_manifest_is_one_warning_line(files, tmp_path):
+    """A collection whose newest manifest does not verify opens at the previous generation with a CollectionWarning:
+    one line 'ockstore: warning: ...' on stderr (no source line); a data error after it is still one error line."""
+    folder = tmp_path / "coll"
+    run("create", files["q"], folder, check=0)
+    run("add", folder, files["dir"] / "more.npy", check=0)
+    run("add", folder, files["dir"] / "more.npy", check=0)
+    newest = folder / "manifest.0000000002"
+    data = bytearray(newest.read_bytes())
+    data[-2] ^= 0xFF
+    newest.write_bytes(bytes(data))
+    for args in (("info", folder), ("search", folder, files["query"], "-k", "2", "--limit", "1")):
+        proc = run(*args, check=0)
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("ockstore: warning: "), proc.stderr
+        assert "manifest.0000000002" in lines[0] and "generation 1" in lines[0]
+    proc = run("add", folder, files["dir"] / "nothing.fvecs")  # a data error after the warning: exit 1
+    assert proc.returncode == 1, proc
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 2 and lines[0].startswith("ockstore: warning: "), proc.stderr
+    assert lines[1].startswith("ockstore: error: ") and "Traceback" not in proc.stderr
+
