@@ -147,3 +147,12 @@ def test_a_skipped_manifest_is_one_warning_line(files, tmp_path):
     assert len(lines) == 2 and lines[0].startswith("ockstore: warning: "), proc.stderr
     assert lines[1].startswith("ockstore: error: ") and "Traceback" not in proc.stderr
 
+
+def test_rerank_on_a_collection_without_vectors_says_how_to_create_one(files, tmp_path):
+    folder = tmp_path / "coll"
+    run("create", files["q"], folder, check=0)
+    run("add", folder, files["dir"] / "more.npy", check=0)
+    line = assert_data_error(run("search", folder, files["query"], "-k", "3", "--rerank", "10"),
+                             "'ockstore create ... --store-vectors")
+    assert "ockstore build" not in line
+

@@ -118,6 +118,10 @@ def read_allowed_ids(path):
 def _check_rerank_vectors(index, args):
     """--rerank needs vectors stored in the index: say how to get them (the library's message names its API)."""
     if args.rerank is not None and index.store_vectors is None:
+        if isinstance(index, ockstore.Collection):
+            raise CommandError(f"{args.index}: the collection stores no vectors, --rerank needs them; make one that "
+                               "does with 'ockstore create ... --store-vectors float32' (or float16, uint8) and add "
+                               "the vectors to it")
         raise CommandError(f"{args.index}: the index stores no vectors, --rerank needs them; rebuild it with "
                            "'ockstore build ... --store-vectors float32' (or float16, uint8)")
 
