@@ -156,3 +156,13 @@ def test_rerank_on_a_collection_without_vectors_says_how_to_create_one(files, tm
                              "'ockstore create ... --store-vectors")
     assert "ockstore build" not in line
 
+
+def test_delete_refuses_negative_ids_but_the_padding_of_results(files, tmp_path):
+    """Ids are >= 0 (Collection.delete refuses others); -1, the padding of a result file, is skipped."""
+    folder = tmp_path / "coll"
+    run("create", files["q"], folder, check=0)
+    run("add", folder, files["dir"] / "more.npy", check=0)
+    (tmp_path / "neg.txt").write_text("3 4\n-5\n")
+    assert_data_error(run("delete", folder, tmp_path / "neg.txt"), "-5")
+    (tmp_path / "pad.txt").write_text("3 4 -1 -1\n")
+    assert "deleted 2 of 2 ids" in run("delete", folder, tmp_path / "pad.txt", check=0).stdout
