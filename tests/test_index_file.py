@@ -80,10 +80,10 @@ def parts_of(path):
         return f.meta, {name: np.array(f.sections[name]) for name in order}, f.user
 
 
-def write_parts(path, meta, sections, user=None):
+def write_parts(path, meta, sections, user=None, minor=0):
     """A container file with exactly these sections (in this order) and meta: valid for the container, whatever the
-    index layer thinks of it."""
-    with storage.FileWriter(path) as w:
+    index layer thinks of it (format 1.``minor``, or more if a section's dtype needs it)."""
+    with storage.FileWriter(path, minor_version=minor) as w:
         for name, array in sections.items():
             w.put(name, np.ascontiguousarray(array))
         w.commit(meta, user)
