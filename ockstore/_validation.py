@@ -81,6 +81,15 @@ def to_float32_rows(arr, name):
     return out
 
 
+def rows_beyond_limits(rows):
+    """None when every value of the float32 2-D ``rows`` is finite and within +-MAX_ABS_VALUE (what every vector input
+    must hold), else a bool mask of the rows that are not (for a message naming the row)."""
+    rows = np.ascontiguousarray(rows, dtype=np.float32)
+    if rows.size == 0 or _codec_kernels.max_abs(rows.reshape(-1)) <= MAX_ABS_VALUE:  # +inf for NaN too
+        return None
+    return ~(np.abs(rows) <= MAX_ABS_VALUE).all(axis=1)
+
+
 def normalize_rows(rows, name, first_row=0):
     """Checked float32 rows scaled to unit length (a new array), for metric "cosine"; ValueError naming the first
     zero row (``first_row`` is the number of rows[0] in the caller's array). Norms are computed in float64."""
