@@ -53,11 +53,34 @@ def remove_quietly(path):
         os.unlink(path)
 
 
+def _put_in_place(temp, path, replace):
+    """Give the complete, fsynced ``temp`` the name ``path``: renamed over it, or (``replace`` false) hard-linked so
+    that an existing ``path`` is never replaced (FileExistsError), then the temporary name removed."""
+    if replace:
+        os.replace(temp, path)
+        return
+    try:
+        os.link(temp, path)  # atomic, and fails when the name exists (even if another process made it a moment ago)
+    except FileExistsError:
+        raise
+    except OSError as exc:  # pragma: no cover - a file system without hard links: check, then rename (not atomic)
+        if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.ENOSYS):
+            raise
+        if os.path.lexists(path):
+            raise FileExistsError(errno.EEXIST, "file exists", path) from None
+        os.replace(temp, path)
+        return
+    remove_quietly(temp)
+
+
 @contextlib.contextmanager
-def atomic_write(path):
+def atomic_write(path, *, replace=True):
     """Write ``path`` atomically: yields a binary file object on a temporary sibling; when the block ends without an
     exception the file is flushed, fsynced and renamed over ``path``, then the folder is fsynced. On any exception the
     temporary file is removed and ``path`` is left as it was.
+
+    With ``replace=False`` an existing ``path`` is never replaced: the complete file is hard-linked to ``path``
+    (atomic: FileExistsError when the name exists, whoever made it, and the temporary file is removed).
 
     ``path`` must already be checked (``ockstore.paths.check_output_file``).
     """
@@ -67,7 +90,7 @@ def atomic_write(path):
             yield f
             f.flush()
             os.fsync(f.fileno())
-        os.replace(temp, path)
+        _put_in_place(temp, path, replace)
     except BaseException:
         remove_quietly(temp)
         raise

@@ -106,39 +106,45 @@ cdef inline void _topk_swap(TopK *t, int i, int j) noexcept nogil:
     t.r[j] = r
 
 
+cdef inline void _topk_partition(TopK *t, int lo, int hi, int *i_out, int *j_out) noexcept nogil:
+    """Hoare partition of candidates lo..hi (inclusive, hi > lo) by (distance, id) around a median-of-three pivot;
+    afterwards [lo, j] <= pivot <= [i, hi] with j < i, and equal keys split evenly between the sides."""
+    cdef int mid = lo + (hi - lo) // 2
+    cdef int i = lo
+    cdef int j = hi
+    cdef float pd
+    cdef int64_t pr
+    if _worse(t.d[lo], t.r[lo], t.d[mid], t.r[mid], t.ids):
+        _topk_swap(t, lo, mid)
+    if _worse(t.d[mid], t.r[mid], t.d[hi], t.r[hi], t.ids):
+        _topk_swap(t, mid, hi)
+        if _worse(t.d[lo], t.r[lo], t.d[mid], t.r[mid], t.ids):
+            _topk_swap(t, lo, mid)
+    pd = t.d[mid]
+    pr = t.r[mid]
+    while i <= j:
+        while _worse(pd, pr, t.d[i], t.r[i], t.ids):
+            i += 1
+        while _worse(t.d[j], t.r[j], pd, pr, t.ids):
+            j -= 1
+        if i <= j:
+            _topk_swap(t, i, j)
+            i += 1
+            j -= 1
+    i_out[0] = i
+    j_out[0] = j
+
+
 cdef void _topk_compact(TopK *t) noexcept nogil:
     """Keep the k best of the n > k candidates (in positions 0..k-1, any order) and set the threshold to the worst
     kept distance. Quickselect by (distance, id) with a median-of-three pivot and Hoare partitioning (equal keys
     split evenly, so repeated values cost no more than distinct ones)."""
     cdef int lo = 0
     cdef int hi = t.n - 1
-    cdef int i, j, mid
-    cdef float pd
-    cdef int64_t pr
+    cdef int i, j
     cdef float worst
     while lo < hi:
-        mid = lo + (hi - lo) // 2
-        # median of three at mid
-        if _worse(t.d[lo], t.r[lo], t.d[mid], t.r[mid], t.ids):
-            _topk_swap(t, lo, mid)
-        if _worse(t.d[mid], t.r[mid], t.d[hi], t.r[hi], t.ids):
-            _topk_swap(t, mid, hi)
-            if _worse(t.d[lo], t.r[lo], t.d[mid], t.r[mid], t.ids):
-                _topk_swap(t, lo, mid)
-        pd = t.d[mid]
-        pr = t.r[mid]
-        i = lo
-        j = hi
-        while i <= j:
-            while _worse(pd, pr, t.d[i], t.r[i], t.ids):
-                i += 1
-            while _worse(t.d[j], t.r[j], pd, pr, t.ids):
-                j -= 1
-            if i <= j:
-                _topk_swap(t, i, j)
-                i += 1
-                j -= 1
-        # now [lo, j] <= pivot <= [i, hi]
+        _topk_partition(t, lo, hi, &i, &j)
         if t.k - 1 <= j:
             hi = j
         elif t.k - 1 >= i:
@@ -157,30 +163,11 @@ cdef void _topk_sort(TopK *t, int lo, int hi) noexcept nogil:
     """Sort candidates lo..hi (inclusive) ascending by (distance, id): quicksort with a median-of-three pivot and
     Hoare partitioning, recursing into the smaller side (depth <= log2(n)), insertion sort below 16 candidates. Far
     fewer mispredicted branches than popping a heap."""
-    cdef int i, j, mid
-    cdef float pd, d
-    cdef int64_t pr, r
+    cdef int i, j
+    cdef float d
+    cdef int64_t r
     while hi - lo >= 16:
-        mid = lo + (hi - lo) // 2
-        if _worse(t.d[lo], t.r[lo], t.d[mid], t.r[mid], t.ids):
-            _topk_swap(t, lo, mid)
-        if _worse(t.d[mid], t.r[mid], t.d[hi], t.r[hi], t.ids):
-            _topk_swap(t, mid, hi)
-            if _worse(t.d[lo], t.r[lo], t.d[mid], t.r[mid], t.ids):
-                _topk_swap(t, lo, mid)
-        pd = t.d[mid]
-        pr = t.r[mid]
-        i = lo
-        j = hi
-        while i <= j:
-            while _worse(pd, pr, t.d[i], t.r[i], t.ids):
-                i += 1
-            while _worse(t.d[j], t.r[j], pd, pr, t.ids):
-                j -= 1
-            if i <= j:
-                _topk_swap(t, i, j)
-                i += 1
-                j -= 1
+        _topk_partition(t, lo, hi, &i, &j)
         if j - lo < hi - i:
             _topk_sort(t, lo, j)
             lo = i

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validation import MAX_K, check_int
+from ._validation import MAX_ABS_VALUE, MAX_K, check_int, rows_beyond_limits
 
-__all__ = ["check_rerank", "check_user_vectors", "allow_bitmap", "IdLookup", "rerank_exact"]
+__all__ = ["check_rerank", "check_user_vectors", "check_vector_rows", "allow_bitmap", "IdLookup", "rerank_exact"]
 
 # Bytes of the float32 temporaries of one step of re-ranking (the gathered candidates, and as much again for the
 # repeated queries and their differences): a step of queries x R x P floats is bounded by this, so that it stays in L2
@@ -93,23 +93,43 @@ def allow_bitmap(allow, n_rows, ids, id_lookup):
     return mask
 
 
-def _candidate_vectors(vectors, rows):
+def check_vector_rows(block, rows, source=None):
+    """Check the float32 candidates ``block`` (row j is row ``rows[j]`` of the vectors) as every vector input is
+    checked (docs/ARCHITECTURE.md, "Conventions"): finite, within +-MAX_ABS_VALUE. ``source`` None: the caller's
+    ``vectors`` (ValueError naming ``vectors`` and the smallest bad row); else the vectors are an index's stored
+    section, and the values damage: ``source(check, detail)`` makes the FormatError naming its file (as verify)."""
+    bad = rows_beyond_limits(block)
+    if bad is None:
+        return
+    j = np.flatnonzero(bad)[np.argmin(rows[bad])]
+    row, finite = int(rows[j]), bool(np.isfinite(block[j]).all())
+    if source is None:
+        if finite:
+            raise ValueError(f"vectors row {row} holds values of magnitude up to {float(np.abs(block[j]).max()):.3g}; "
+                             f"ockstore accepts at most {MAX_ABS_VALUE:.0e} (exact distances must fit in float32)")
+        raise ValueError(f"vectors row {row} holds NaN or infinite values (or values too large for float32)")
+    if finite:
+        raise source("value out of range", f"section 'vectors': row {row} holds values of magnitude up to "
+                                           f"{float(np.abs(block[j]).max()):.3g}, beyond {MAX_ABS_VALUE:.0e}")
+    raise source("non-finite values", f"section 'vectors': row {row} holds NaN or infinite values")
+
+
+def _candidate_vectors(vectors, rows, source):
     """float32 copies of vectors[rows] (rows: the candidates' rows, in any order, a row possibly repeated across
-    queries); ValueError naming the smallest row that holds NaN or inf. An ndarray (the stored section, a memory map)
-    is indexed directly; any other array-like (an HDF5 dataset) is read once per distinct row, in increasing order,
-    as h5py requires. Either way a row's values are the same."""
-    if isinstance(vectors, np.ndarray):
-        block = vectors[rows].astype(np.float32, copy=False)  # fancy indexing copies
-    else:
-        unique_rows, where = np.unique(rows, return_inverse=True)
-        block = np.asarray(vectors[unique_rows], dtype=np.float32)[where]
-    if not np.isfinite(block).all():
-        bad = int(rows[~np.isfinite(block).all(axis=1)].min())
-        raise ValueError(f"vectors row {bad} holds NaN or infinite values")
+    queries), checked by check_vector_rows. An ndarray (the stored section, a memory map) is indexed directly; any
+    other array-like (an HDF5 dataset) is read once per distinct row, in increasing order, as h5py requires. Either
+    way a row's values are the same."""
+    with np.errstate(over="ignore"):  # float64 values beyond float32 become inf: refused below
+        if isinstance(vectors, np.ndarray):
+            block = vectors[rows].astype(np.float32, copy=False)  # fancy indexing copies
+        else:
+            unique_rows, where = np.unique(rows, return_inverse=True)
+            block = np.asarray(vectors[unique_rows], dtype=np.float32)[where]
+    check_vector_rows(block, rows, source)
     return block
 
 
-def rerank_exact(Q, rows, vectors, metric, ids, k):
+def rerank_exact(Q, rows, vectors, metric, ids, k, source=None):
     """The best k of each query's candidates by their exact distance or score.
 
     Parameters
@@ -120,6 +140,7 @@ def rerank_exact(Q, rows, vectors, metric, ids, k):
     metric : "l2", "ip" or "cosine"
     ids : (N,) int64 or None (row numbers): the ids returned, which break ties
     k : int <= R
+    source : None when ``vectors`` is the caller's argument, else (stored vectors) as for ``check_vector_rows``
 
     Returns (values (nq, k) float32, ids (nq, k) int64): squared L2 distances ascending, or scores descending
     (inner product; cosine similarity q . x / ||x||), each computed in float32 from the float32 vectors by one
@@ -138,7 +159,7 @@ def rerank_exact(Q, rows, vectors, metric, ids, k):
         flat = cand.reshape(-1) if every else cand[valid]
         if flat.size == 0:
             continue
-        V = _candidate_vectors(vectors, flat)
+        V = _candidate_vectors(vectors, flat, source)
         Qv = np.repeat(Q[start:stop], R, axis=0) if every else Q[start:stop][np.nonzero(valid)[0]]
         if metric == "l2":
             diff = Qv - V

@@ -63,7 +63,8 @@ def to_float32_rows(arr, name):
 
     No input validation beyond these value checks: ``arr`` must already have passed ``check_vectors_dtype``.
     """
-    if type(arr) is np.ndarray and arr.dtype is _FLOAT32 and arr.flags.c_contiguous:
+    # == rather than `is`: arrays viewed from file records carry an equal float32 dtype that is another object
+    if type(arr) is np.ndarray and arr.dtype == _FLOAT32 and arr.flags.c_contiguous:
         out = arr  # already what the kernels take (the common case of a search): no copy, nothing can overflow
     else:
         with np.errstate(over="ignore"):  # values beyond float32 become inf: reported below as too large
@@ -78,6 +79,15 @@ def to_float32_rows(arr, name):
             raise ValueError(f"{name} contains values of magnitude up to {largest:.3g}; ockstore accepts at "
                              f"most {MAX_ABS_VALUE:.0e} (squared distances must fit in float32)")
     return out
+
+
+def rows_beyond_limits(rows):
+    """None when every value of the float32 2-D ``rows`` is finite and within +-MAX_ABS_VALUE (what every vector input
+    must hold), else a bool mask of the rows that are not (for a message naming the row)."""
+    rows = np.ascontiguousarray(rows, dtype=np.float32)
+    if rows.size == 0 or _codec_kernels.max_abs(rows.reshape(-1)) <= MAX_ABS_VALUE:  # +inf for NaN too
+        return None
+    return ~(np.abs(rows) <= MAX_ABS_VALUE).all(axis=1)
 
 
 def normalize_rows(rows, name, first_row=0):

@@ -18,6 +18,7 @@ from ._encoding import (
     encode_rows, resolve_norm_encoding, vectors_for_storage,
 )
 from ._validation import as_ids, as_vectors, check_choice, check_k, resolve_n_threads
+from .ivf import check_n_probe
 
 __all__ = ["Index"]
 
@@ -431,9 +432,7 @@ class Index:
             searched alone or in a batch.
         """
         self._check_open()
-        if n_probe is not None:
-            raise ValueError("n_probe applies to inverted-file (IVF) indexes only: this index is flat and scans every "
-                             "code; leave n_probe out")
+        check_n_probe(n_probe, self._quantizer)  # a flat index: only None
         Q, was_1d, k, distance, rerank, vectors, bitmap, threads = self._search_arguments(
             Q, k, distance, rerank, vectors, allow, n_threads)
         tables = self._tables
@@ -477,7 +476,8 @@ class Index:
         """What search returns, from the scan's (D, rows): re-ranked, rows mapped to ids, scores for "ip"/"cosine"."""
         metric = self._quantizer.metric
         if rerank is not None:
-            D, I = _search_options.rerank_exact(Q, rows, vectors, metric, self._ids, k)
+            source = self._damaged if vectors is self._vectors else None  # the stored section, or the caller's
+            D, I = _search_options.rerank_exact(Q, rows, vectors, metric, self._ids, k, source)
         else:
             I = rows
             if self._ids is not None and self._codes.shape[0] > 0:
@@ -488,6 +488,10 @@ class Index:
         if was_1d:
             return D[0], I[0]
         return D, I
+
+    def _damaged(self, check, detail):
+        """The FormatError of damage found in this index's arrays (named as verify names them)."""
+        return storage.format_error(self._file.path if self._file is not None else "<in-memory index>", check, detail)
 
     def _ids_lookup(self):
         """The IdLookup of the stored ids, built on first use (filters by id need it)."""

@@ -28,7 +28,7 @@ from ._validation import (
 from .errors import NotFittedError
 from .quantizers import Quantizer
 
-__all__ = ["IVF", "MAX_LISTS", "default_n_probe", "ivf_from_state"]
+__all__ = ["IVF", "MAX_LISTS", "default_n_probe", "check_n_probe", "ivf_from_state"]
 
 # Lists of an inverted file at most: list ids are C ints in the kernels, and every list costs P floats of centroid.
 MAX_LISTS = 1 << 24
@@ -47,6 +47,19 @@ DEFAULT_PROBE_DIVISOR = 64
 def default_n_probe(n_lists) -> int:
     """The n_probe of a search that gives none: ceil(n_lists / DEFAULT_PROBE_DIVISOR), at least 1."""
     return max(1, -(-int(n_lists) // DEFAULT_PROBE_DIVISOR))
+
+
+def check_n_probe(n_probe, model, what="index"):
+    """The n_probe of a search over codes of ``model`` (an index's or a collection's, ``what``): for an IVF, None means
+    the default, else an int in 1..n_lists; a flat model scans every code and refuses any value but None."""
+    if not isinstance(model, IVF):
+        if n_probe is not None:
+            raise ValueError(f"n_probe applies to inverted-file (IVF) indexes only: this {what} is flat and scans "
+                             "every code; leave n_probe out")
+        return None
+    if n_probe is None:
+        return model.default_n_probe
+    return check_int(n_probe, "n_probe", min_value=1, max_value=model.n_lists)
 
 
 def _check_fine_quantizer(quantizer):

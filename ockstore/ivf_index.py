@@ -20,7 +20,7 @@ from ._encoding import (
 )
 from ._validation import as_ids, as_vectors, check_int, resolve_n_threads
 from .index import Index, _quantizer_summary
-from .ivf import IVF, ROWS_PER_STEP
+from .ivf import IVF, ROWS_PER_STEP, check_n_probe
 
 __all__ = ["IVFIndex", "search_lists", "check_list_offsets"]
 
@@ -277,9 +277,7 @@ class IVFIndex(Index):
         """
         self._check_open()
         ivf = self._quantizer
-        n_probe = (ivf.default_n_probe if n_probe is None
-                   else check_int(n_probe, "n_probe", min_value=1, max_value=ivf.n_lists))
-        n_probe = min(n_probe, ivf.n_lists)
+        n_probe = min(check_n_probe(n_probe, ivf), ivf.n_lists)
         Q, was_1d, k, distance, rerank, vectors, bitmap, threads = self._search_arguments(
             Q, k, distance, rerank, vectors, allow, n_threads)
         threads = resolve_n_threads(threads)  # None: every core

@@ -607,6 +607,18 @@ def test_search_options_data_errors(data, rr, bad_files, tmp_path):
     assert not out.exists()
 
 
+def test_build_names_a_refused_row_by_its_row_in_the_file(ip, tmp_path):
+    """The base file is streamed in chunks; a refused value is named by its row in BASE_FILE, not in its chunk."""
+    X = ip["X"].astype(np.float32)
+    X[450, 1] = 0.5  # not an integer: refused by --store-vectors uint8
+    np.save(tmp_path / "bad.npy", X)
+    out = tmp_path / "x.ock"
+    for chunk in ("100", "1000"):
+        assert_data_error(run("build", ip["q"], tmp_path / "bad.npy", "-o", out, "--store-vectors", "uint8",
+                              "--chunk-size", chunk), "X row 450")
+    assert not out.exists()
+
+
 # ------------------------------------------------------------------------------------------------ error reporting
 def test_debug_shows_the_traceback(bad_files):
     proc = run("--debug", "info", bad_files["garbage"])

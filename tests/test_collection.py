@@ -177,6 +177,37 @@ def test_search_option_errors(q, tmp_path):
         c.search(Q, 3, distance="l2")
 
 
+def test_rerank_checks_given_vectors_and_reports_damaged_stored_ones(q, tmp_path):
+    """vectors= given to a re-ranking search: values beyond +-1e15 (or NaN) raise ValueError naming ``vectors`` and
+    the row (the id); NaN in a segment's stored vectors is damage: FormatError naming the segment file and section."""
+    c = ockstore.create_collection(tmp_path / "c", q, store_vectors="float32")
+    model = Model(P)
+    for n, seed in ((30, 1), (20, 2)):
+        model.add(vectors(n, seed), c.add(vectors(n, seed), np.arange(n) * 3 + 100 * seed))
+    Q = vectors(2, 5)
+    X, live = model.rows()
+    given = np.zeros((int(live.max()) + 1, P))
+    given[live] = X
+    for value in (1e20, np.nan):
+        bad = given.copy()
+        bad[live[3], 0] = value
+        with pytest.raises(ValueError, match=f"vectors row {live[3]} ") as info:
+            c.search(Q, 3, rerank=len(model), vectors=bad)
+        assert not isinstance(info.value, ockstore.FormatError)
+    c.search(Q, 3, rerank=len(model), vectors=given)
+    segment = c.info()["segment_files"][0]["file"]
+    c.close()
+    path = tmp_path / "c" / segment
+    with ockstore.storage.open_file(path) as mf:
+        offset = mf.section_info("vectors")["offset"]
+    data = bytearray(path.read_bytes())
+    data[offset + 4 * P * 2:offset + 4 * P * 2 + 4] = np.float32(np.nan).tobytes()  # row 2 of the segment
+    path.write_bytes(bytes(data))
+    with ockstore.open_collection(tmp_path / "c") as reader:
+        with pytest.raises(ockstore.FormatError, match=f"{segment}.*non-finite values: section 'vectors': row 2"):
+            reader.search(Q, 3, rerank=len(model))
+
+
 # ====================================================================================================================
 # add, upsert, delete, ids (C8)
 

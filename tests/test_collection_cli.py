@@ -111,3 +111,58 @@ def test_add_is_one_commit_or_none(files, tmp_path):
     assert sorted(p.name for p in folder.iterdir()) == before
     with ockstore.open_collection(folder) as c:
         assert c.generation == 0 and len(c) == 0
+
+
+def test_add_names_a_refused_row_by_its_row_in_the_file(files, tmp_path):
+    folder = tmp_path / "coll"
+    run("create", files["q"], folder, "--store-vectors", "float16", check=0)
+    X = np.array(files["ds"].base[:500], dtype=np.float32)
+    X[450, 1] = 1e6  # beyond float16
+    np.save(tmp_path / "bad.npy", X)
+    for chunk in ("100", "1000"):
+        assert_data_error(run("add", folder, tmp_path / "bad.npy", "--chunk-size", chunk), "X row 450")
+    with ockstore.open_collection(folder) as c:
+        assert len(c) == 0
+
+
+def test_a_skipped_manifest_is_one_warning_line(files, tmp_path):
+    """A collection whose newest manifest does not verify opens at the previous generation with a CollectionWarning:
+    one line 'ockstore: warning: ...' on stderr (no source line); a data error after it is still one error line."""
+    folder = tmp_path / "coll"
+    run("create", files["q"], folder, check=0)
+    run("add", folder, files["dir"] / "more.npy", check=0)
+    run("add", folder, files["dir"] / "more.npy", check=0)
+    newest = folder / "manifest.0000000002"
+    data = bytearray(newest.read_bytes())
+    data[-2] ^= 0xFF
+    newest.write_bytes(bytes(data))
+    for args in (("info", folder), ("search", folder, files["query"], "-k", "2", "--limit", "1")):
+        proc = run(*args, check=0)
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("ockstore: warning: "), proc.stderr
+        assert "manifest.0000000002" in lines[0] and "generation 1" in lines[0]
+    proc = run("add", folder, files["dir"] / "nothing.fvecs")  # a data error after the warning: exit 1
+    assert proc.returncode == 1, proc
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 2 and lines[0].startswith("ockstore: warning: "), proc.stderr
+    assert lines[1].startswith("ockstore: error: ") and "Traceback" not in proc.stderr
+
+
+def test_rerank_on_a_collection_without_vectors_says_how_to_create_one(files, tmp_path):
+    folder = tmp_path / "coll"
+    run("create", files["q"], folder, check=0)
+    run("add", folder, files["dir"] / "more.npy", check=0)
+    line = assert_data_error(run("search", folder, files["query"], "-k", "3", "--rerank", "10"),
+                             "'ockstore create ... --store-vectors")
+    assert "ockstore build" not in line
+
+
+def test_delete_refuses_negative_ids_but_the_padding_of_results(files, tmp_path):
+    """Ids are >= 0 (Collection.delete refuses others); -1, the padding of a result file, is skipped."""
+    folder = tmp_path / "coll"
+    run("create", files["q"], folder, check=0)
+    run("add", folder, files["dir"] / "more.npy", check=0)
+    (tmp_path / "neg.txt").write_text("3 4\n-5\n")
+    assert_data_error(run("delete", folder, tmp_path / "neg.txt"), "-5")
+    (tmp_path / "pad.txt").write_text("3 4 -1 -1\n")
+    assert "deleted 2 of 2 ids" in run("delete", folder, tmp_path / "pad.txt", check=0).stdout

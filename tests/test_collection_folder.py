@@ -57,6 +57,83 @@ def test_a_second_writer_is_refused_naming_the_folder_and_the_lock(q, tmp_path):
         again.add(vectors(2, 1))
 
 
+@pytest.mark.parametrize("first", ["old writer", "new writer"])
+@pytest.mark.parametrize("how", ["removed", "replaced"])
+def test_a_writer_whose_lock_file_was_removed_or_replaced_commits_nothing(q, tmp_path, first, how):
+    """C9: the lock belongs to the file the writer locked. When writer.lock is removed (or replaced) under a writer, a
+    second writer can lock the new file; the first then refuses every change (CollectionLockedError naming the lock)
+    and never overwrites the second's segments or manifests: no acknowledged commit is lost."""
+    path = tmp_path / "c"
+    old = ockstore.create_collection(path, q)
+    old.add(vectors(4, 1))
+    lock = path / names.LOCK_NAME
+    lock.unlink()
+    if how == "replaced":
+        (path / "new.lock").write_bytes(b"")
+        os.replace(path / "new.lock", lock)
+    new = ockstore.open_collection(path, "a")
+    if first == "new writer":
+        new.add(vectors(3, 2), ids=[100, 101, 102])
+    for change in (lambda: old.add(vectors(5, 3)), lambda: old.delete([0]), old.compact, old.vacuum,
+                   lambda: old.commit_segments([])):
+        with pytest.raises(CollectionLockedError, match="no longer holds the folder's lock") as info:
+            change()
+        assert repr(str(lock)) in str(info.value)
+    if first == "old writer":
+        new.add(vectors(3, 2), ids=[100, 101, 102])
+    old.close()
+    new.close()
+    with ockstore.open_collection(path) as reader:
+        assert reader.ids().tolist() == [0, 1, 2, 3, 100, 101, 102]
+        reader.verify()
+
+
+def test_a_commit_never_replaces_an_existing_manifest(q, tmp_path):
+    """C11: a manifest is created, never renamed over another: a writer that finds the name of its next generation
+    taken (here by a file that appeared after it opened the folder) commits nothing, leaves that file as it was, and
+    commits above it on its next change."""
+    path = tmp_path / "c"
+    c = ockstore.create_collection(path, q)
+    c.add(vectors(4, 1))
+    taken = path / names.manifest_name(c.generation + 1)
+    taken.write_bytes(b"someone else's")
+    with pytest.raises(CollectionLockedError, match="already exists"):
+        c.add(vectors(5, 2))
+    assert taken.read_bytes() == b"someone else's" and c.generation == 1 and len(c) == 4
+    assert not [n for n in os.listdir(path) if names.is_temporary(n)]
+    c.add(vectors(5, 2))
+    assert c.generation == 3
+    assert names.segment_name(2, 0) in c.vacuum()  # the failed commit's segment, left to vacuum
+    c.close()
+    with ockstore.open_collection(path) as reader:
+        assert reader.generation == 3 and len(reader) == 9
+        reader.verify()
+
+
+def test_no_commit_beyond_the_largest_generation(q, tmp_path):
+    """docs/FORMAT.md 13.1: G < 2**63. A (stray) manifest of the largest generation leaves no generation to commit:
+    every change raises FormatError naming it before anything is written, instead of a commit no reader would see."""
+    path = tmp_path / "c"
+    with ockstore.create_collection(path, q) as c:
+        c.add(vectors(10, 1))
+    last = path / names.manifest_name(names.MAX_GENERATION)
+    last.write_bytes(b"junk")
+    with pytest.warns(coll.CollectionWarning):
+        c = ockstore.open_collection(path, "a")
+    files = sorted(os.listdir(path))
+    pending = coll.write_pending_segment(c.path, c.segment_spec, vectors(2, 3), [50, 51])
+    for change in (lambda: c.add(vectors(10, 2)), lambda: c.upsert(vectors(1, 2), [3]), lambda: c.delete([0]),
+                   lambda: c.commit_segments([pending])):
+        with pytest.raises(FormatError, match=f"no generation left.*{last.name}"):
+            change()
+    assert sorted(os.listdir(path)) == sorted(files + [os.path.basename(pending.path)])
+    assert c.generation == 1 and len(c) == 10
+    c.close()
+    with pytest.warns(coll.CollectionWarning):
+        with ockstore.open_collection(path) as reader:
+            assert reader.generation == 1 and len(reader) == 10
+
+
 def test_a_reader_keeps_its_snapshot_until_refresh(q, tmp_path):
     """Readers see one generation, whatever the writer commits, compacts and removes meanwhile."""
     c, model = populated(tmp_path / "c", q, store_vectors="float32")
@@ -191,6 +268,29 @@ def test_commit_segments_makes_pending_segments_visible_at_once(q, tmp_path):
     c.close()
 
 
+@pytest.mark.parametrize("options, error, match", [
+    ({"operation": None}, ValueError, "operation must be"),
+    ({"operation": 3}, ValueError, "operation must be"),
+    ({"operation": ["add"]}, ValueError, "operation must be"),
+    ({"operation": "rewrite"}, ValueError, "operation must be"),
+    ({"merge": "no"}, TypeError, "merge must be True or False"),
+    ({"merge": None}, TypeError, "merge must be True or False"),
+])
+def test_commit_segments_checks_operation_and_merge_before_writing(q, tmp_path, options, error, match):
+    """C3: a manifest's 'operation' is a str of docs/FORMAT.md 13.3; a bad one is refused before anything is written
+    (a manifest the reader then skips would lose an acknowledged commit)."""
+    c, model = populated(tmp_path / "c", q)
+    pending = coll.write_pending_segment(c.path, c.segment_spec, vectors(5, 7), np.arange(5) + c.next_id)
+    generation, files = c.generation, sorted(os.listdir(c.path))
+    with pytest.raises(error, match=match):
+        c.commit_segments([pending], **options)
+    assert c.generation == generation and sorted(os.listdir(c.path)) == files
+    c.commit_segments([pending], operation="add", merge=False)
+    c.close()
+    with ockstore.open_collection(tmp_path / "c") as reader:
+        assert reader.generation == generation + 1 and len(reader) == len(model) + 5
+
+
 # ====================================================================================================================
 # damaged and foreign folders (C4, C5, C11)
 
@@ -247,6 +347,49 @@ def test_a_damaged_newest_manifest_falls_back_to_the_previous_generation(q, tmp_
     assert_same_search(writer, reference_index(q, older), vectors(5, 3), 6)
     writer.close()
     reader.close()
+
+
+@pytest.mark.parametrize("kind", ["folder", "fifo"])
+def test_a_newest_manifest_that_is_not_a_regular_file_is_skipped(q, tmp_path, kind):
+    """C4: a newer manifest.<G> that is a folder or a FIFO does not verify: skipped and reported like a corrupt one
+    (never opened, so a FIFO never blocks), for readers and the writer, which commits past it and vacuum keeps it."""
+    if kind == "fifo" and not hasattr(os, "mkfifo"):
+        pytest.skip("no FIFOs on this system")
+    folder = tmp_path / "c"
+    with ockstore.create_collection(folder, q) as c:
+        c.add(vectors(10, 1))
+    odd = folder / names.manifest_name(50)
+    odd.mkdir() if kind == "folder" else os.mkfifo(odd)
+    for mode in ("r", "a"):
+        with pytest.warns(coll.CollectionWarning, match=f"{odd.name} does not verify.*not a regular file"):
+            c = ockstore.open_collection(folder, mode)
+        assert c.generation == 1 and len(c) == 10
+        assert len(c.info()["problems"]) == 1 and odd.name in c.info()["problems"][0]
+        if mode == "a":
+            c.add(vectors(2, 2))
+            assert c.generation == 51
+            c.vacuum()
+        c.close()
+    with ockstore.open_collection(folder) as reader:
+        assert reader.generation == 51 and len(reader) == 12
+
+
+@pytest.mark.parametrize("which", ["segment", "deletions", "quantizer"])
+def test_a_referenced_file_that_is_not_a_regular_file_is_a_format_error(q, tmp_path, which):
+    """C4: a file the current manifest references that is a FIFO (or a folder) fails the open with a FormatError naming
+    it, without opening it."""
+    if not hasattr(os, "mkfifo"):
+        pytest.skip("no FIFOs on this system")
+    folder = tmp_path / "c"
+    with ockstore.create_collection(folder, q) as c:
+        c.add(vectors(10, 1))
+        c.delete([2])
+        entry = c.info()["segment_files"][0]
+    name = {"segment": entry["file"], "deletions": entry["deletions"], "quantizer": names.QUANTIZER_NAME}[which]
+    (folder / name).unlink()
+    os.mkfifo(folder / name)
+    with pytest.raises(FormatError, match=f"{name}.*not a regular file"):
+        ockstore.open_collection(folder)
 
 
 class _no_warning:

@@ -83,3 +83,49 @@ def test_empty_ivf_collection_searches_to_padding(tmp_path, ivf, queries):
     with ockstore.create_collection(tmp_path / "c", ivf) as c:
         D, I = c.search(queries, 4, n_probe=2)
         assert (I == -1).all() and np.isinf(D).all()
+
+
+BAD_N_PROBES = [(0, ValueError), (-3, ValueError), (L + 1, ValueError), (1.5, TypeError), (True, TypeError),
+                ("2", TypeError)]
+
+
+def _n_probe_error(searchable, queries, n_probe, **options):
+    try:
+        searchable.search(queries, 3, n_probe=n_probe, **options)
+    except (TypeError, ValueError) as exc:
+        return type(exc), str(exc)
+    return None
+
+
+def test_n_probe_is_checked_whatever_the_collection_holds(tmp_path, ivf, base, queries):
+    """n_probe is checked once for the collection, against its IVF: the same error whether the collection is empty,
+    has every row deleted, is searched with an allow= that matches no live id, or holds rows to search."""
+    c = ockstore.create_collection(tmp_path / "c", ivf)
+    empty = [_n_probe_error(c, queries, bad) for bad, _ in BAD_N_PROBES]
+    c.add(base[:300])
+    for (bad, error), when_empty in zip(BAD_N_PROBES, empty):
+        expected = _n_probe_error(c, queries, bad)
+        assert expected is not None and expected[0] is error and "n_probe" in expected[1], (bad, expected)
+        assert when_empty == expected, bad
+        assert _n_probe_error(c, queries, bad, allow=[10**9]) == expected, bad
+    c.delete(np.arange(300))
+    assert c.info()["segments"] == 0
+    for bad, _ in BAD_N_PROBES:
+        assert _n_probe_error(c, queries, bad) is not None, bad
+    c.close()
+
+
+def test_a_flat_collection_refuses_n_probe_like_a_flat_index(tmp_path, base, queries):
+    flat = ockstore.OCKM(3, 2, 4, n_codewords=16, n_iter=2).fit(base[:1000])
+    index = ockstore.Index.from_vectors(flat, base[:50])
+    with pytest.raises(ValueError, match="n_probe applies to inverted-file"):
+        index.search(queries, 3, n_probe=4)
+    with ockstore.create_collection(tmp_path / "c", flat) as c:
+        for step in range(2):
+            with pytest.raises(ValueError, match="n_probe applies to inverted-file .*this collection is flat"):
+                c.search(queries, 3, n_probe=4)
+            with pytest.raises(ValueError, match="n_probe applies to inverted-file"):
+                c.search(queries, 3, n_probe=4, allow=[10**9])
+            c.add(base[:50])
+        D, I = c.search(queries, 3, n_probe=None)  # None: as if left out
+        np.testing.assert_array_equal(I, c.search(queries, 3)[1])

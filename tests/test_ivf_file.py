@@ -14,11 +14,13 @@ import pytest
 import ockstore
 from ockstore import IVF, Index, IndexWriter, build_index, load_quantizer, open_index, save_quantizer, storage
 from ockstore.indexfile import ivf_writer
+from ockstore.errors import FormatError
 from ockstore.indexfile import schema as index_schema
 
 import helpers
 from helpers import is_hidden_temp, listing
-from test_index_file import DATA, parts_of, write_parts
+from test_index_file import DATA, parts_of
+from test_index_file import write_parts as write_flat_parts
 
 P = 12
 N = 1800
@@ -59,6 +61,11 @@ def ivf_ip(learn):
 
 def user_ids(n):
     return (np.arange(n, dtype=np.int64) * 7919 + 10**12)[::-1].copy()
+
+
+def write_parts(path, meta, sections, user=None, minor=2):
+    """A container file of these parts, of format 1.2 (V1) unless ``minor`` says otherwise."""
+    return write_flat_parts(path, meta, sections, user, minor)
 
 
 def expect_format_error(path, check, name=None, *, when="open"):
@@ -329,6 +336,25 @@ META_CASES = {
     "norm none for l2": (lambda m: {**m, "norm_encoding": "none"}, "bad meta", "norm_encoding"),
     "unknown kind": (lambda m: {**m, "kind": "ivf"}, "unknown kind", "kind"),
 }
+
+
+@pytest.mark.parametrize("minor", [0, 1])
+def test_an_ivf_file_of_format_before_1_2_is_refused_V1(tmp_path, valid, ivf, minor):
+    """V1: the IVF kinds exist from format 1.2: a file that says 1.0 or 1.1 and holds one is refused at open (index and
+    quantizer loaders), naming the version and the kind."""
+    meta, sections, user = valid
+    path = write_parts(tmp_path / "old.ock", meta, sections, user, minor=minor)
+    message = expect_format_error(path, "bad format version", "ivf-index")
+    assert f"1.{minor}" in message
+    with pytest.raises(FormatError, match="bad format version"):
+        ockstore.load_quantizer(path)
+    quantizer = tmp_path / "q.ockq"
+    ockstore.save_quantizer(quantizer, ivf)
+    meta, sections, user = parts_of(quantizer)
+    path = write_parts(tmp_path / "oldq.ockq", meta, sections, user, minor=minor)
+    with pytest.raises(FormatError, match="bad format version.*ivf-quantizer"):
+        ockstore.load_quantizer(path)
+    ockstore.load_quantizer(write_parts(tmp_path / "newq.ockq", meta, sections, user, minor=2))
 
 
 @pytest.mark.parametrize("case", list(META_CASES))

@@ -906,8 +906,8 @@ def test_verify_and_rerank_report_non_finite_stored_vectors(quantizers, data):
         index = Index(q, good.codes, None, None, "none", vectors=vectors)
         with pytest.raises(FormatError, match="vectors"):
             index.verify()
-        with pytest.raises(ValueError, match="vectors row 42"):
-            index.search(Q, 5, rerank=100)
+        with pytest.raises(FormatError, match="in-memory index.*non-finite values: section 'vectors': row 42"):
+            index.search(Q, 5, rerank=100)  # the index's own vectors: not an argument of the caller's
         index.search(Q, 5)  # the scan does not read the vectors
     ints = Index(q, good.codes, None, None, "none", vectors=np.full((100, P), 255, dtype=np.uint8))
     ints.verify()
@@ -915,6 +915,31 @@ def test_verify_and_rerank_report_non_finite_stored_vectors(quantizers, data):
     bad_given[7, 0] = np.nan
     with pytest.raises(ValueError, match="vectors row 7"):
         good.search(Q, 5, rerank=100, vectors=bad_given)
+
+
+@pytest.mark.parametrize("metric", ["l2", "cosine"])
+@pytest.mark.parametrize("kind", ["flat", "ivf"])
+def test_rerank_refuses_given_vectors_beyond_the_magnitude_limit(quantizers, data, metric, kind):
+    """docs/ARCHITECTURE.md "Conventions": values beyond +-1e15 raise ValueError, for ``vectors`` given to a re-ranking
+    search as for Q and X (they would overflow the float32 arithmetic: +inf distances, cosine 0); a row of values
+    too large for float32 too. The row is named; values at the limit are accepted."""
+    q = quantizers["pq", metric]
+    base, Q = data[1][:100], data[2]
+    if kind == "ivf":
+        q = ockstore.IVF(2, ockstore.PQ(4, n_codewords=16, n_iter=2, metric=metric, seed=0), n_iter=2,
+                         seed=0).fit(data[0])
+    index = Index.from_vectors(q, base)
+    options = {"n_probe": 2} if kind == "ivf" else {}
+    for value, row in ((1e20, 7), (-2e15, 31), (1e40, 0)):
+        given = base.astype(np.float64)
+        given[row, 3] = value
+        with pytest.raises(ValueError, match=f"vectors row {row} ") as info:
+            index.search(Q, 5, rerank=100, vectors=given, **options)
+        assert not isinstance(info.value, FormatError)
+    given = base.astype(np.float64)
+    given[7, 3] = 1e15
+    D, _ = index.search(Q, 5, rerank=100, vectors=given, **options)
+    assert np.isfinite(D).all()
 
 
 def test_cosine_rerank_refuses_zero_given_vector(quantizers, data):

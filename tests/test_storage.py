@@ -1037,6 +1037,26 @@ def test_reader_keeps_old_data_after_replacement_R22(tmp_path):
     assert view[999] == 999  # a view handed out outlives close
 
 
+def test_a_writer_that_must_not_replace_refuses_an_existing_file(tmp_path):
+    """FileWriter(replace=False) (collection manifests): an existing file, even one that appears while the writer
+    writes, is never replaced: FileExistsError, the file untouched, no temporary file left; a new name is written."""
+    path = tmp_path / "f.ock"
+    path.write_bytes(b"first")
+    w = FileWriter(path, replace=False)
+    w.put("v", np.arange(3, dtype="<i8"))
+    with pytest.raises(FileExistsError):
+        w.commit({})
+    assert path.read_bytes() == b"first" and sorted(os.listdir(tmp_path)) == ["f.ock"] and w.closed
+    with FileWriter(tmp_path / "g.ock", replace=False) as w:
+        w.put("v", np.arange(3, dtype="<i8"))
+        w.commit({"v": 1})
+    with open_file(tmp_path / "g.ock") as f:
+        assert f.meta == {"v": 1} and f.sections["v"].tolist() == [0, 1, 2]
+    assert sorted(os.listdir(tmp_path)) == ["f.ock", "g.ock"]
+    with pytest.raises(TypeError, match="replace must be True or False"):
+        FileWriter(tmp_path / "h.ock", replace=0)
+
+
 # --------------------------------------------------------------------------------------------------------------------
 # closed objects and paths
 

@@ -5,7 +5,8 @@ a collection folder and change it (add, delete, compact).
 
 Exit status (docs/ARCHITECTURE.md, "Command line"): 0 on success; 2 for a usage error (argparse prints the usage
 line and the message); 1 for a data or format error, including a missing or unreadable input file, reported as exactly
-one line ``ockstore: error: <message>`` on stderr (``--debug`` adds the traceback); 130 when interrupted.
+one line ``ockstore: error: <message>`` on stderr (``--debug`` adds the traceback); 130 when interrupted. A warning
+(e.g. a CollectionWarning: a collection opened at an older generation) is one line ``ockstore: warning: <message>``.
 
     parser.py     the argument parser and the checks that need several options (usage errors)
     commands.py   one function per subcommand, over ockstore's public API only
@@ -21,6 +22,7 @@ from __future__ import annotations
 import os
 import sys
 import traceback
+import warnings
 
 from .commands import COMMANDS, CommandError
 from .output import one_line
@@ -33,8 +35,19 @@ def _error(message):
     print(f"{PROG}: error: {message}", file=sys.stderr, flush=True)
 
 
+def _warning(message, category, filename, lineno, file=None, line=None):
+    """warnings.showwarning of the command: one line in its own format (no source line of ockstore)."""
+    print(f"{PROG}: warning: {one_line(message)}", file=sys.stderr, flush=True)
+
+
 def main(argv=None):
     """Run the command line; returns the exit status (0, 1, 2 or 130)."""
+    with warnings.catch_warnings():
+        warnings.showwarning = _warning
+        return _main(argv)
+
+
+def _main(argv):
     parser = build_parser()
     args = parser.parse_args(argv)  # exits with status 2 on a usage error
     check_args(args)

@@ -69,7 +69,9 @@ examples:
     p = sub.add_parser(
         "delete", formatter_class=_Formatter, help="delete vectors from a collection by id (one commit)",
         description=_wrap("Delete the vectors whose ids IDS_FILE lists from the collection FOLDER, in one commit. Ids "
-                          "the collection does not hold are ignored. Prints how many vectors were removed."),
+                          "the collection does not hold are ignored, and so is -1 (the padding of a result file of "
+                          "'ockstore search'); other negative values are an error. Prints how many vectors were "
+                          "removed."),
         epilog="""\
 example:
   ockstore delete photos/ removed.txt        # one id per line""",
@@ -131,7 +133,7 @@ def add(args, out):
                 if ids is not None and stop > len(ids):
                     raise CommandError(f"{args.ids}: {len(ids):,} ids, but {args.base} has more vectors")
                 chunk_ids = ids[done:stop] if ids is not None else np.arange(first + done, first + stop)
-                writer.add(chunk, chunk_ids)
+                writer._add(chunk, chunk_ids, done)  # a refused row is named by its row in the file
                 done = stop
                 bar.update(chunk.shape[0])
             if ids is not None and done != len(ids):
@@ -157,8 +159,13 @@ def add(args, out):
 def delete(args, out):
     from .commands import read_allowed_ids  # noqa: PLC0415 - commands imports this module
 
+    from .commands import CommandError  # noqa: PLC0415 - commands imports this module
+
     ids = read_allowed_ids(args.ids)
-    ids = ids[ids >= 0]  # -1 padding of a result file, negative values: no id
+    if (ids < -1).any():  # ids are >= 0, as Collection.delete says; -1 is the padding of a result file
+        raise CommandError(f"{args.ids}: id {int(ids[np.argmax(ids < -1)])} is negative: ids are integers >= 0 (-1, "
+                           "the padding of a result file, is skipped)")
+    ids = ids[ids >= 0]
     with ockstore.open_collection(args.folder, "a") as c:
         removed = c.delete(ids)
         print(f"deleted {removed:,} of {len(np.unique(ids)):,} ids from {args.folder}: generation {c.generation}, "

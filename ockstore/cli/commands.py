@@ -118,6 +118,10 @@ def read_allowed_ids(path):
 def _check_rerank_vectors(index, args):
     """--rerank needs vectors stored in the index: say how to get them (the library's message names its API)."""
     if args.rerank is not None and index.store_vectors is None:
+        if isinstance(index, ockstore.Collection):
+            raise CommandError(f"{args.index}: the collection stores no vectors, --rerank needs them; make one that "
+                               "does with 'ockstore create ... --store-vectors float32' (or float16, uint8) and add "
+                               "the vectors to it")
         raise CommandError(f"{args.index}: the index stores no vectors, --rerank needs them; rebuild it with "
                            "'ockstore build ... --store-vectors float32' (or float16, uint8)")
 
@@ -209,7 +213,8 @@ def build(args, out):
                 stop = done + chunk.shape[0]
                 if ids is not None and stop > len(ids):
                     raise CommandError(f"{args.ids}: {len(ids):,} ids, but {args.base} has more base vectors")
-                writer.add(chunk, ids=None if ids is None else ids[done:stop])
+                # (_add: a refused row is named by its row in the file, not in the chunk)
+                writer._add(chunk, None if ids is None else ids[done:stop], done)
                 done = stop
                 bar.update(chunk.shape[0])
             if ids is not None and done != len(ids):

@@ -11,7 +11,7 @@ import numpy as np
 
 from .. import storage
 from .._encoding import check_fitted_model, check_store_vectors, resolve_norm_encoding
-from .._validation import as_ids, as_vectors, check_choice, check_int
+from .._validation import as_ids, as_vectors, check_bool, check_choice, check_int
 from ..errors import FormatError
 from ..index import _quantizer_summary
 from ..indexfile.schema import check_user_metadata
@@ -20,7 +20,7 @@ from ..paths import _as_str
 from . import commit as _commit
 from . import names
 from .lock import WriterLock
-from .manifest import MAX_ID, Manifest, SegmentEntry, write_manifest
+from .manifest import MAX_ID, OPERATIONS, Manifest, SegmentEntry, write_manifest
 from .policy import DEFAULT_MAX_MERGE_ROWS, DEFAULT_MERGE_FACTOR
 from .segments import IdIndex, PendingSegment, Segment, write_pending_segment
 from .snapshot import load_newest, manifest_generations, remember
@@ -107,6 +107,7 @@ class Collection:
         if self._mode != "a":
             raise io.UnsupportedOperation(f"{what}: collection {self._folder!r} is open read-only (mode='r'); open it "
                                           "with mode='a' to change it")
+        self._lock.check()  # writer.lock removed or replaced: another writer may be in (C9)
 
     # --------------------------------------------------------------------------------------------------- attributes
     def __len__(self):
@@ -359,8 +360,11 @@ class Collection:
         unique within it and across the list, equal to its PendingSegment's range, not live in the collection. On any
         error nothing is committed (the pending files stay, for the caller to retry or remove). With ``merge`` the
         size-tiered policy runs as after any add; without it every pending file becomes one segment as written.
+        ``operation`` (recorded in the manifest) is one of "add", "upsert", "commit", ... (docs/FORMAT.md 13.3).
         """
         self._check_writer("commit_segments")
+        operation = check_choice(operation, "operation", OPERATIONS)
+        merge = check_bool(merge, "merge")
         pending = list(pending)
         all_ids = []
         for p in pending:
@@ -410,7 +414,7 @@ class Collection:
         references it before the commit), then commit it (deleting the live ids first for upsert)."""
         snap = self._snap
         pending = write_pending_segment(self._folder, snap.spec, X, ids, n_threads=n_threads,
-                                        _name=names.segment_name(self._next_generation, 0))
+                                        _name=names.segment_name(self._generation_to_commit(), 0))
         try:
             deletes = None
             if operation == "upsert":
@@ -422,11 +426,22 @@ class Collection:
                 _remove_file(pending.path)  # not committed
             raise
 
+    def _generation_to_commit(self):
+        generation = self._next_generation
+        if generation > names.MAX_GENERATION:  # docs/FORMAT.md 13.1: G < 2**63
+            raise FormatError(f"{self._folder!r}: no generation left to commit: "
+                              f"{names.manifest_name(generation - 1)} holds the largest one (2**63 - 1); remove that "
+                              "file if no commit of yours made it")
+        return generation
+
     def _apply(self, **changes):
         """One commit of the next generation; then the files of the generation before last are removed."""
-        generation = self._next_generation
+        generation = self._generation_to_commit()
         try:
-            new = _commit.commit(self._snap, generation, **changes)
+            new = _commit.commit(self._snap, generation, check=self._lock.check, **changes)
+        except _commit.GenerationTaken:
+            self._next_generation = max(manifest_generations(self._folder)[0], generation) + 1
+            raise
         except BaseException:
             if os.path.exists(os.path.join(self._folder, names.manifest_name(generation))):
                 self._next_generation = generation + 1  # committed, though an error followed: take it from disk

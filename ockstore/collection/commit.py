@@ -7,8 +7,9 @@ A commit of generation G, in this order:
 2. pending segments renamed to ``segment.<G>.<i>.ock`` (the collection's own adds write theirs under that name);
 3. the merges of the size-tiered policy (or of ``compact``), each a new ``segment.<G>.<i>.ock`` holding the live
    rows of the merged segments, copied;
-4. the folder fsynced (after renames), then ``manifest.<G>`` written atomically (temporary sibling, fsync, rename, folder fsync):
-   the rename is the commit point. Every file the manifest references is durable before it.
+4. the folder fsynced (after renames), then ``manifest.<G>`` written atomically (temporary sibling, fsync, a hard link
+   that never replaces an existing manifest, folder fsync): the link is the commit point. Every file the manifest
+   references is durable before it. The writer's lock is checked just before (C9).
 
 A crash anywhere before the rename leaves generation G - 1 (or whichever was newest) intact and readable; the files of
 the failed attempt are unreferenced, removed by ``vacuum`` (or overwritten by the next commit of generation G). An
@@ -21,17 +22,19 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 
 import numpy as np
 
 from .. import _atomic
+from ..errors import CollectionLockedError
 from . import names
 from .manifest import Manifest, SegmentEntry, read_manifest, write_deletions, write_manifest
 from .policy import plan_merges
 from .segments import Segment, SegmentView, copy_live_rows
 from .snapshot import Snapshot, manifest_generations
 
-__all__ = ["commit", "remove_generation", "vacuum"]
+__all__ = ["GenerationTaken", "commit", "remove_generation", "vacuum"]
 
 
 def _remove(folder, name):
@@ -45,7 +48,12 @@ def _remove(folder, name):
     return True
 
 
-def commit(snapshot, generation, *, operation, pending=(), deletes=None, compact=False, merge=True, next_id=None):
+class GenerationTaken(CollectionLockedError):
+    """A commit found its manifest's name taken: nothing was committed (the writer must reopen the collection)."""
+
+
+def commit(snapshot, generation, *, operation, pending=(), deletes=None, compact=False, merge=True, next_id=None,
+           check=None):
     """Write generation ``generation`` from ``snapshot`` and return its Snapshot (no input validation: the collection
     checked ids and pending segments).
 
@@ -67,6 +75,10 @@ def commit(snapshot, generation, *, operation, pending=(), deletes=None, compact
         Apply the size-tiered merge policy (ignored with ``compact``).
     next_id : int or None
         The new ``next_id`` (None: unchanged).
+    check : callable or None
+        Called just before the manifest is written (the writer's lock check); its exception aborts the commit.
+
+    GenerationTaken when ``manifest.<generation>`` exists already (it is never replaced).
     """
     folder, spec, old = snapshot.folder, snapshot.spec, snapshot.manifest
     written, opened = [], []
@@ -130,7 +142,19 @@ def commit(snapshot, generation, *, operation, pending=(), deletes=None, compact
         manifest = Manifest(generation, old.quantizer, old.norm_encoding, old.store_vectors,
                             old.next_id if next_id is None else next_id, old.merge_factor, old.max_merge_rows,
                             tuple(v.entry for v in views), operation)
-        write_manifest(folder, manifest, snapshot.user)
+        if check is not None:
+            check()  # the writer still holds the folder's lock
+        try:
+            write_manifest(folder, manifest, snapshot.user)
+        except FileExistsError:
+            raise GenerationTaken(
+                f"collection {folder!r}: {names.manifest_name(generation)} already exists: generation {generation} "
+                "was made by someone else (another writer, if the folder's lock file was removed); nothing was "
+                "committed. Close this writer and open the collection again") from None
+    except GenerationTaken:
+        for segment in opened:
+            segment.close()
+        raise  # the files this commit wrote are left to vacuum: their names may be those of the other commit's files
     except BaseException:
         if os.path.exists(manifest_path):
             raise  # renamed into place, then an error (a folder fsync): committed; the caller reloads from disk
@@ -149,6 +173,13 @@ def commit(snapshot, generation, *, operation, pending=(), deletes=None, compact
         if file not in referenced:
             _remove(folder, file)
     return Snapshot(folder, manifest, snapshot.user, spec, views, [], snapshot._tables, snapshot._cache)
+
+
+def _is_regular(path):
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return False
 
 
 def remove_generation(folder, dropped, kept):
@@ -180,8 +211,8 @@ def vacuum(folder, current, keep):
         referenced |= manifest.referenced()
     removed = []
     for name in sorted(os.listdir(folder)):
-        if name in referenced or not names.is_collection_file(name):
-            continue
+        if name in referenced or not names.is_collection_file(name) or not _is_regular(os.path.join(folder, name)):
+            continue  # a folder, FIFO or link of a collection file's name was not made by a collection: foreign
         generation = names.parse_manifest(name)
         if generation is not None and generation > current.generation:
             continue  # a newer manifest that did not verify: kept as evidence until a commit passes it

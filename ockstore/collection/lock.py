@@ -7,6 +7,11 @@ The lock is an OS advisory lock on the folder's ``writer.lock`` file, taken with
   the lock when the writer's process dies (even by SIGKILL): a crash never leaves a folder locked.
 * Windows: ``msvcrt.locking(fd, LK_NBLCK, 1)`` on the first byte of the file, also dropped with the process.
 
+The lock belongs to the file the writer opened, not to its name: should ``writer.lock`` be removed or replaced while a
+writer holds it (a clean-up script deleting a "stale" lock file), a second writer would lock a new file of that name.
+So a writer checks, after locking and before every change (:meth:`WriterLock.check`), that the name still leads to the
+file it locked (same device and inode), and commits never replace a manifest (docs/FORMAT.md C9, C11).
+
 Readers take no lock: they only read files that committed manifests reference, which are never modified.
 """
 
@@ -30,6 +35,20 @@ __all__ = ["WriterLock"]
 _HELD = {errno.EAGAIN, errno.EACCES, getattr(errno, "EWOULDBLOCK", errno.EAGAIN), getattr(errno, "EDEADLK", -1)}
 
 
+# Attempts at locking when the lock file is replaced between opening and locking it.
+_OPEN_ATTEMPTS = 10
+
+
+def _same_file(fd, path):
+    """Whether ``path`` names the file open as ``fd`` (False when it is gone)."""
+    try:
+        named = os.stat(path)
+    except FileNotFoundError:
+        return False
+    mine = os.fstat(fd)
+    return (named.st_dev, named.st_ino) == (mine.st_dev, mine.st_ino)
+
+
 class WriterLock:
     """The exclusive lock of one writer on ``folder``; :meth:`release` (or closing the process) frees it.
 
@@ -40,21 +59,37 @@ class WriterLock:
     def __init__(self, folder):
         self.folder = folder
         self.path = os.path.join(folder, LOCK_NAME)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_BINARY", 0), 0o666)
-        try:
-            if fcntl is not None:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            else:  # pragma: no cover - Windows
-                msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
-        except OSError as exc:
-            os.close(fd)
-            if exc.errno in _HELD:
-                raise CollectionLockedError(
-                    f"collection {folder!r} is already open for writing: another writer holds its lock "
-                    f"{self.path!r} (close that writer first, or open the collection with mode='r' to read it)"
-                ) from None
-            raise
-        self._fd = fd
+        self._fd = None
+        for _attempt in range(_OPEN_ATTEMPTS):
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_BINARY", 0), 0o666)
+            try:
+                if fcntl is not None:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                else:  # pragma: no cover - Windows
+                    msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+            except OSError as exc:
+                os.close(fd)
+                if exc.errno in _HELD:
+                    raise CollectionLockedError(
+                        f"collection {folder!r} is already open for writing: another writer holds its lock "
+                        f"{self.path!r} (close that writer first, or open the collection with mode='r' to read it)"
+                    ) from None
+                raise
+            if _same_file(fd, self.path):
+                self._fd = fd
+                return
+            os.close(fd)  # the name was removed or replaced between our open and our lock: lock what it names now
+        raise CollectionLockedError(f"collection {folder!r}: its lock file {self.path!r} keeps being replaced; "
+                                    "cannot take the writer's lock")
+
+    def check(self):
+        """Raise CollectionLockedError unless ``writer.lock`` still names the file this writer locked (it may have been
+        removed or replaced, and another writer may then have locked the new file)."""
+        if self._fd is None or not _same_file(self._fd, self.path):
+            raise CollectionLockedError(
+                f"collection {self.folder!r}: this writer no longer holds the folder's lock: its lock file "
+                f"{self.path!r} was removed or replaced since the writer locked it (another writer may have opened the "
+                "collection); nothing was written. Close this writer and open the collection again")
 
     @property
     def held(self) -> bool:

@@ -17,6 +17,7 @@ FormatError naming the file and the check.
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass, field
 
 import msgpack
@@ -28,11 +29,13 @@ from ..indexfile.schema import LIBRARY
 from . import names
 
 __all__ = ["SegmentEntry", "Manifest", "write_manifest", "read_manifest", "write_deletions", "read_deletions",
-           "KIND_MANIFEST", "KIND_DELETIONS", "MAX_ID"]
+           "check_regular_file", "KIND_MANIFEST", "KIND_DELETIONS", "MAX_ID", "OPERATIONS"]
 
 KIND_MANIFEST = "manifest"
 KIND_DELETIONS = "deletions"
 MAX_ID = 2**63 - 1  # ids are int64 >= 0; next_id may reach MAX_ID + 1 (no id left)
+# What may make a generation (the body's 'operation', docs/FORMAT.md section 13.3); readers take any str.
+OPERATIONS = ("create", "add", "upsert", "delete", "compact", "commit")
 
 # The body of a manifest is a few hundred bytes per segment; anything larger than this is not a manifest.
 MAX_BODY_BYTES = 1 << 28
@@ -102,10 +105,11 @@ class Manifest:
 
 
 def write_manifest(folder, manifest, user):
-    """Write ``manifest.<generation>`` atomically; returns its path."""
+    """Write ``manifest.<generation>`` atomically, never replacing an existing file of that name (FileExistsError:
+    another writer, or anyone, made that generation); returns its path."""
     path = os.path.join(folder, names.manifest_name(manifest.generation))
     body = np.frombuffer(msgpack.packb(manifest.body(), use_bin_type=True), dtype=np.uint8)
-    with storage.FileWriter(path) as writer:
+    with storage.FileWriter(path, replace=False) as writer:
         writer.put("manifest", body)
         writer.commit({"generation": manifest.generation, "kind": KIND_MANIFEST, "library": LIBRARY}, user)
     return path
@@ -139,9 +143,23 @@ def _refuse_ext(code, data):
     raise _DuplicateKey(f"msgpack extension type {code} is not allowed")
 
 
+def check_regular_file(path):
+    """FormatError naming ``path`` when it is a folder, a FIFO, a device... (by ``stat`` alone: never opened, so a FIFO
+    cannot block); FileNotFoundError when it is missing (a reader may then retry with a newer manifest)."""
+    mode = os.stat(path).st_mode
+    if not stat.S_ISREG(mode):
+        raise storage.format_error(path, "not a regular file", f"a file of the collection is a {_file_type(mode)}")
+    return path
+
+
+def _file_type(mode):
+    return ("folder" if stat.S_ISDIR(mode) else "FIFO" if stat.S_ISFIFO(mode) else "socket" if stat.S_ISSOCK(mode)
+            else "device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "special file")
+
+
 def _open_kind(path, kind):
     """The opened container at ``path`` after the container's checks and meta 'kind' (C2)."""
-    mf = storage.open_file(path)
+    mf = storage.open_file(check_regular_file(path))
     if mf.meta.get("kind") != kind:
         got = mf.meta.get("kind")
         mf.close()

@@ -24,6 +24,7 @@ from ..indexfile.writer import IndexWriter
 from ..ivf import IVF
 from ..search import rows_bitmap
 from . import names
+from .manifest import check_regular_file
 
 __all__ = ["SegmentSpec", "IdIndex", "Segment", "SegmentView", "PendingSegment", "SegmentWriter",
            "write_pending_segment", "copy_live_rows", "COPY_ROWS"]
@@ -86,7 +87,8 @@ class Segment:
     def __init__(self, folder, entry, spec):
         self.name = entry.file
         self.path = os.path.join(folder, entry.file)
-        index = open_index(self.path)  # FileNotFoundError propagates: the caller may retry with a newer manifest
+        # FileNotFoundError propagates: the caller may retry with a newer manifest
+        index = open_index(check_regular_file(self.path))
         try:
             _check_segment(index, self.path, entry, spec)
         except BaseException:
@@ -235,6 +237,10 @@ class SegmentWriter:
         """Encode and append ``X`` (n, P) with ``ids`` (n,) (checked: integers >= 0), BUILD_CHUNK rows at a time.
         After an error (a refused value in a later step) part of ``X`` may be appended: abort the writer (leaving a
         ``with`` block by the exception does)."""
+        self._add(X, ids)
+
+    def _add(self, X, ids, first_row=0):
+        """add(), naming a refused row by its number plus ``first_row`` (the command line streams chunks of a file)."""
         spec = self._spec
         X, _ = as_vectors(X, "X", spec.quantizer.dim, convert=False)
         ids = as_ids(ids, "ids", n=X.shape[0])
@@ -246,16 +252,17 @@ class SegmentWriter:
             stop = min(X.shape[0], start + BUILD_CHUNK)
             vectors = None
             if spec.store_vectors is not None:  # checked before encoding: a refused value costs no encoding
-                vectors = vectors_for_storage(X[start:stop], spec.store_vectors, "X", start)
+                vectors = vectors_for_storage(X[start:stop], spec.store_vectors, "X", first_row + start)
             # A few rows run on one thread: waking others costs more than encoding them (code_sqnorms has no such
             # guard; the results do not depend on the threads).
             threads = 1 if stop - start <= SMALL_CHUNK_ROWS else self._threads
             if ivf:
                 lists, codes, norms = encode_ivf_rows(spec.quantizer, X[start:stop], spec.norm_encoding, threads,
-                                                      start)
+                                                      first_row + start)
                 self._writer._append(codes, norms, ids[start:stop], vectors, list_ids=lists)
             else:
-                codes, norms = encode_rows(spec.quantizer, X[start:stop], spec.norm_encoding, threads, start)
+                codes, norms = encode_rows(spec.quantizer, X[start:stop], spec.norm_encoding, threads,
+                                           first_row + start)
                 self._writer._append(codes, norms, ids[start:stop], vectors)
         if ids.size:
             low, high = int(ids.min()), int(ids.max())

@@ -18,11 +18,11 @@ from .. import _search_options, storage
 from .._validation import as_vectors, check_choice, check_k, resolve_n_threads
 from ..errors import FormatError
 from ..index import Index
-from ..ivf import IVF
+from ..ivf import IVF, check_n_probe
 from ..search import QueryTables, rows_bitmap
 from ..indexfile.reader import load_quantizer
 from . import names
-from .manifest import read_deletions, read_manifest
+from .manifest import check_regular_file, read_deletions, read_manifest
 from .merge import merge_topk
 from .scan import Part, scan_parts
 from .segments import Segment, SegmentSpec, SegmentView
@@ -103,6 +103,8 @@ class Snapshot:
                              "pass vectors= (indexed by id)")
         threads = resolve_n_threads(n_threads)
         self._check_segment_options(segment_options)
+        if "n_probe" in segment_options:  # checked here once, also when no segment is searched
+            check_n_probe(segment_options["n_probe"], quantizer, "collection")
         Q, was_1d = as_vectors(Q, "Q", quantizer.dim)
         allowed = None if allow is None else _allowed_ids(allow)
         width = k if rerank is None else rerank
@@ -209,6 +211,11 @@ class Snapshot:
                     order = np.argsort(found)
                     block = np.empty((found.size, data.shape[1]), dtype=data.dtype)
                     block[order] = views[p].index.vectors[found[order]]
+                    if block.dtype.kind == "f":  # damage of the segment's section: FormatError naming it
+                        path = views[p].segment.path
+                        _search_options.check_vector_rows(block.astype(np.float32), found,
+                                                          lambda check, detail: storage.format_error(path, check,
+                                                                                                     detail))
                     data[chosen] = block
             local = np.full(cand.shape, -1, dtype=np.int64)
             local[valid] = where
@@ -257,14 +264,14 @@ def _check_id_vectors(vectors, dim):
 
 
 def _fetch_by_id(vectors, ids):
-    """vectors[ids] (ids sorted, unique) for re-ranking, checked: every id has a row, every value is finite."""
+    """vectors[ids] (ids sorted, unique) for re-ranking, as float32, checked: every id has a row, every value is finite
+    and within the limit of every vector input (ValueError naming ``vectors`` and the row, i.e. the id)."""
     if ids.size and int(ids[-1]) >= vectors.shape[0]:
         raise ValueError(f"vectors has {vectors.shape[0]} rows, but id {int(ids[-1])} is a candidate: on a collection "
                          "row i of vectors is the vector of id i")
-    block = np.asarray(vectors[ids])
-    if block.dtype.kind == "f" and not np.isfinite(block).all():
-        bad = int(ids[np.argmin(np.isfinite(block).all(axis=1))])
-        raise ValueError(f"vectors row {bad} holds NaN or infinite values")
+    with np.errstate(over="ignore"):  # float64 values beyond float32 become inf: refused below
+        block = np.asarray(vectors[ids], dtype=np.float32)
+    _search_options.check_vector_rows(block, ids)
     return block
 
 
@@ -279,7 +286,7 @@ def _open_generation(folder, manifest, user, cache, problems, files=None):
     quantizer_key = ("quantizer", manifest.quantizer)
     quantizer = cache.get(quantizer_key)
     if quantizer is None:
-        quantizer = load_quantizer(os.path.join(folder, manifest.quantizer))
+        quantizer = load_quantizer(check_regular_file(os.path.join(folder, manifest.quantizer)))
     spec = SegmentSpec(quantizer, manifest.norm_encoding, manifest.store_vectors)
     views, opened = [], []
     try:

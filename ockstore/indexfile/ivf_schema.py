@@ -49,7 +49,12 @@ def put_ivf_sections(writer, ivf):
 
 
 def read_ivf_meta(reader):
-    """meta 'ivf' (V2): a map of n_lists (int in 1..2**24), n_iter (int >= 1), seed (int >= 0 or nil)."""
+    """The file's version (V1: the IVF kinds exist from format 1.2), then meta 'ivf' (V2): a map of n_lists (int in
+    1..2**24), n_iter (int >= 1), seed (int >= 0 or nil)."""
+    major, minor = reader.mf.version
+    if (major, minor) < (1, IVF_MINOR_VERSION):  # the container refuses majors other than 1 (R3)
+        raise reader.fail("bad format version", f"meta 'kind' = {reader.meta.get('kind')!r} exists from format "
+                                                f"1.{IVF_MINOR_VERSION}, but the file says {major}.{minor}")
     ivf = reader.meta.get("ivf")
     if not isinstance(ivf, dict):
         raise reader.fail("bad meta", f"meta 'ivf' = {_short(ivf)}, expected a map (n_lists, n_iter, seed)")

@@ -9,7 +9,7 @@ import msgpack
 import numpy as np
 
 from .. import _atomic
-from .._validation import check_int
+from .._validation import check_bool, check_int
 from ..paths import check_output_file
 from .layout import (
     CHUNK_BYTES, DTYPE_MINOR, FORMAT_VERSION, MAGIC, MAX_HEADER_BYTES, MAX_NAME_LENGTH, PREAMBLE, PREAMBLE_SIZE, align,
@@ -62,10 +62,14 @@ class FileWriter:
     minor_version : int, default 0
         The format minor version the caller's meta needs; the file gets the larger of it and the minor version of
         every section dtype (DTYPE_MINOR): a file using nothing newer than 1.0 says 1.0.
+    replace : bool, default True
+        False: :meth:`commit` never replaces an existing ``path`` (FileExistsError, the writer aborted), even one
+        created by another process while this writer was writing (``_atomic.atomic_write(replace=False)``).
     """
 
-    def __init__(self, path, *, minor_version=0):
+    def __init__(self, path, *, minor_version=0, replace=True):
         self._minor = check_int(minor_version, "minor_version", min_value=0, max_value=FORMAT_VERSION[1])
+        self._replace = check_bool(replace, "replace")
         self._path = check_output_file(path, "path")
         self._sections = {}  # name -> _Section, in file order
         self._temps = []  # every temporary file created and not yet removed or renamed
@@ -274,7 +278,7 @@ class FileWriter:
                 "store large data in sections, not in metadata"
             )
         try:
-            with _atomic.atomic_write(self._path) as f:
+            with _atomic.atomic_write(self._path, replace=self._replace) as f:
                 f.write(PREAMBLE.pack(MAGIC, FORMAT_VERSION[0], self._version_minor(sections), 0, len(header)))
                 f.write(header)
                 position = PREAMBLE_SIZE + len(header)
