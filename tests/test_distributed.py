@@ -175,13 +175,14 @@ def test_bad_data_in_one_partition_fails_the_build_and_commits_nothing(client, X
     bad[1500 + 17, 3] = np.nan  # partition 2 of ranges of 600
     np.save(tmp_path / "bad.npy", bad)
     # a new collection: the folder is removed again
-    with pytest.raises(ValueError, match=r"partition 2 \(rows 1200\.\.1799 of .*bad\.npy\).*NaN"):
+    with pytest.raises(ValueError, match=r"partition 2 \(rows 1200\.\.1799 of .*bad\.npy\).*NaN.*first at row 1517"):
         od.build_collection(tmp_path / "new", q, tmp_path / "bad.npy", client=client, partition_rows=600)
     assert not (tmp_path / "new").exists()
     # an existing collection: its generation stays, no file of the failed build remains
     od.build_collection(tmp_path / "c", q, da.from_array(X[:500], chunks=250), client=client).close()
     before = sorted(os.listdir(tmp_path / "c"))
-    with pytest.raises(ValueError, match="NaN"):
+    bad[2100, 0] = 1e20  # beyond the magnitude every vector input must hold, in a later partition
+    with pytest.raises(ValueError, match=r"NaN.*first at row 1517|magnitude.*first at row 2100"):
         od.build_collection(tmp_path / "c", None, da.from_array(bad, chunks=(600, DIM)), client=client)
     assert sorted(os.listdir(tmp_path / "c")) == before
     with ockstore.open_collection(tmp_path / "c") as c:
@@ -199,10 +200,10 @@ def test_a_failing_task_stops_the_others_between_chunks(client, X, q, tmp_path):
         from ockstore.distributed import tasks as t
 
         class Slow(SegmentWriter):
-            def add(self, X, ids):
+            def _add(self, X, ids, first_row=0):
                 t.CHUNKS_SEEN = getattr(t, "CHUNKS_SEEN", 0) + 1
                 time.sleep(delay)
-                super().add(X, ids)
+                super()._add(X, ids, first_row)
 
         t.SegmentWriter, t.BUILD_CHUNK, t.CHUNKS_SEEN = (Slow, chunk, 0) if delay else (SegmentWriter, 65536, 0)
 

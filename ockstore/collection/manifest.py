@@ -35,7 +35,7 @@ KIND_MANIFEST = "manifest"
 KIND_DELETIONS = "deletions"
 MAX_ID = 2**63 - 1  # ids are int64 >= 0; next_id may reach MAX_ID + 1 (no id left)
 # What may make a generation (the body's 'operation', docs/FORMAT.md section 13.3); readers take any str.
-OPERATIONS = ("create", "add", "upsert", "delete", "compact", "commit")
+OPERATIONS = ("create", "add", "upsert", "delete", "compact", "commit", "build")  # "build": ockstore.distributed
 
 # The body of a manifest is a few hundred bytes per segment; anything larger than this is not a manifest.
 MAX_BODY_BYTES = 1 << 28

@@ -13,6 +13,7 @@ import numpy as np
 
 from .. import vecfiles
 from .._encoding import BUILD_CHUNK
+from .._validation import rows_beyond_limits
 from ..collection import SegmentWriter
 from ..collection.snapshot import open_generation
 from .cluster import worker_threads
@@ -75,10 +76,13 @@ def encode_partition(folder, spec, part, block, ids, first_id, event_name):
                     raise ValueError(f"more than the {part.rows} rows counted (did the file change?)")
                 chunk_ids = np.arange(first_id + done, first_id + done + n, dtype=np.int64) if ids is None \
                     else ids[done:done + n]
+                first = (part.start if part.path is not None else part.first_row) + done  # as part.describe() counts
                 try:
-                    writer.add(X, chunk_ids)
+                    writer._add(X, chunk_ids, first_row=first)  # a refused row named by its row in the source
                 except (ValueError, TypeError) as exc:
-                    raise type(exc)(f"rows {done}..{done + n - 1} of the partition: {exc}") from exc
+                    bad = rows_beyond_limits(X) if isinstance(exc, ValueError) else None
+                    row = "" if bad is None else f" (first at row {first + int(np.argmax(bad))})"
+                    raise type(exc)(f"rows {first}..{first + n - 1}: {exc}{row}") from exc
                 done += n
                 if cancelled():
                     raise BuildCancelled(f"{where}: stopped, the build was cancelled")
