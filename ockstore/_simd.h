@@ -110,6 +110,28 @@ static int ock_first_index_of_sum(const float *a, const float *b, int n, float t
     return 0;
 }
 
+/* The largest |a[i]| (0 for n = 0), or +inf when any a[i] is NaN or infinite: the one check every vector input gets.
+ * Computed on the bit patterns: with the sign bit cleared, the IEEE-754 bits of non-negative floats order as unsigned
+ * integers do, and every inf and NaN lies above every finite value. An unsigned max is a reduction gcc vectorises
+ * without any floating-point licence (a float max with NaN is not): ~0.1 ns per value instead of ~4 for the branchy
+ * float loop, which dominated re-ranking 100 candidates of 384 dimensions. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+__attribute__((target_clones("avx512f", "avx2", "default")))
+#endif
+static float ock_max_abs(const float *a, long n) {
+    uint32_t largest = 0;
+    for (long i = 0; i < n; i++) {
+        uint32_t b;
+        memcpy(&b, a + i, sizeof b);  /* a bit cast the compiler turns into a plain load */
+        b &= 0x7fffffffu;
+        largest = b > largest ? b : largest;
+    }
+    if (largest >= 0x7f800000u) return INFINITY;
+    float out;
+    memcpy(&out, &largest, sizeof out);
+    return out;
+}
+
 /* sum of a[k]^2 with 8 interleaved partial sums added in a fixed order at the end: vectorisable, and the same
  * result in every clone (no reassociation beyond the written one, no fused multiply-add: see OCK_VECTOR_FN). */
 OCK_VECTOR_FN
