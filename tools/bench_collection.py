@@ -52,6 +52,7 @@ if str(REPO) not in sys.path:
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import ockstore  # noqa: E402
+from _cache import cached_sift_ockm  # noqa: E402
 from _machine import core_count, cpu_model  # noqa: E402
 from ockstore.datasets import load_texmex  # noqa: E402
 
@@ -75,17 +76,7 @@ def timed(fn, repeats):
 
 
 def quantizer(args, learn):
-    key = f"sift-learn{len(learn)}-ockm-M4-C2-T10-l2-default-seed0"
-    path = Path(args.cache_dir) / f"{key}.ockq"
-    if path.exists():
-        print(f"quantizer: loaded {path}", flush=True)
-        return ockstore.load_quantizer(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
-    q = ockstore.OCKM(4, 2, 10).fit(learn)
-    ockstore.save_quantizer(path, q, metadata={"train_s": time.perf_counter() - t0, "key": key})
-    print(f"quantizer: trained in {time.perf_counter() - t0:.1f} s, saved to {path}", flush=True)
-    return q
+    return cached_sift_ockm(args.cache_dir, len(learn), lambda: learn)
 
 
 def folder_bytes(folder):

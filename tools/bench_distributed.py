@@ -49,6 +49,7 @@ if str(REPO) not in sys.path:
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import ockstore  # noqa: E402
+from _cache import cached_sift_ockm  # noqa: E402
 from _machine import core_count, cpu_model  # noqa: E402
 from ockstore import distributed as od  # noqa: E402
 from ockstore import vecfiles  # noqa: E402
@@ -72,17 +73,8 @@ def base_npy(args):
 
 
 def quantizer(args):
-    key = "sift-learn100000-ockm-M4-C2-T10-l2-default-seed0"  # as tools/bench_collection.py caches it
-    path = Path(args.cache_dir) / f"{key}.ockq"
-    if path.exists():
-        print(f"quantizer: loaded {path}", flush=True)
-        return ockstore.load_quantizer(path)
-    learn = vecfiles.read_vecs(Path(args.sift) / "sift_learn.bvecs.gz")
-    t0 = time.perf_counter()
-    q = ockstore.OCKM(4, 2, 10).fit(learn)
-    ockstore.save_quantizer(path, q, metadata={"train_s": time.perf_counter() - t0, "key": key})
-    print(f"quantizer: trained in {time.perf_counter() - t0:.1f} s, saved to {path}", flush=True)
-    return q
+    return cached_sift_ockm(args.cache_dir, 100_000,
+                            lambda: vecfiles.read_vecs(Path(args.sift) / "sift_learn.bvecs.gz"))
 
 
 def cluster(n_workers):
