@@ -24,9 +24,9 @@ import numpy as np
 from .. import _atomic, storage
 from .._encoding import (
     NORM_DTYPES, STORED_VECTOR_DTYPES, check_fitted_model, check_store_vectors, encode_ivf_rows,
-    resolve_norm_encoding, vectors_for_storage,
+    resolve_norm_encoding,
 )
-from .._validation import as_ids, as_vectors, resolve_n_threads
+from .._validation import resolve_n_threads
 from ..ivf import ivf_from_state
 from ..quantizers import quantizer_from_state
 from .ivf_schema import IVF_MINOR_VERSION, ivf_meta, put_ivf_sections
@@ -114,19 +114,8 @@ class IVFIndexWriter(IndexWriter):
 
     def _add(self, X, ids, first_row=0):
         """add(), naming a refused row by its number plus ``first_row`` (build_index feeds chunks of its X)."""
-        self._check_open()
-        ivf = self._quantizer
-        X, _ = as_vectors(X, "X", ivf.dim, convert=False)
-        n = X.shape[0]
-        if ids is not None:
-            if not isinstance(ids, np.ndarray) and np.size(ids) == 0:
-                ids = np.empty(np.shape(ids), dtype=np.int64)  # an empty list has no integer dtype of its own
-            ids = as_ids(ids, "ids", n=n)
-        self._check_ids_given(ids is not None)
-        vectors = None
-        if self._store_vectors is not None:
-            vectors = vectors_for_storage(X, self._store_vectors, "X", first_row)
-        lists, codes, norms = encode_ivf_rows(ivf, X, self._norm_encoding, self._threads, first_row)
+        X, ids, vectors = self._checked_rows(X, ids, first_row)
+        lists, codes, norms = encode_ivf_rows(self._quantizer, X, self._norm_encoding, self._threads, first_row)
         self._append(codes, norms, ids, vectors, list_ids=lists)
 
     def _append(self, codes, norms, ids, vectors=None, *, list_ids):

@@ -153,20 +153,24 @@ class IndexWriter:
 
     def _add(self, X, ids, first_row=0):
         """add(), naming a refused row by its number plus ``first_row`` (build_index feeds chunks of its X)."""
+        X, ids, vectors = self._checked_rows(X, ids, first_row)
+        codes, norms = encode_rows(self._quantizer, X, self._norm_encoding, self._threads, first_row)
+        self._append(codes, norms, ids, vectors)
+
+    def _checked_rows(self, X, ids, first_row):
+        """(X (n, P) as given, ids int64 (n,) or None, the vectors to store or None) of an add, every check done
+        (vectors_for_storage and the encoder check every value before anything is appended)."""
         self._check_open()
         X, _ = as_vectors(X, "X", self._quantizer.dim, convert=False)
-        n = X.shape[0]
         if ids is not None:
             if not isinstance(ids, np.ndarray) and np.size(ids) == 0:
                 ids = np.empty(np.shape(ids), dtype=np.int64)  # an empty list has no integer dtype of its own
-            ids = as_ids(ids, "ids", n=n)
+            ids = as_ids(ids, "ids", n=X.shape[0])
         self._check_ids_given(ids is not None)
-        # vectors_for_storage and encode_rows check every value before anything is appended
         vectors = None
         if self._store_vectors is not None:
             vectors = vectors_for_storage(X, self._store_vectors, "X", first_row)
-        codes, norms = encode_rows(self._quantizer, X, self._norm_encoding, self._threads, first_row)
-        self._append(codes, norms, ids, vectors)
+        return X, ids, vectors
 
     def _check_ids_given(self, given):
         if self._has_ids is not None and given != self._has_ids:
