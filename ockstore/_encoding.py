@@ -24,7 +24,7 @@ from .quantizers import Quantizer
 
 __all__ = ["NORM_ENCODINGS", "NORM_DTYPES", "DEFAULT_NORM_ENCODING", "BUILD_CHUNK", "STORE_VECTORS",
            "STORED_VECTOR_DTYPES", "check_fitted_quantizer", "check_fitted_model", "resolve_norm_encoding",
-           "check_store_vectors", "vectors_for_storage", "encode_rows", "encode_ivf_rows"]
+           "check_store_vectors", "vectors_for_storage", "encode_rows", "encode_ivf_rows", "encode_step", "encode_all"]
 
 NORM_ENCODINGS = ("f32", "u8", "none")
 NORM_DTYPES = {"f32": np.dtype("<f4"), "u8": np.dtype("<u1")}
@@ -147,3 +147,33 @@ def encode_ivf_rows(ivf, X, norm_encoding, n_threads, first_row=0):
     if norm_encoding == "none":
         return lists, codes, None
     return lists, codes, (sq if norm_encoding == "f32" else scalar_encode(sq, ivf.norm_levels))
+
+
+def encode_step(model, X, norm_encoding, store_vectors, n_threads, first_row=0):
+    """What an index stores for the checked rows ``X`` of one step: ``(lists (n,) int32, or None for a flat quantizer,
+    codes, norms or None, vectors or None)``. The vectors to store are checked first: a refused value costs no
+    encoding."""
+    vectors = None if store_vectors is None else vectors_for_storage(X, store_vectors, "X", first_row)
+    if isinstance(model, IVF):
+        lists, codes, norms = encode_ivf_rows(model, X, norm_encoding, n_threads, first_row)
+    else:
+        lists = None
+        codes, norms = encode_rows(model, X, norm_encoding, n_threads, first_row)
+    return lists, codes, norms, vectors
+
+
+def encode_all(model, X, norm_encoding, store_vectors, n_threads, step):
+    """``encode_step`` over all of the checked rows ``X``, ``step`` rows at a time, into arrays allocated once (the
+    memory beyond them is bounded by one step): ``(lists or None, codes, norms or None, vectors or None)``."""
+    N = X.shape[0]
+    lists = np.empty(N, dtype=np.int32) if isinstance(model, IVF) else None
+    codes = np.empty((N, model.code_size), dtype=np.uint8)
+    norms = None if norm_encoding == "none" else np.empty(N, dtype=NORM_DTYPES[norm_encoding])
+    vectors = None if store_vectors is None else np.empty((N, model.dim), dtype=STORED_VECTOR_DTYPES[store_vectors])
+    for start in range(0, N, step):
+        stop = min(N, start + step)
+        parts = encode_step(model, X[start:stop], norm_encoding, store_vectors, n_threads, start)
+        for out, part in zip((lists, codes, norms, vectors), parts):
+            if out is not None:
+                out[start:stop] = part
+    return lists, codes, norms, vectors

@@ -233,7 +233,6 @@ def train(X, *, n_subspaces, n_codebooks, n_codewords, beam_width, n_iter, tol, 
     M, C, K = n_subspaces, n_codebooks, n_codewords
     T = min(beam_width, K)
     layout = SubspaceLayout(P, M)
-    S = layout.sub_dim
     t0 = time.perf_counter()
 
     rotation = np.eye(P, dtype=np.float32) if learn_rotation else None

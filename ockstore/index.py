@@ -14,8 +14,8 @@ from . import _search_options
 from . import search as _search
 from . import storage
 from ._encoding import (
-    BUILD_CHUNK, NORM_DTYPES, NORM_ENCODINGS, STORED_VECTOR_DTYPES, check_fitted_quantizer, check_store_vectors,
-    encode_rows, resolve_norm_encoding, vectors_for_storage,
+    BUILD_CHUNK, NORM_ENCODINGS, STORED_VECTOR_DTYPES, check_fitted_quantizer, check_store_vectors, encode_all,
+    resolve_norm_encoding,
 )
 from ._validation import as_ids, as_vectors, check_choice, check_k, resolve_n_threads
 from .ivf import check_n_probe
@@ -150,20 +150,8 @@ class Index:
         store_vectors = check_store_vectors(store_vectors)
         X, _ = as_vectors(X, "X", quantizer.dim, convert=False)
         threads = resolve_n_threads(n_threads)
-        N = X.shape[0]
-        ids = None if ids is None else as_ids(ids, "ids", n=N)
-        codes = np.empty((N, quantizer.code_size), dtype=np.uint8)
-        norms = None if norm_encoding == "none" else np.empty(N, dtype=NORM_DTYPES[norm_encoding])
-        vectors = None
-        if store_vectors is not None:
-            vectors = np.empty((N, quantizer.dim), dtype=STORED_VECTOR_DTYPES[store_vectors])
-        for start in range(0, N, BUILD_CHUNK):
-            stop = min(N, start + BUILD_CHUNK)
-            if vectors is not None:  # checked before encoding: a refused value costs no encoding
-                vectors[start:stop] = vectors_for_storage(X[start:stop], store_vectors, "X", start)
-            codes[start:stop], chunk_norms = encode_rows(quantizer, X[start:stop], norm_encoding, threads, start)
-            if norms is not None:
-                norms[start:stop] = chunk_norms
+        ids = None if ids is None else as_ids(ids, "ids", n=X.shape[0])
+        _, codes, norms, vectors = encode_all(quantizer, X, norm_encoding, store_vectors, threads, BUILD_CHUNK)
         return cls(quantizer, codes, norms, ids, norm_encoding, vectors=vectors)
 
     # -------------------------------------------------------------------------------------------------- lifecycle

@@ -14,10 +14,7 @@ import numpy as np
 
 from . import _ivf_kernels
 from . import search as _search
-from ._encoding import (
-    NORM_DTYPES, STORED_VECTOR_DTYPES, check_fitted_model, check_store_vectors, encode_ivf_rows,
-    resolve_norm_encoding, vectors_for_storage,
-)
+from ._encoding import check_fitted_model, check_store_vectors, encode_all, resolve_norm_encoding
 from ._validation import as_ids, as_vectors, check_int, resolve_n_threads
 from .index import Index, _quantizer_summary
 from .ivf import IVF, ROWS_PER_STEP, check_n_probe
@@ -142,20 +139,7 @@ class IVFIndex(Index):
         threads = resolve_n_threads(n_threads)
         N = X.shape[0]
         ids = np.arange(N, dtype=np.int64) if ids is None else as_ids(ids, "ids", n=N)
-        lists = np.empty(N, dtype=np.int32)
-        codes = np.empty((N, ivf.code_size), dtype=np.uint8)
-        norms = None if norm_encoding == "none" else np.empty(N, dtype=NORM_DTYPES[norm_encoding])
-        vectors = None
-        if store_vectors is not None:
-            vectors = np.empty((N, ivf.dim), dtype=STORED_VECTOR_DTYPES[store_vectors])
-        for start in range(0, N, ROWS_PER_STEP):
-            stop = min(N, start + ROWS_PER_STEP)
-            if vectors is not None:  # checked before encoding: a refused value costs no encoding
-                vectors[start:stop] = vectors_for_storage(X[start:stop], store_vectors, "X", start)
-            lists[start:stop], codes[start:stop], chunk_norms = encode_ivf_rows(ivf, X[start:stop], norm_encoding,
-                                                                                threads, start)
-            if norms is not None:
-                norms[start:stop] = chunk_norms
+        lists, codes, norms, vectors = encode_all(ivf, X, norm_encoding, store_vectors, threads, ROWS_PER_STEP)
         order = np.argsort(lists, kind="stable")  # list after list, insertion order within a list
         offsets = np.zeros(ivf.n_lists + 1, dtype=np.int64)
         np.cumsum(np.bincount(lists, minlength=ivf.n_lists), out=offsets[1:])

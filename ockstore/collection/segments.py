@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import storage
-from .._encoding import BUILD_CHUNK, encode_ivf_rows, encode_rows, vectors_for_storage
+from .._encoding import BUILD_CHUNK, encode_step
 from .._validation import as_ids, as_vectors, resolve_n_threads
 from ..indexfile.reader import open_index
 from ..indexfile.writer import IndexWriter
@@ -247,23 +247,14 @@ class SegmentWriter:
         # Encoded here with the collection's quantizer, whose tables are built once, not by the IndexWriter (its own
         # copy of the model would build them again for every segment: most of the cost of a one-row add). The writer
         # of an IVF segment takes each row's list with its code.
-        ivf = isinstance(spec.quantizer, IVF)
         for start in range(0, max(X.shape[0], 1), BUILD_CHUNK):  # once with zero rows: declares the ids section
             stop = min(X.shape[0], start + BUILD_CHUNK)
-            vectors = None
-            if spec.store_vectors is not None:  # checked before encoding: a refused value costs no encoding
-                vectors = vectors_for_storage(X[start:stop], spec.store_vectors, "X", first_row + start)
             # A few rows run on one thread: waking others costs more than encoding them (code_sqnorms has no such
             # guard; the results do not depend on the threads).
             threads = 1 if stop - start <= SMALL_CHUNK_ROWS else self._threads
-            if ivf:
-                lists, codes, norms = encode_ivf_rows(spec.quantizer, X[start:stop], spec.norm_encoding, threads,
-                                                      first_row + start)
-                self._writer._append(codes, norms, ids[start:stop], vectors, list_ids=lists)
-            else:
-                codes, norms = encode_rows(spec.quantizer, X[start:stop], spec.norm_encoding, threads,
-                                           first_row + start)
-                self._writer._append(codes, norms, ids[start:stop], vectors)
+            lists, codes, norms, vectors = encode_step(spec.quantizer, X[start:stop], spec.norm_encoding,
+                                                       spec.store_vectors, threads, first_row + start)
+            self._writer._append(codes, norms, ids[start:stop], vectors, list_ids=lists)  # lists: None when flat
         if ids.size:
             low, high = int(ids.min()), int(ids.max())
             self.min_id = low if self.min_id is None else min(self.min_id, low)
