@@ -1,8 +1,8 @@
 """Shared fixtures: small seeded datasets and a cached sample of the real SIFT data.
 
-The real data is looked up in the folder named by the environment variable OCKSTORE_DATA (the folder that holds
-``sift-real/``), by default ``<repo>/../shared/data``; tests that need it skip, saying where they looked, when it is
-absent.
+The real data is looked up where ``helpers.data_root`` says: the folder named by the environment variable
+OCKSTORE_DATA (the folder that holds ``sift-real/``), by default ``<repo>/../shared/data``; tests that need it skip,
+saying where they looked, when it is absent.
 """
 
 from __future__ import annotations
@@ -24,7 +24,9 @@ TESTS = Path(__file__).resolve().parent
 if str(TESTS) not in sys.path:  # so that test modules can `import reference`
     sys.path.insert(0, str(TESTS))
 
-DATA_ROOT = Path(os.environ.get("OCKSTORE_DATA", REPO.parent / "shared" / "data"))
+from helpers import data_root  # noqa: E402
+
+DATA_ROOT = data_root()
 SIFT = DATA_ROOT / "sift-real"
 SIFT_SAMPLE_ROWS = 20_000
 

@@ -31,6 +31,19 @@ TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
 
 
+def data_root():
+    """The folder holding the real datasets (``sift-real/``, ``minilm-real/``): $OCKSTORE_DATA when set, else
+    ``shared/data`` in the nearest folder above the repository that has one (``<repo>/../shared/data`` normally; a
+    clone made one level deeper finds it too), else ``<repo>/../shared/data`` (absent: the tests that need it skip,
+    saying where they looked)."""
+    if os.environ.get("OCKSTORE_DATA"):
+        return Path(os.environ["OCKSTORE_DATA"])
+    for folder in REPO.parents:
+        if (folder / "shared" / "data").is_dir():
+            return folder / "shared" / "data"
+    return REPO.parent / "shared" / "data"
+
+
 # ------------------------------------------------------------------------------------------------------------ data
 def random_rotation(P, seed):
     """A seeded orthogonal P x P matrix (QR of a Gaussian matrix, signs fixed), float32."""

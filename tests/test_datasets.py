@@ -1,14 +1,13 @@
 """Tests of ockstore.datasets: vector file formats, chunked iteration, datasets, exact k-NN.
 
-The real datasets are found at ``../shared/data/<name>`` from the repository root, or under the folder named by the
-environment variable OCKSTORE_DATA (the folder that holds ``sift-real/`` and ``minilm-real/``); their tests skip
-when the data is absent.
+The real datasets are found where ``helpers.data_root`` says: ``../shared/data/<name>`` from the repository root, or
+under the folder named by the environment variable OCKSTORE_DATA (the folder that holds ``sift-real/`` and
+``minilm-real/``); their tests skip when the data is absent.
 """
 
 import gzip
 import os
 import struct
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -26,10 +25,9 @@ from ockstore.datasets import (
 from ockstore.errors import FormatError
 from ockstore.evaluation import exact_knn
 
-from helpers import returns_within
+from helpers import REPO, data_root, returns_within
 
-REPO = Path(__file__).resolve().parents[1]
-DATA_ROOT = Path(os.environ.get("OCKSTORE_DATA", REPO.parent / "shared" / "data"))
+DATA_ROOT = data_root()
 
 
 def _sample(kind, n=23, d=5, seed=0):
