@@ -12,7 +12,7 @@ import numpy as np
 
 from ._validation import MAX_ABS_VALUE, MAX_K, check_int, rows_beyond_limits
 
-__all__ = ["check_rerank", "check_user_vectors", "check_vector_rows", "allow_bitmap", "IdLookup", "rerank_exact"]
+__all__ = ["check_rerank", "check_user_vectors", "check_vector_rows", "allow_bitmap", "allow_ids", "IdLookup", "rerank_exact"]
 
 # Bytes of the float32 temporaries of one step of re-ranking (the gathered candidates, and as much again for the
 # repeated queries and their differences): a step of queries x R x P floats is bounded by this, so that it stays in L2
@@ -67,6 +67,21 @@ class IdLookup:
         return self.order[starts + np.arange(total)]
 
 
+def allow_ids(arr, expected="an array of integer ids"):
+    """The ids of an ``allow`` given as ids (``arr`` an ndarray, not boolean), as int64 in the given order: an empty
+    list counts as ids, values beyond int64 are dropped (no id can match them). TypeError or ValueError naming
+    ``allow`` (``expected`` says what it may be) otherwise. Shared by indexes and collections."""
+    if arr.size == 0 and arr.dtype.kind == "f" and arr.ndim == 1:
+        arr = arr.astype(np.int64)  # an empty list has no integer dtype of its own
+    if arr.dtype.kind not in "iu":
+        raise TypeError(f"allow must be {expected}, got dtype {arr.dtype}")
+    if arr.ndim != 1:
+        raise ValueError(f"allow: ids must be a 1-D array, got shape {arr.shape}")
+    if arr.dtype == np.uint64:
+        arr = arr[arr <= np.iinfo(np.int64).max]  # larger values are no id: ignored
+    return np.asarray(arr, dtype=np.int64)
+
+
 def allow_bitmap(allow, n_rows, ids, id_lookup):
     """The boolean mask over rows that ``allow`` gives: an array-like of ids (integers; any order, duplicates and
     unknown ids ignored) or a boolean array of shape (N,). ``ids`` is the index's ids (None: the row numbers);
@@ -76,15 +91,7 @@ def allow_bitmap(allow, n_rows, ids, id_lookup):
         if arr.shape != (n_rows,):
             raise ValueError(f"allow: a boolean mask must have shape ({n_rows},) (one flag per row), got {arr.shape}")
         return arr
-    if arr.size == 0 and arr.dtype.kind == "f" and arr.ndim == 1:
-        arr = arr.astype(np.int64)  # an empty list has no integer dtype of its own
-    if arr.dtype.kind not in "iu":
-        raise TypeError(f"allow must be an array of integer ids or a boolean mask over rows, got dtype {arr.dtype}")
-    if arr.ndim != 1:
-        raise ValueError(f"allow: ids must be a 1-D array, got shape {arr.shape}")
-    if arr.dtype == np.uint64:
-        arr = arr[arr <= np.iinfo(np.int64).max]  # larger values are no id: ignored
-    wanted = np.asarray(arr, dtype=np.int64)
+    wanted = allow_ids(arr, "an array of integer ids or a boolean mask over rows")
     mask = np.zeros(n_rows, dtype=bool)
     if ids is None:
         mask[wanted[(wanted >= 0) & (wanted < n_rows)]] = True

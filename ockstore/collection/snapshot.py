@@ -238,15 +238,7 @@ def _allowed_ids(allow):
     if arr.dtype == np.bool_:
         raise TypeError("allow must be an array of ids on a collection: a boolean mask over rows has no meaning "
                         "across segments")
-    if arr.size == 0 and arr.dtype.kind == "f" and arr.ndim == 1:
-        arr = arr.astype(np.int64)  # an empty list has no integer dtype of its own
-    if arr.dtype.kind not in "iu":
-        raise TypeError(f"allow must be an array of integer ids, got dtype {arr.dtype}")
-    if arr.ndim != 1:
-        raise ValueError(f"allow: ids must be a 1-D array, got shape {arr.shape}")
-    if arr.dtype == np.uint64:
-        arr = arr[arr <= np.iinfo(np.int64).max]  # larger values are no id: ignored
-    return np.unique(np.asarray(arr, dtype=np.int64))
+    return np.unique(_search_options.allow_ids(arr))
 
 
 def _check_id_vectors(vectors, dim):
