@@ -32,9 +32,10 @@
  *
  * Speed: a candidate costs the bytes of its row (128 B for uint8 SIFT, 768 B for float16 MiniLM), prefetched
  * OCK_RR_PREFETCH candidates ahead, plus P / 16 blocks of a few vector instructions; the heap of k is touched only by
- * the few candidates that enter it. Two implementations, chosen by the caller at run time: portable C that compilers
- * vectorise for the baseline instruction set, and AVX2 (+F16C for float16) intrinsics; both compute the same lanes in
- * the same order, so they return bitwise the same values.
+ * the few candidates that enter it. Two implementations of the values, one per SIMD level (the per-level part at the
+ * end of this file, chosen at run time with the other kernels' level): portable C that compilers vectorise for the
+ * baseline instruction set, and AVX2 (+F16C for float16) intrinsics; both compute the same lanes in the same order,
+ * so they return bitwise the same values.
  */
 #ifndef OCKSTORE_RERANK_H
 #define OCKSTORE_RERANK_H
@@ -86,9 +87,6 @@
 /* Return flags of ock_rerank_query. */
 #define OCK_RR_BAD_VALUES 1
 #define OCK_RR_ZERO_VECTOR 2
-/* Implementations. */
-#define OCK_RR_PORTABLE 0
-#define OCK_RR_AVX2 1
 
 #define OCK_RR_LANES 16
 /* Candidates whose rows are prefetched ahead of the one being computed: enough to cover a miss to memory (~100 ns)
@@ -131,6 +129,8 @@ typedef struct {
 
 /* The exact value of one row (float64); sets OCK_RR_* flags in *bad for a bad row. */
 typedef double (*ock_rr_value_fn)(const ock_rr_query *qc, const unsigned char *row, int *bad);
+/* A SIMD level's value functions: [row kind (OCK_RR_F32 .. OCK_RR_U8_INT)][metric]. */
+typedef ock_rr_value_fn ock_rr_value_table[5][3];
 
 /* Scratch of one thread: the float64 query, its int16 copy and the heap of k (key, position) pairs, each at a
  * 64-byte boundary; 64 bytes of slack let the kernel align the start itself. */
@@ -402,40 +402,6 @@ OCK_RR_AVX2_INLINE double ock_rr_value_avx2(const ock_rr_query *qc, int kind, in
 }
 #endif
 
-/* One function per (implementation, row kind, metric), the kind and metric constant inside (tags name them). */
-#define OCK_RR_VALUE_FN(impl, attr, ktag, kind, mtag, metric)                                                  \
-    attr static double ock_rr_##impl##_##ktag##_##mtag(const ock_rr_query *qc, const unsigned char *row,       \
-                                                        int *bad) {                                             \
-        return ock_rr_value_##impl(qc, kind, metric, row, bad);                                               \
-    }
-#define OCK_RR_VALUE_FNS(impl, attr, ktag, kind)                                                                \
-    OCK_RR_VALUE_FN(impl, attr, ktag, kind, l2, OCK_RR_L2)                                                      \
-    OCK_RR_VALUE_FN(impl, attr, ktag, kind, ip, OCK_RR_IP)                                                      \
-    OCK_RR_VALUE_FN(impl, attr, ktag, kind, cosine, OCK_RR_COSINE)
-#define OCK_RR_ALL_KINDS(impl, attr)                                                                            \
-    OCK_RR_VALUE_FNS(impl, attr, f32, OCK_RR_F32) OCK_RR_VALUE_FNS(impl, attr, f16, OCK_RR_F16)                 \
-    OCK_RR_VALUE_FNS(impl, attr, u8, OCK_RR_U8) OCK_RR_VALUE_FNS(impl, attr, sq8, OCK_RR_SQ8)                   \
-    OCK_RR_VALUE_FNS(impl, attr, u8int, OCK_RR_U8_INT)
-#define OCK_RR_TABLE_ROW(impl, ktag) {ock_rr_##impl##_##ktag##_l2, ock_rr_##impl##_##ktag##_ip, \
-                                      ock_rr_##impl##_##ktag##_cosine}
-#define OCK_RR_TABLE(impl) {OCK_RR_TABLE_ROW(impl, f32), OCK_RR_TABLE_ROW(impl, f16), OCK_RR_TABLE_ROW(impl, u8), \
-                            OCK_RR_TABLE_ROW(impl, sq8), OCK_RR_TABLE_ROW(impl, u8int)}
-
-OCK_RR_ALL_KINDS(portable, OCK_RR_FN)
-#if OCK_RR_HAVE_AVX2
-OCK_RR_ALL_KINDS(avx2, OCK_RR_AVX2_FN)
-#endif
-
-/* [implementation][row kind][metric] */
-static const ock_rr_value_fn ock_rr_value_fns[2][5][3] = {
-    OCK_RR_TABLE(portable),
-#if OCK_RR_HAVE_AVX2
-    OCK_RR_TABLE(avx2),
-#else
-    OCK_RR_TABLE(portable),
-#endif
-};
-
 /* ------------------------------------------------------------------------------------------------------------------
  * The query, prepared once; the heap of the best k. */
 
@@ -563,13 +529,13 @@ typedef struct {
  * parts    (R,) the part of each candidate, or NULL: part 0
  * k        results kept, >= 1
  * scratch  ock_rr_scratch_bytes(P, k) bytes, the query's own (any alignment)
- * impl     OCK_RR_PORTABLE, or OCK_RR_AVX2 only where the CPU has AVX2 and F16C (the caller checks once) */
+ * values   the value functions of the SIMD level in use (the per-level part below: OCK_FN(rerank_values)) */
 OCK_RR_FN
 static void ock_rr_begin(ock_rr_state *st, const ock_rr_source *src, const float *q, const int64_t *rows,
-                         const int64_t *parts, int k, void *scratch, int impl) {
+                         const int64_t *parts, int k, void *scratch, const ock_rr_value_table *values) {
     unsigned char *base = (unsigned char *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
     const int kind = ock_rr_prepare(src, q, base, &st->qc);
-    st->value_of = ock_rr_value_fns[impl == OCK_RR_AVX2 && OCK_RR_HAVE_AVX2][kind][src->metric];
+    st->value_of = (*values)[kind][src->metric];
     st->heap.key = (float *)(base + ock_rr_key_offset(src->P));
     st->heap.pos = (int64_t *)(base + ock_rr_pos_offset(src->P, k));
     st->heap.k = k;
@@ -629,12 +595,50 @@ static int ock_rr_end(ock_rr_state *st, float *out_value, int64_t *out_id, int64
 /* One query's R candidates, at once (see ock_rr_begin and ock_rr_end). */
 OCK_RR_FN
 static int ock_rerank_query(const ock_rr_source *src, const float *q, const int64_t *rows, const int64_t *parts,
-                            int64_t R, int k, void *scratch, int impl, float *out_value, int64_t *out_id,
-                            int64_t *out_pos) {
+                            int64_t R, int k, void *scratch, const ock_rr_value_table *values, float *out_value,
+                            int64_t *out_id, int64_t *out_pos) {
     ock_rr_state st;
-    ock_rr_begin(&st, src, q, rows, parts, k, scratch, impl);
+    ock_rr_begin(&st, src, q, rows, parts, k, scratch, values);
     ock_rr_offer_range(&st, 0, R);
     return ock_rr_end(&st, out_value, out_id, out_pos);
 }
 
+#endif
+
+/* ------------------------------------------------------------------------------------------------------------------
+ * Per SIMD level (no include guard: _simd_level.h includes this file once per level, with OCK_LEVEL and OCK_FN
+ * defined): one value function per (row kind, metric), the kind and metric constant inside, and the level's table
+ * OCK_FN(rerank_values). The portable level runs the portable loops; AVX2 and AVX-512 run the AVX2 (+F16C) ones
+ * (every CPU with AVX2 has F16C). */
+#if defined(OCK_LEVEL) && defined(OCK_FN)
+#if OCK_LEVEL == OCK_LEVEL_PORTABLE || !OCK_RR_HAVE_AVX2
+#define OCK_RR_LEVEL_ATTR OCK_RR_FN
+#define OCK_RR_LEVEL_VALUE ock_rr_value_portable
+#else
+#define OCK_RR_LEVEL_ATTR OCK_RR_AVX2_FN
+#define OCK_RR_LEVEL_VALUE ock_rr_value_avx2
+#endif
+#define OCK_RR_VALUE_FN(ktag, kind, mtag, metric)                                                               \
+    OCK_RR_LEVEL_ATTR static double OCK_FN(rr_##ktag##_##mtag)(const ock_rr_query *qc, const unsigned char *row, \
+                                                               int *bad) {                                     \
+        return OCK_RR_LEVEL_VALUE(qc, kind, metric, row, bad);                                                  \
+    }
+#define OCK_RR_VALUE_FNS(ktag, kind)                                                                            \
+    OCK_RR_VALUE_FN(ktag, kind, l2, OCK_RR_L2)                                                                  \
+    OCK_RR_VALUE_FN(ktag, kind, ip, OCK_RR_IP)                                                                  \
+    OCK_RR_VALUE_FN(ktag, kind, cosine, OCK_RR_COSINE)
+OCK_RR_VALUE_FNS(f32, OCK_RR_F32)
+OCK_RR_VALUE_FNS(f16, OCK_RR_F16)
+OCK_RR_VALUE_FNS(u8, OCK_RR_U8)
+OCK_RR_VALUE_FNS(sq8, OCK_RR_SQ8)
+OCK_RR_VALUE_FNS(u8int, OCK_RR_U8_INT)
+#define OCK_RR_TABLE_ROW(ktag) {OCK_FN(rr_##ktag##_l2), OCK_FN(rr_##ktag##_ip), OCK_FN(rr_##ktag##_cosine)}
+static const ock_rr_value_table OCK_FN(rerank_values) = {
+    OCK_RR_TABLE_ROW(f32), OCK_RR_TABLE_ROW(f16), OCK_RR_TABLE_ROW(u8), OCK_RR_TABLE_ROW(sq8), OCK_RR_TABLE_ROW(u8int),
+};
+#undef OCK_RR_TABLE_ROW
+#undef OCK_RR_VALUE_FNS
+#undef OCK_RR_VALUE_FN
+#undef OCK_RR_LEVEL_VALUE
+#undef OCK_RR_LEVEL_ATTR
 #endif
