@@ -13,14 +13,10 @@ format error, exit 2 with argparse's usage line for a usage error, the traceback
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import shutil
-import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -29,125 +25,8 @@ import pytest
 import ockstore
 from ockstore import cli, datasets, evaluation
 
-REPO = Path(__file__).resolve().parents[1]
-COMMANDS = ("train", "build", "search", "info", "verify", "eval", "create", "add", "delete", "compact")
-
-# OCKM M=4 C=2 with K=16 words: 4 bytes per code, trains in a fraction of a second.
-TRAIN_ARGS = ["--method", "ockm", "--subspaces", "4", "--codebooks", "2", "--beam", "4", "--codewords", "16",
-              "--iterations", "3"]
-
-
-def _exit_status(code, stderr):
-    """The status of a process that ends with ``sys.exit(code)``: None is 0, a non-integer is printed and 1."""
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code
-    print(code, file=stderr)
-    return 1
-
-
-def _warning_to_stderr(message, category, filename, lineno, file=None, line=None):
-    sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
-
-
-def run(*args, check=None):
-    """``ockstore ARGS`` in this process: ``cli.main`` with stdout and stderr redirected to StringIO buffers.
-
-    Returns a CompletedProcess (text). ``check``: the expected exit status. What a separate process would see:
-    - the streams are not terminals (StringIO.isatty() is False, fileno() fails), as with the pipes of a subprocess:
-      no progress bar unless --progress, help wrapped at the default width;
-    - ``SystemExit`` (usage errors, --help, --version) is turned into the exit status, as the interpreter does;
-    - warnings are written to the captured stderr (with Python's default filters, not pytest's), so that a stray
-      warning still breaks the "exactly one line on stderr" checks instead of going to pytest's summary.
-    Any other exception is a bug in the command (a process would print its traceback and exit 1): it propagates
-    and fails the test with its traceback. Environment variables read at startup (OMP_NUM_THREADS,
-    OMP_WAIT_POLICY) are those of the test process; results do not depend on the number of threads.
-    """
-    argv = [str(a) for a in args]
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), warnings.catch_warnings():
-        warnings.resetwarnings()
-        for category in (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning):
-            warnings.simplefilter("ignore", category)
-        warnings.showwarning = _warning_to_stderr
-        try:
-            code = cli.main(argv)
-        except SystemExit as exc:
-            code = exc.code
-        status = _exit_status(code, err)
-    proc = subprocess.CompletedProcess(["ockstore", *argv], status, out.getvalue(), err.getvalue())
-    if check is not None:
-        assert proc.returncode == check, (proc.returncode, proc.stdout, proc.stderr)
-    return proc
-
-
-def run_process(command, *args, check=None):
-    """Run ``COMMAND ARGS`` (an entry point of the command) as a real process; returns the CompletedProcess (text).
-
-    The environment: this checkout first on PYTHONPATH, OpenMP on two passive threads (a shared two-core machine).
-    """
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    env["OMP_NUM_THREADS"] = "2"
-    proc = subprocess.run([*command, *map(str, args)], capture_output=True, text=True, env=env, timeout=120,
-                          stdin=subprocess.DEVNULL)
-    if check is not None:
-        assert proc.returncode == check, (proc.returncode, proc.stdout, proc.stderr)
-    return proc
-
-
-def assert_data_error(proc, *fragments):
-    """Exit 1, exactly one line on stderr, no traceback; the line contains every fragment."""
-    assert proc.returncode == 1, (proc.returncode, proc.stdout, proc.stderr)
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr
-    assert lines[0].startswith("ockstore: error: "), lines[0]
-    assert "Traceback" not in proc.stderr
-    for fragment in fragments:
-        assert fragment in lines[0], (fragment, lines[0])
-    return lines[0]
-
-
-def assert_usage_error(proc, *fragments):
-    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
-    assert proc.stderr.startswith("usage: ockstore"), proc.stderr
-    assert "Traceback" not in proc.stderr
-    for fragment in fragments:
-        assert fragment in proc.stderr, (fragment, proc.stderr)
-
-
-# ------------------------------------------------------------------------------------------------------- fixtures
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    """Files of a small synthetic dataset, a quantizer trained and an index built by the command."""
-    d = tmp_path_factory.mktemp("cli")
-    ds = datasets.synthetic(2000, 3000, 40, 16, seed=3, k_gt=20)
-    paths = {name: d / f"{name}" for name in ("learn.fvecs", "base.fvecs", "query.fvecs", "gt.ivecs")}
-    datasets.write_vecs(paths["learn.fvecs"], ds.learn)
-    datasets.write_vecs(paths["base.fvecs"], ds.base)
-    datasets.write_vecs(paths["query.fvecs"], ds.query)
-    datasets.write_vecs(paths["gt.ivecs"], ds.groundtruth.astype(np.int32))
-    q = d / "q.ockq"
-    train = run("train", paths["learn.fvecs"], "-o", q, *TRAIN_ARGS, "--metadata", "who=test", check=0)
-    index = d / "base.ock"
-    build = run("build", q, paths["base.fvecs"], "-o", index, "--chunk-size", "1000", check=0)
-    return {"dir": d, "ds": ds, "learn": paths["learn.fvecs"], "base": paths["base.fvecs"],
-            "query": paths["query.fvecs"], "gt": paths["gt.ivecs"], "q": q, "index": index,
-            "train_out": train.stdout, "build_out": build.stdout}
-
-
-@pytest.fixture(scope="module")
-def bad_files(data):
-    """A corrupt index (garbage), a truncated .fvecs, a folder, a missing path."""
-    d = data["dir"]
-    garbage = d / "garbage.ock"
-    garbage.write_bytes(b"this is not an ockstore file" * 10)
-    truncated = d / "truncated.fvecs"
-    raw = Path(data["query"]).read_bytes()
-    truncated.write_bytes(raw[: len(raw) - 7])
-    return {"garbage": garbage, "truncated": truncated, "missing": d / "no_such_file.fvecs", "folder": d}
+from cli_runner import COMMANDS, TRAIN_ARGS, assert_data_error, assert_usage_error, run, run_process
+from cli_runner import bad_files, data  # noqa: F401 - pytest fixtures
 
 
 # ---------------------------------------------------------------------------------------------------------- help
@@ -383,7 +262,7 @@ def test_info_verify_errors(bad_files, data, tmp_path):
         line = assert_data_error(run(command, bad_files["missing"]))
         assert line == f"ockstore: error: no such file: {str(bad_files['missing'])!r}"
         assert_data_error(run(command, bad_files["garbage"]), "garbage.ock")
-        # a folder is read as a collection folder (tests/test_collection_cli.py): this one is not one
+        # a folder is read as a collection folder (tests/cli/test_collection_cli.py): this one is not one
         assert_data_error(run(command, bad_files["folder"]), "not a collection")
         assert_usage_error(run(command), "required")
     half = tmp_path / "half.ock"
@@ -436,187 +315,6 @@ def test_eval_errors(data, bad_files):
     assert_usage_error(run("eval", idx, qf), "GROUNDTRUTH_FILE")
     assert_usage_error(run("eval", idx, qf, gt, "-k", "10", "--recalls", "100"), "--recalls")
     assert_usage_error(run("eval", idx, qf, gt, "-k", "5", "--base", data["base"]), "--base")
-
-
-# ------------------------------------------------------------------------------------- metric, rerank, allow
-@pytest.fixture(scope="module")
-def rr(data):
-    """An l2 index of the base with its vectors stored (float32), for --rerank and --allow."""
-    index = data["dir"] / "stored.ock"
-    build = run("build", data["q"], data["base"], "-o", index, "--store-vectors", "float32", check=0)
-    return {"index": index, "build_out": build.stdout}
-
-
-@pytest.fixture(scope="module")
-def ip(tmp_path_factory):
-    """Small integer data (components 0..255, as .bvecs) and a quantizer trained with --metric ip."""
-    d = tmp_path_factory.mktemp("cli_ip")
-    rng = np.random.default_rng(5)
-    X = rng.integers(0, 256, size=(600, 16)).astype(np.uint8)
-    base, query = d / "base.bvecs", d / "query.bvecs"
-    datasets.write_vecs(base, X)
-    datasets.write_vecs(query, X[:12])
-    q = d / "ip.ockq"
-    train = run("train", base, "-o", q, *TRAIN_ARGS, "--metric", "ip", check=0)
-    return {"dir": d, "X": X, "base": base, "query": query, "q": q, "train_out": train.stdout}
-
-
-def test_train_metric_ip(ip):
-    q = ockstore.load_quantizer(ip["q"])
-    assert q.metric == "ip"
-    assert "metric ip" in ip["train_out"]
-    ref = ockstore.OCKM(4, 2, 4, n_codewords=16, n_iter=3, metric="ip").fit(ip["X"])
-    np.testing.assert_array_equal(ref.codebooks, q.codebooks)
-    assert json.loads(run("info", ip["q"], "--json", check=0).stdout)["metric"] == "ip"
-
-
-def test_build_store_vectors_uint8_on_integer_data(ip, tmp_path):
-    out = tmp_path / "ip_u8.ock"
-    proc = run("build", ip["q"], ip["base"], "-o", out, "--store-vectors", "uint8", check=0)
-    assert "metric ip" in proc.stdout and "stored uint8 vectors" in proc.stdout
-    with ockstore.open_index(out) as index:
-        assert index.metric == "ip" and index.store_vectors == "uint8"
-        np.testing.assert_array_equal(index.vectors, ip["X"])
-        D, I = index.search(ip["X"][:12], 5, rerank=40)
-    text = run("info", out, check=0).stdout
-    assert {"metric:": "ip", "store_vectors:": "uint8"}.items() <= dict(line.split()[:2] for line in text.splitlines()
-                                                                         if len(line.split()) >= 2).items()
-    nn = tmp_path / "nn.npy"
-    run("search", out, ip["query"], "-k", "5", "--rerank", "40", "-o", nn, "--distances", check=0)
-    np.testing.assert_array_equal(np.load(nn), I)
-    np.testing.assert_array_equal(np.load(tmp_path / "nn.dist.npy"), D)
-    # exact inner products, descending
-    Xf = ip["X"].astype(np.float64)
-    np.testing.assert_allclose(D, np.take_along_axis(Xf[:12] @ Xf.T, I, axis=1), rtol=1e-6)
-    assert (np.diff(D, axis=1) <= 0).all()
-
-
-def test_search_ip_prints_scores_and_minus_inf_padding(ip, tmp_path):
-    out = tmp_path / "ip_f16.ock"
-    run("build", ip["q"], ip["base"], "-o", out, "--store-vectors", "float16", check=0)
-    allow = tmp_path / "allow.txt"
-    allow.write_text("# two ids\n7\n\n3  # and a comment\n")
-    proc = run("search", out, ip["query"], "-k", "4", "--limit", "1", "--allow", allow, check=0)
-    lines = proc.stdout.splitlines()
-    assert lines[0] == "query 0:  rank. id (inner product)"
-    cells = lines[1].split()
-    assert {int(cells[1]), int(cells[4])} == {3, 7}
-    assert cells[7:] == ["-1", "(-inf)", "4.", "-1", "(-inf)"]
-
-
-def test_info_shows_metric_and_store_vectors(data, rr):
-    def fields(path):
-        return dict(line.split(None, 1) for line in run("info", path, check=0).stdout.splitlines()
-                    if not line.startswith(" ") and len(line.split()) >= 2)
-
-    assert fields(data["index"])["metric:"] == "l2" and fields(data["index"])["store_vectors:"] == "none"
-    assert fields(rr["index"])["store_vectors:"] == "float32"
-    assert json.loads(run("info", data["index"], "--json", check=0).stdout)["store_vectors"] is None
-
-
-def test_search_rerank_equals_the_api_with_exact_distances(data, rr, tmp_path):
-    assert "stored float32 vectors" in rr["build_out"]
-    with ockstore.open_index(rr["index"]) as index:
-        D, I = index.search(data["ds"].query, 10, rerank=60)
-    out = tmp_path / "nn.ivecs"
-    proc = run("search", rr["index"], data["query"], "-k", "10", "--rerank", "60", "-o", out, "--distances", check=0)
-    assert "rerank 60" in proc.stdout
-    np.testing.assert_array_equal(datasets.read_vecs(out), I)
-    got = datasets.read_vecs(tmp_path / "nn.dist.fvecs")
-    np.testing.assert_array_equal(got, D)
-    base, query = data["ds"].base.astype(np.float64), data["ds"].query.astype(np.float64)
-    exact = ((base[I] - query[:, None, :]) ** 2).sum(axis=2)
-    np.testing.assert_allclose(got, exact, rtol=1e-4, atol=1e-4)
-
-
-def test_search_allow_restricts_to_the_allowed_ids(data, rr, tmp_path):
-    allowed = np.arange(5, 3000, 11)
-    with ockstore.open_index(rr["index"]) as index:
-        _, I = index.search(data["ds"].query, 8, allow=allowed, rerank=20)
-    text = tmp_path / "allow.txt"
-    text.write_text("\n".join(str(i) for i in allowed[::-1]) + "\n99999\n")  # any order; unknown ids ignored
-    ivecs = tmp_path / "allow.ivecs"  # a 2-column file, -1 padding included: every value is read
-    datasets.write_vecs(ivecs, np.append(allowed, -1).reshape(-1, 2).astype(np.int32))
-    npy = tmp_path / "allow.npy"
-    np.save(npy, allowed)
-    for path in (text, ivecs, npy):
-        out = tmp_path / f"nn_{path.suffix[1:]}.npy"
-        proc = run("search", rr["index"], data["query"], "-k", "8", "--rerank", "20", "--allow", path, "-o", out,
-                   check=0)
-        assert "allowed ids" in proc.stdout
-        got = np.load(out)
-        np.testing.assert_array_equal(got, I)
-        assert np.isin(got, allowed).all()
-
-
-def test_eval_rerank_reports_metric_and_improves_recall(data, rr):
-    args = ("eval", rr["index"], data["query"], data["gt"], "-k", "10", "--json")
-    plain = json.loads(run(*args, check=0).stdout)
-    reranked = json.loads(run(*args, "--rerank", "100", check=0).stdout)
-    assert (plain["metric"], plain["rerank"]) == ("l2", None)
-    assert (reranked["metric"], reranked["rerank"]) == ("l2", 100)
-    with ockstore.open_index(rr["index"]) as index:
-        _, I = index.search(data["ds"].query, 10, rerank=100)
-    for r in (1, 10):
-        assert reranked[f"recall@{r}"] == evaluation.recall_at_r(I, data["ds"].groundtruth, r)
-        assert reranked[f"recall@{r}"] >= plain[f"recall@{r}"]
-    assert reranked["recall@1"] > plain["recall@1"]
-    text = run("eval", rr["index"], data["query"], data["gt"], "-k", "10", "--rerank", "100", "--base", data["base"],
-               check=0).stdout
-    assert "metric l2" in text and "rerank 100" in text and "MOR@10" in text
-
-
-def test_search_options_usage_errors(data, rr, ip, tmp_path):
-    idx, qf, gt = rr["index"], data["query"], data["gt"]
-    assert_usage_error(run("search", idx, qf, "-k", "10", "--rerank", "5"), "--rerank", "smaller than -k 10")
-    assert_usage_error(run("search", idx, qf, "-k", "10", "--rerank", "0"), "--rerank")
-    assert_usage_error(run("search", idx, qf, "-k", "10", "--rerank", "many"), "--rerank")
-    assert_usage_error(run("search", idx, qf, "-k", "10", "--allow"), "--allow")
-    assert_usage_error(run("eval", idx, qf, gt, "-k", "20", "--rerank", "10"), "--rerank", "smaller than -k 20")
-    assert_usage_error(run("train", data["learn"], "-o", tmp_path / "x.ockq", *TRAIN_ARGS, "--metric", "l1"),
-                       "--metric")
-    assert_usage_error(run("build", data["q"], data["base"], "-o", tmp_path / "x.ock", "--store-vectors", "int8"),
-                       "--store-vectors")
-    ip_index = tmp_path / "ip.ock"
-    run("build", ip["q"], ip["base"], "-o", ip_index, check=0)
-    ip_gt = tmp_path / "ip_gt.ivecs"
-    datasets.write_vecs(ip_gt, np.zeros((12, 10), np.int32))
-    assert_usage_error(run("eval", ip_index, ip["query"], ip_gt, "-k", "10", "--base", ip["base"]),
-                       "--base", "metric ip")
-    assert sorted(os.listdir(tmp_path)) == ["ip.ock", "ip_gt.ivecs"]
-
-
-def test_search_options_data_errors(data, rr, bad_files, tmp_path):
-    idx, qf = rr["index"], data["query"]
-    for command in (("search", data["index"], qf), ("eval", data["index"], qf, data["gt"])):
-        assert_data_error(run(*command, "-k", "5", "--rerank", "10"), "stores no vectors", "--store-vectors")
-    bad = tmp_path / "bad.txt"
-    bad.write_text("1\n2\nthree\n")
-    assert_data_error(run("search", idx, qf, "-k", "5", "--allow", bad), "bad.txt", "line 3", "three")
-    big = tmp_path / "big.txt"
-    big.write_text("1\n99999999999999999999\n")
-    assert_data_error(run("search", idx, qf, "-k", "5", "--allow", big), "line 2", "int64")
-    binary = tmp_path / "ids.bin"
-    binary.write_bytes(b"\xff\xfe\x00")
-    assert_data_error(run("search", idx, qf, "-k", "5", "--allow", binary), "not a text file")
-    assert_data_error(run("search", idx, qf, "-k", "5", "--allow", data["base"]), "not an ids file")
-    assert_data_error(run("search", idx, qf, "-k", "5", "--allow", bad_files["missing"]), "no such file")
-    assert_data_error(run("search", idx, qf, "-k", "5", "--allow", data["learn"]), "not an ids file")
-    out = tmp_path / "x.ock"
-    assert_data_error(run("build", data["q"], data["base"], "-o", out, "--store-vectors", "uint8"), "uint8")
-    assert not out.exists()
-
-
-def test_build_names_a_refused_row_by_its_row_in_the_file(ip, tmp_path):
-    """The base file is streamed in chunks; a refused value is named by its row in BASE_FILE, not in its chunk."""
-    X = ip["X"].astype(np.float32)
-    X[450, 1] = 0.5  # not an integer: refused by --store-vectors uint8
-    np.save(tmp_path / "bad.npy", X)
-    out = tmp_path / "x.ock"
-    for chunk in ("100", "1000"):
-        assert_data_error(run("build", ip["q"], tmp_path / "bad.npy", "-o", out, "--store-vectors", "uint8",
-                              "--chunk-size", chunk), "X row 450")
-    assert not out.exists()
 
 
 # ------------------------------------------------------------------------------------------------ error reporting

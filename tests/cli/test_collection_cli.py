@@ -11,7 +11,7 @@ import pytest
 
 import ockstore
 from ockstore import datasets, evaluation
-from test_cli import TRAIN_ARGS, assert_data_error, assert_usage_error, run
+from cli_runner import TRAIN_ARGS, assert_data_error, assert_usage_error, run
 
 
 @pytest.fixture(scope="module")

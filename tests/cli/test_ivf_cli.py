@@ -1,6 +1,6 @@
 """The ``ockstore`` command with inverted files: ``train --lists N``, ``build``, ``info`` (list sizes), ``search`` and
 ``eval --probe N``; checked against the Python API, with the exit-status rules of docs/ARCHITECTURE.md (helpers of
-tests/test_cli.py)."""
+tests/cli/test_cli.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 import ockstore
 from ockstore import datasets, evaluation
-from test_cli import TRAIN_ARGS, assert_data_error, assert_usage_error, run
+from cli_runner import TRAIN_ARGS, assert_data_error, assert_usage_error, run
 
 LISTS = 8
 

@@ -2,9 +2,9 @@
 one search over an index of the live rows (the oracle of collection_model.py: the same codes, so the same values bit
 for bit), the scan of segments and the exact merge, add / upsert / delete / compact and the ids, the merge policy.
 
-The folder, the lock, snapshots and damaged folders are tests/test_collection_folder.py; the property test (random
-sequences of operations) is tests/test_collection_state.py; crashes (SIGKILL) and readers in other processes are
-tests/test_collection_crash.py; the command line is tests/test_collection_cli.py.
+The folder, the lock, snapshots and damaged folders are tests/collection/test_collection_folder.py; the property
+test (random sequences of operations) is tests/collection/test_collection_state.py; crashes (SIGKILL) and readers in
+other processes are tests/collection/test_collection_crash.py; the command line is tests/cli/test_collection_cli.py.
 """
 
 from __future__ import annotations
@@ -24,16 +24,8 @@ from ockstore.collection import names, segments
 from ockstore.collection import scan as scan_module
 from ockstore.collection import snapshot as snapshot_module
 from ockstore.storage import writer as storage_writer
-from collection_model import P, Model, assert_same_search, fitted_quantizers, populated, reference_index, vectors
-
-@pytest.fixture(scope="module")
-def quantizers():
-    return fitted_quantizers()
-
-
-@pytest.fixture
-def q(quantizers):
-    return quantizers["ockm"]
+from collection_model import P, Model, assert_same_search, populated, reference_index, vectors
+from collection_model import q, quantizers  # noqa: F401 - pytest fixtures
 
 
 # ====================================================================================================================

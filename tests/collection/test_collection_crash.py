@@ -22,8 +22,8 @@ import pytest
 import ockstore
 from ockstore.collection import names
 from collection_model import Model, assert_same_search, reference_index
-from conftest import gaussian_mixture
-from helpers import TESTS, subprocess_env
+from helpers import gaussian_mixture
+from helpers import SUPPORT, subprocess_env
 
 P = 8
 
@@ -53,7 +53,7 @@ def _apply(model, op):
 
 
 def _run_writer(qpath, folder, seed, kill_at):
-    return subprocess.run([sys.executable, str(TESTS / "collection_kill_writer.py"), str(qpath), str(folder),
+    return subprocess.run([sys.executable, str(SUPPORT / "collection_kill_writer.py"), str(qpath), str(folder),
                            str(seed), str(kill_at)], capture_output=True, text=True, env=subprocess_env(), timeout=120)
 
 
@@ -149,7 +149,7 @@ def test_readers_in_other_processes_keep_their_snapshots(setup, tmp_path):
     rng = np.random.default_rng(5)
     try:
         for round_ in range(3):
-            proc = subprocess.Popen([sys.executable, str(TESTS / "collection_reader.py"), str(folder), str(round_),
+            proc = subprocess.Popen([sys.executable, str(SUPPORT / "collection_reader.py"), str(folder), str(round_),
                                      str(stop)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                     env=subprocess_env())
             readers.append(proc)

@@ -18,18 +18,9 @@ from ockstore import collection as coll
 from ockstore.collection import manifest as manifest_module
 from ockstore.collection import names
 from ockstore.errors import CollectionLockedError, FormatError
-from collection_model import P, Model, assert_same_search, fitted_quantizers, populated, reference_index, vectors
+from collection_model import P, Model, assert_same_search, populated, reference_index, vectors
+from collection_model import q, quantizers  # noqa: F401 - pytest fixtures
 from helpers import subprocess_env
-
-@pytest.fixture(scope="module")
-def quantizers():
-    return fitted_quantizers()
-
-
-@pytest.fixture
-def q(quantizers):
-    return quantizers["ockm"]
-
 
 # ====================================================================================================================
 # one writer (C9), readers on snapshots

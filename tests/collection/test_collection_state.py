@@ -22,7 +22,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 import ockstore
 from ockstore.collection import names
 from collection_model import Model, assert_same_search, reference_index
-from conftest import gaussian_mixture
+from helpers import gaussian_mixture
 
 P = 8
 ID_SPACE = 120  # user ids are drawn from 0..ID_SPACE-1: adds, upserts and deletes collide often

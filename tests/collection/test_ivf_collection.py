@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import ockstore
-from conftest import gaussian_mixture
+from helpers import gaussian_mixture
 
 P = 10
 L = 8

@@ -10,7 +10,7 @@ import pytest
 
 import ockstore
 from ockstore import evaluation, vecfiles
-from conftest import gaussian_mixture
+from helpers import gaussian_mixture
 
 P = 8
 BAD_VALUES = [np.nan, np.inf, -np.inf]

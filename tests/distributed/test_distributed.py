@@ -3,7 +3,7 @@ single-process build of the same partitions (every kind of source), ids, searche
 option, the workers' cache of opened shares, sample, and the errors (bad data: a clear error, nothing committed).
 
 Workers killed during a build, a scheduler and workers started as separate processes, and the command line are
-tests/test_distributed_cluster.py.
+tests/distributed/test_distributed_cluster.py.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ pytest.importorskip("distributed", reason="dask[distributed] is not installed (p
 import dask.array as da  # noqa: E402
 
 import ockstore  # noqa: E402
-from conftest import gaussian_mixture  # noqa: E402
+from helpers import gaussian_mixture  # noqa: E402
 from ockstore import distributed as od  # noqa: E402
 from ockstore.datasets import write_vecs  # noqa: E402
 from ockstore.distributed import search as dsearch  # noqa: E402

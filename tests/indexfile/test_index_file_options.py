@@ -1,7 +1,7 @@
 """Tests of the index-file rules that format version 1.1 added (docs/FORMAT.md section 12, I15-I19): the search metric
 in the quantizer parameters, stored vectors (meta key ``store_vectors``, section ``vectors``) and their values, the
 minor version, and the meaning of the metrics. Every rule I15-I19 is cited by at least one test below (its name or
-docstring); the round trips of every metric x stored dtype x builder are in tests/test_search_options.py.
+docstring); the round trips of every metric x stored dtype x builder are in tests/index/test_search_options.py.
 
 Corrupt files are written with ``storage.FileWriter`` directly: valid containers, inconsistent as index files.
 """

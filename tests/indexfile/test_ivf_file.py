@@ -17,10 +17,9 @@ from ockstore.indexfile import ivf_writer
 from ockstore.errors import FormatError
 from ockstore.indexfile import schema as index_schema
 
-import helpers
 from helpers import is_hidden_temp, listing
-from test_index_file import DATA, parts_of
-from test_index_file import write_parts as write_flat_parts
+from index_files import DATA, expect_format_error, parts_of, user_ids
+from index_files import write_parts as write_flat_parts
 
 P = 12
 N = 1800
@@ -59,17 +58,9 @@ def ivf_ip(learn):
     return IVF(L, ockstore.PQ(4, n_codewords=16, metric="ip", n_iter=3), n_iter=5).fit(learn)
 
 
-def user_ids(n):
-    return (np.arange(n, dtype=np.int64) * 7919 + 10**12)[::-1].copy()
-
-
 def write_parts(path, meta, sections, user=None, minor=2):
     """A container file of these parts, of format 1.2 (V1) unless ``minor`` says otherwise."""
     return write_flat_parts(path, meta, sections, user, minor)
-
-
-def expect_format_error(path, check, name=None, *, when="open"):
-    return helpers.expect_format_error(open_index, path, check, name, when=when)
 
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
-"""Tests of the training kernels against the NumPy oracles of tests/reference.py (docs/ARCHITECTURE.md, "The method"): the normal
-equations of the codebooks, the sums of the vectors using each word (from which training forms X^T Zhat and the
-right-hand sides), row products, orthogonal Procrustes, and the scalar quantizer of the norms.
+"""Tests of the training kernels against the NumPy oracles of tests/support/reference.py (docs/ARCHITECTURE.md,
+"The method"): the normal equations of the codebooks, the sums of the vectors using each word (from which training
+forms X^T Zhat and the right-hand sides), row products, orthogonal Procrustes, and the scalar quantizer of the norms.
 
 Each kernel is run on small seeded inputs of several shapes (odd sizes, n = 0 and n = 1, more rows than one chunk)
 with 1 and 2 threads. Integer-valued inputs make every float32 sum exact, so there the kernels must equal the

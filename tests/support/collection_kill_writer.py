@@ -1,7 +1,7 @@
-"""A collection writer killed with SIGKILL at a chosen file-system event: helper of tests/test_collection_crash.py
-(docs/FORMAT.md C10-C12).
+"""A collection writer killed with SIGKILL at a chosen file-system event: helper of
+tests/collection/test_collection_crash.py (docs/FORMAT.md C10-C12).
 
-    python tests/collection_kill_writer.py QUANTIZER_FILE FOLDER SEED KILL_AT
+    python tests/support/collection_kill_writer.py QUANTIZER_FILE FOLDER SEED KILL_AT
 
 Opens the collection FOLDER (created by the test) as the writer and runs a sequence of operations drawn from SEED:
 adds with and without ids, upserts, deletes, compactions, vacuums. Before each it prints ``BEGIN <json>`` (the
@@ -19,11 +19,11 @@ import sys
 import numpy as np
 
 if __name__ == "__main__":  # run as a script: import the repository's ockstore
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import ockstore  # noqa: E402
 
-from conftest import gaussian_mixture  # noqa: E402 - next to this script
+from helpers import gaussian_mixture  # noqa: E402 - next to this script
 from helpers import die  # noqa: E402
 
 OPERATIONS = 14

@@ -11,9 +11,10 @@ from __future__ import annotations
 import functools
 
 import numpy as np
+import pytest
 
 import ockstore
-from conftest import gaussian_mixture
+from helpers import gaussian_mixture
 
 INT64_MAX = np.iinfo(np.int64).max
 
@@ -106,6 +107,18 @@ def fitted_quantizers():
         "ockm-ip": ockstore.OCKM(3, 2, 4, n_codewords=16, n_iter=3, metric="ip", seed=0).fit(learn),
         "pq-cosine": ockstore.PQ(5, n_codewords=16, n_iter=3, metric="cosine", seed=0).fit(learn),
     }
+
+
+@pytest.fixture(scope="module")
+def quantizers():
+    """The fitted_quantizers of a test module (a pytest fixture)."""
+    return fitted_quantizers()
+
+
+@pytest.fixture
+def q(quantizers):
+    """Its OCKM (a pytest fixture)."""
+    return quantizers["ockm"]
 
 
 def populated(path, quantizer, *, store_vectors=None, norm_encoding=None, merge_factor=3, seed=0):

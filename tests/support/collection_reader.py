@@ -1,6 +1,6 @@
-"""A reader of a collection in its own process: helper of tests/test_collection_crash.py (snapshots).
+"""A reader of a collection in its own process: helper of tests/collection/test_collection_crash.py (snapshots).
 
-    python tests/collection_reader.py FOLDER SEED STOP_FILE
+    python tests/support/collection_reader.py FOLDER SEED STOP_FILE
 
 Opens FOLDER read-only, searches seeded queries, prints ``OPENED <json>`` (generation and results), then searches
 again and again until STOP_FILE exists, each time checking that the results are those of its first search (its
@@ -15,11 +15,11 @@ import time
 
 
 if __name__ == "__main__":  # run as a script: import the repository's ockstore
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import ockstore  # noqa: E402
 
-from conftest import gaussian_mixture  # noqa: E402 - next to this script
+from helpers import gaussian_mixture  # noqa: E402 - next to this script
 
 K = 8
 

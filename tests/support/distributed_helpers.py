@@ -15,7 +15,7 @@ import os
 import numpy as np
 
 import ockstore
-from conftest import gaussian_mixture
+from helpers import gaussian_mixture
 from ockstore.collection import names
 
 DIM = 12

@@ -24,7 +24,8 @@ Library use::
 
 Script use (the tests run it this way, so that a hard crash fails one subprocess and not pytest)::
 
-    python tests/fuzz_storage.py --opener ockstore.storage:open_file --file valid.ock --workdir DIR --random 8000
+    python tests/support/fuzz_storage.py --opener ockstore.storage:open_file --file valid.ock --workdir DIR \
+        --random 8000
 
 The script prints one JSON line (the report without the full failure list) and exits 0 when there are no failures,
 1 otherwise.
@@ -285,5 +286,6 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the repository's ockstore
+    # the repository's ockstore (this file is tests/support/fuzz_storage.py)
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     sys.exit(main())

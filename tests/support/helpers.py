@@ -1,7 +1,7 @@
-"""Plain helpers shared by several test files (no fixtures: those live in conftest.py).
+"""Plain helpers shared by several test files (no fixtures: those live in tests/conftest.py).
 
-Imported as ``from helpers import ...``: conftest.py puts this folder on sys.path, and the helper scripts run as
-``python tests/SCRIPT`` (kill writers, fuzzers) find it next to themselves.
+Imported as ``from helpers import ...``: tests/conftest.py puts this folder (tests/support/) on sys.path, and the helper
+scripts run as ``python tests/support/SCRIPT`` (kill writers, fuzzers) find it next to themselves.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ import pytest
 
 from ockstore.storage import MAGIC
 
-TESTS = Path(__file__).resolve().parent
+SUPPORT = Path(__file__).resolve().parent  # tests/support: these modules and the helper scripts
+TESTS = SUPPORT.parent
 REPO = TESTS.parent
 
 
@@ -45,6 +46,28 @@ def data_root():
 
 
 # ------------------------------------------------------------------------------------------------------------ data
+def gaussian_mixture(n, dim, *, n_clusters=8, spread=4.0, seed=0, dtype=np.float32):
+    """n seeded vectors around ``n_clusters`` centres: a structured dataset that quantizers can actually learn.
+
+    Each dimension has its own scale (1 down to 0.1) so that the rotation and the subspace split matter.
+    """
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(scale=spread, size=(n_clusters, dim))
+    scales = np.linspace(1.0, 0.1, dim)
+    X = centres[rng.integers(0, n_clusters, size=n)] + rng.normal(size=(n, dim)) * scales
+    return X.astype(dtype)
+
+
+def vecs_sample(kind, n=23, d=5, seed=0):
+    """n seeded rows of d values for a vector file of ``kind`` ("fvecs", "bvecs", "ivecs"), in its dtype."""
+    rng = np.random.default_rng(seed)
+    if kind == "fvecs":
+        return rng.normal(size=(n, d)).astype(np.float32)
+    if kind == "bvecs":
+        return rng.integers(0, 256, size=(n, d)).astype(np.uint8)
+    return rng.integers(-(2**31), 2**31 - 1, size=(n, d), dtype=np.int64).astype(np.int32)
+
+
 def random_rotation(P, seed):
     """A seeded orthogonal P x P matrix (QR of a Gaussian matrix, signs fixed), float32."""
     rng = np.random.default_rng(seed)
@@ -266,16 +289,17 @@ def read_cost(call, path):
 # ------------------------------------------------------------------------------------------------- subprocesses
 def subprocess_env():
     """The environment for a helper process: the repository's ockstore and this folder first on PYTHONPATH, idle
-    OpenMP threads sleeping (see conftest.py) unless the environment says otherwise."""
+    OpenMP threads sleeping (see tests/conftest.py) unless the environment says otherwise."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(TESTS)] + [p for p in [env.get("PYTHONPATH")] if p])
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(SUPPORT)] + [p for p in [env.get("PYTHONPATH")] if p])
     env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     return env
 
 
 def run_json_script(script, *args, timeout):
-    """Run ``python tests/SCRIPT ARGS`` to its end; it must exit 0. Returns the JSON object of its last stdout line."""
-    result = subprocess.run([sys.executable, str(TESTS / script), *map(str, args)], capture_output=True, text=True,
+    """Run ``python tests/support/SCRIPT ARGS`` to its end; it must exit 0. Returns the JSON object of its last stdout
+    line."""
+    result = subprocess.run([sys.executable, str(SUPPORT / script), *map(str, args)], capture_output=True, text=True,
                             timeout=timeout, env=subprocess_env())
     assert result.returncode == 0, (result.stdout[-3000:], result.stderr[-3000:])
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -303,8 +327,9 @@ def run_until_sigkill(proc, *, kill_after_line=None, timeout=60):
 
 
 def run_script_until_sigkill(script, *args, kill_after_line=None, timeout=60):
-    """Start ``python tests/SCRIPT ARGS`` (a helper that dies by SIGKILL) and wait for its death (run_until_sigkill)."""
-    proc = subprocess.Popen([sys.executable, str(TESTS / script), *map(str, args)], stdout=subprocess.PIPE,
+    """Start ``python tests/support/SCRIPT ARGS`` (a helper that dies by SIGKILL) and wait for its death
+    (run_until_sigkill)."""
+    proc = subprocess.Popen([sys.executable, str(SUPPORT / script), *map(str, args)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=subprocess_env())
     run_until_sigkill(proc, kill_after_line=kill_after_line, timeout=timeout)
 

@@ -1,6 +1,6 @@
-"""A build that gets killed with SIGKILL: helper of tests/test_index_file.py (docs/FORMAT.md I13).
+"""A build that gets killed with SIGKILL: helper of tests/indexfile/test_index_file.py (docs/FORMAT.md I13).
 
-    python tests/index_kill_builder.py QUANTIZER_FILE PATH MODE
+    python tests/support/index_kill_builder.py QUANTIZER_FILE PATH MODE
 
 Builds an index of PATH with the quantizer of QUANTIZER_FILE through ``ockstore.IndexWriter``, from seeded random
 vectors, with user metadata {"writer": "kill"}.
@@ -20,7 +20,7 @@ import time
 import numpy as np
 
 if __name__ == "__main__":  # run as a script: import the repository's ockstore
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 import ockstore  # noqa: E402
 

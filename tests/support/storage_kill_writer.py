@@ -1,6 +1,6 @@
-"""A writer that gets killed with SIGKILL: helper of tests/test_storage.py (docs/FORMAT.md R21).
+"""A writer that gets killed with SIGKILL: helper of tests/storage/test_storage.py (docs/FORMAT.md R21).
 
-    python tests/storage_kill_writer.py PATH MODE
+    python tests/support/storage_kill_writer.py PATH MODE
 
 MODE
     midway          declare a growing section, append a chunk, print "MIDWAY", then keep appending slowly (about a
@@ -21,7 +21,7 @@ import time
 import numpy as np
 
 if __name__ == "__main__":  # run as a script: import the repository's ockstore
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from ockstore import storage  # noqa: E402
 
