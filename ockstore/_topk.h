@@ -208,7 +208,8 @@ static void ock_topk_compact(ock_topk *t) {
     }
 }
 
-/* Write the k best to out_d / out_r (k each), then padding (+inf, -1) when fewer came; the collector is consumed.
+/* Write the k best to out_d / out_r (k each; not the collector's own buffers), then padding (+inf, -1) when fewer
+ * came; the collector is consumed.
  * sorted: in ascending (distance, id, row) order (an LSD radix sort of the distances' keys, stable, then runs of
  * equal distances ordered by (id, row)); otherwise in an order that depends only on the candidates offered and the
  * order they came in (what re-ranking needs: the set). */
