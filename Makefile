@@ -60,4 +60,4 @@ reproduce: $(VENV)/.bench
 	$(BIN)/python tools/reproduce_paper.py --data ../shared/data/sift-real ../shared/data/minilm-real --out docs/
 
 clean:
-	rm -rf build ockstore/_*_kernels.c ockstore/*.so *.egg-info
+	rm -rf build dist ockstore/_kernels.c ockstore/_*_kernels.c ockstore/*.so *.egg-info
