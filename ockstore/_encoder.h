@@ -227,6 +227,31 @@ OCK_TARGET static int OCK_FN(select_smallest_loops)(const float *values, int n, 
  * gathering of the survivors and their ranking. The two instruction sets take different routes there (AVX-512
  * compresses the survivors 16 at a time and counts ranks under masks; AVX2 left-packs them through ock_pack_lanes and
  * counts ranks in two registers of comparison results), so each level has its own body. */
+#ifdef OCK_VW
+/* Survivor i (value sv[i], index sk[i], i < ns) has rank r[i] among the survivors: the T best go to their places. */
+OCK_TARGET static inline int OCK_FN(place_ranked)(const float *sv, const int *sk, const int *r, int ns, int T,
+                                                  float *out_score, int *out_index) {
+    for (int i = 0; i < ns; i++) {
+        if (r[i] < T) {
+            out_score[r[i]] = sv[i];
+            out_index[r[i]] = sk[i];
+        }
+    }
+    return T;
+}
+
+/* The T best of ns survivors (more than one register holds: many tied values), by rank counting or insertion. */
+OCK_TARGET static int OCK_FN(rank_survivors)(float *sv, int *sk, int ns, int T, float *out_score, int *out_index) {
+    if (ns <= OCK_SELECT_GROUPS) {
+        OCK_FN(rank_candidates)(sv, sk, ns, T, out_score, out_index);
+        return T;
+    }
+    int count = 0;
+    for (int c = 0; c < ns; c++) count = ock_insert_ranked(sv[c], sk[c], T, out_score, out_index, count);
+    return count;
+}
+#endif
+
 #if OCK_LEVEL == OCK_LEVEL_AVX512
 OCK_TARGET static int OCK_FN(select_smallest)(const float *values, int n, int T, float *out_score, int *out_index) {
     if (!(T < OCK_SELECT_GROUPS && n >= 2 * OCK_SELECT_GROUPS && n % 16 == 0 && n <= 256))
@@ -288,21 +313,9 @@ OCK_TARGET static int OCK_FN(select_smallest)(const float *values, int n, int T,
         }
         int r[16];
         _mm512_storeu_si512((void *)r, rank);
-        for (int i = 0; i < ns; i++) {
-            if (r[i] < T) {
-                out_score[r[i]] = sv[i];
-                out_index[r[i]] = sk[i];
-            }
-        }
-        return T;
+        return OCK_FN(place_ranked)(sv, sk, r, ns, T, out_score, out_index);
     }
-    if (ns <= OCK_SELECT_GROUPS) {
-        OCK_FN(rank_candidates)(sv, sk, ns, T, out_score, out_index);
-        return T;
-    }
-    int count = 0;
-    for (int c = 0; c < ns; c++) count = ock_insert_ranked(sv[c], sk[c], T, out_score, out_index, count);
-    return count;
+    return OCK_FN(rank_survivors)(sv, sk, ns, T, out_score, out_index);
 }
 #elif OCK_LEVEL == OCK_LEVEL_AVX2
 /* theta as in the loops; the survivors gathered from comparison masks; when at most 16 survive (the usual case), each
@@ -350,21 +363,9 @@ OCK_TARGET static int OCK_FN(select_smallest)(const float *values, int n, int T,
         int r[16];
         _mm256_storeu_si256((__m256i *)r, r0);
         _mm256_storeu_si256((__m256i *)(r + 8), r1);
-        for (int i = 0; i < ns; i++) {
-            if (r[i] < T) {
-                out_score[r[i]] = sv[i];
-                out_index[r[i]] = sk[i];
-            }
-        }
-        return T;
+        return OCK_FN(place_ranked)(sv, sk, r, ns, T, out_score, out_index);
     }
-    if (ns <= OCK_SELECT_GROUPS) {
-        OCK_FN(rank_candidates)(sv, sk, ns, T, out_score, out_index);
-        return T;
-    }
-    int count = 0;
-    for (int c = 0; c < ns; c++) count = ock_insert_ranked(sv[c], sk[c], T, out_score, out_index, count);
-    return count;
+    return OCK_FN(rank_survivors)(sv, sk, ns, T, out_score, out_index);
 }
 #else
 OCK_TARGET static int OCK_FN(select_smallest)(const float *values, int n, int T, float *out_score, int *out_index) {
