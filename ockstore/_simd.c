@@ -7,8 +7,8 @@
  * `make cross-check` pass both flags.
  *
  * x86-64 with gcc or clang: portable, AVX2+FMA and AVX-512 copies, each function compiled with a `target` attribute
- * and chosen through a table of function pointers when the module loads, from __builtin_cpu_supports (or the cpuid
- * instruction, for a compiler without that builtin). No ifunc: the same code builds for Linux, macOS and Windows.
+ * and chosen through a table of function pointers when the module loads, from __builtin_cpu_supports (gcc) or the
+ * cpuid instruction (clang and others: see ock_cpuid_level). No ifunc: the same code builds for Linux, macOS and Windows.
  * Any other target or compiler (aarch64, MSVC, ...): the portable copy only.
  */
 #include <math.h>
@@ -93,17 +93,17 @@ static const ock_kernels *const ock_levels[OCK_N_LEVELS] = {
 
 const ock_kernels *ock_kernels_in_use = &ock_kernels_portable;
 
-#if defined(OCK_X86) && defined(__has_builtin)
-#if __has_builtin(__builtin_cpu_supports) && __has_builtin(__builtin_cpu_init)
+/* gcc's __builtin_cpu_supports reads what libgcc found at load time. clang's depends on the runtime library its
+ * toolchain links: compiler-rt's works, zig's answers "no" for every feature (seen with zig 0.17 / clang 22), which
+ * would leave a clang build at the portable level. So clang, and any other compiler, asks the CPU itself. */
+#if defined(OCK_X86) && defined(__GNUC__) && !defined(__clang__)
 #define OCK_CPU_BUILTINS 1
-#endif
-#elif defined(OCK_X86) && defined(__GNUC__) && !defined(__clang__)
-#define OCK_CPU_BUILTINS 1 /* gcc before 10 has the builtins but not __has_builtin */
 #endif
 
 #if defined(OCK_X86) && !defined(OCK_CPU_BUILTINS)
 #include <cpuid.h>
-/* The cpuid instruction and the OS's saved register state (xgetbv), for compilers without __builtin_cpu_supports. */
+/* The cpuid instruction and the OS's saved register state (xgetbv): AVX2 and FMA with YMM state saved; AVX-512F with
+ * the opmask and ZMM state saved too. */
 static int ock_cpuid_level(void) {
     unsigned a, b, c, d;
     if (!__get_cpuid(1, &a, &b, &c, &d)) return OCK_LEVEL_PORTABLE;

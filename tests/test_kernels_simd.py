@@ -164,6 +164,25 @@ def test_set_simd_level_checks_its_argument_and_returns_the_previous_level():
         _kernels._set_simd_level(start)
 
 
+def cpu_flags():
+    """The CPU's feature flags as Linux reports them (an empty set elsewhere)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((set(line.split(":", 1)[1].split()) for line in f if line.startswith("flags")), set())
+    except OSError:
+        return set()
+
+
+def test_detection_finds_the_levels_the_cpu_reports():
+    """The level the build detects agrees with the kernel's view of the CPU (a detection that answers "no" to
+    everything, as a toolchain's __builtin_cpu_supports once did, would leave every build at the portable level)."""
+    flags = cpu_flags()
+    if not flags or not ({"avx2", "fma", "avx512f"} & flags):
+        pytest.skip("no x86 SIMD flags in /proc/cpuinfo")
+    expected = "avx512" if {"avx512f", "avx2", "fma"} <= flags else "avx2" if {"avx2", "fma"} <= flags else "portable"
+    assert _kernels._best_simd_level() == expected
+
+
 def test_default_level_is_the_best_this_cpu_runs():
     if os.environ.get("OCKSTORE_SIMD"):
         pytest.skip("OCKSTORE_SIMD is set for this run")
