@@ -7,8 +7,9 @@ encoding (the encoder's selection, leaves, table products, minima, sums of squar
 tables and scans (ADC and SDC, each kind of table, a batch and a single query, a filter), the inverted file (coarse
 assignment, probing by L2 and by inner product, the scan of probed lists) and the vector check (max_abs). The
 portable level computes the encoder's table products with exact fmaf here, as the other levels do
-(`_set_exact_portable_tables`); where it uses BLAS instead (a CPU without FMA), tests/test_quantizers.py checks it
-against the reference. This file also runs as a script (`python test_kernels_simd.py OUT.npz`): the subprocess half.
+(`_set_exact_portable_tables`); where it uses BLAS instead (a CPU without FMA), tests/quantizers/test_beam_encoder.py
+checks it against the reference. This file also runs as a script (`python test_kernels_simd.py OUT.npz`): the
+subprocess half.
 """
 
 import os
