@@ -17,9 +17,6 @@ cdef enum:
     # (ASSIGN_ROWS x L floats: 1 MiB for 1,024 lists) stay in L2 while their minima are taken. The chunks are fixed
     # row ranges, so which thread computes one never changes its result.
     ASSIGN_ROWS = 256
-    # Candidates a query's TopK collector holds beyond its k (at least; k more for k above it): each compaction
-    # (linear in k + slack) then frees room for at least this many candidates.
-    TOPK_SLACK = 256
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -115,51 +112,55 @@ def probe(const float[:, ::1] queries,      # IN (nq, P)
     products are float32 sums in a fixed order (_ivf.h). Queries run in parallel; each query's result depends on
     nothing else."""
     cdef int nq = queries.shape[0]
-    cdef int P = queries.shape[1]
     cdef int L = ct.shape[1]
     cdef int n_probe = out_lists.shape[1]
-    cdef int cap = n_probe + (n_probe if n_probe > TOPK_SLACK else TOPK_SLACK)
-    cdef Py_ssize_t dot_stride = _slice_items(L)
-    cdef Py_ssize_t buf_stride = _slice_items(cap)
-    cdef float *dots = NULL
-    cdef float *buf_d = NULL
-    cdef int64_t *buf_r = NULL
-    cdef TopK *collectors = NULL
-    cdef TopK *t
-    cdef float *qd
-    cdef int q, l, j, tid
+    cdef Py_ssize_t stride = _slice_items(_probe_items(L, n_probe))
+    cdef int64_t *scratch = NULL
+    cdef int q, tid
     if nq == 0 or n_probe == 0:
         return
     if n_threads < 1:
         n_threads = 1
     try:
-        dots = <float *>_alloc(<size_t>n_threads * dot_stride * sizeof(float), "probe's inner products (per thread)")
-        buf_d = <float *>_alloc(<size_t>n_threads * buf_stride * sizeof(float), "probe's list keys (per thread)")
-        buf_r = <int64_t *>_alloc(<size_t>n_threads * buf_stride * sizeof(int64_t), "probe's lists (per thread)")
-        collectors = <TopK *>_alloc(<size_t>n_threads * 2 * _slice_items(sizeof(TopK)), "probe's collectors")
+        scratch = <int64_t *>_alloc(<size_t>n_threads * stride * sizeof(int64_t), "probe's scratch (per thread)")
         with nogil, parallel(num_threads=n_threads):
             tid = threadid()
-            qd = dots + tid * dot_stride
-            t = <TopK *>(<char *>collectors + <size_t>tid * 2 * _slice_items(sizeof(TopK)))
             for q in prange(nq, schedule='dynamic'):
-                ock_coarse_dots(&queries[q, 0], &ct[0, 0], P, L, qd)
-                _topk_init(t, buf_d + tid * buf_stride, buf_r + tid * buf_stride, n_probe, cap, NULL)
-                if kind == PROBE_BY_L2:
-                    for l in range(L):
-                        _topk_offer(t, c_sqnorms[l] - 2 * qd[l], l)
-                else:
-                    for l in range(L):
-                        _topk_offer(t, -qd[l], l)
-                _topk_sort_into(t, t.d, t.r)  # in place: the n_probe best come first
-                for j in range(n_probe):
-                    l = <int>t.r[j]
-                    out_lists[q, j] = l
-                    out_terms[q, j] = term_factor * qd[l]
+                _probe_query(&queries[q, 0], &ct[0, 0], &c_sqnorms[0], queries.shape[1], L, kind, term_factor,
+                             n_probe, scratch + tid * stride, &out_lists[q, 0], &out_terms[q, 0])
     finally:
-        free(dots)
-        free(buf_d)
-        free(buf_r)
-        free(collectors)
+        free(scratch)
+
+
+cdef inline Py_ssize_t _probe_items(int L, int n_probe) noexcept nogil:
+    """8-byte items of one query's probing scratch: the inner products (L floats), a collector of n_probe, and the
+    sorted lists (n_probe distances and rows)."""
+    return (L + 1) // 2 + _topk_items(n_probe) + n_probe * 2
+
+
+cdef void _probe_query(const float *q, const float *ct, const float *c_sqnorms, int P, int L, int kind,
+                       float term_factor, int n_probe, int64_t *scratch, int32_t *out_lists,
+                       float *out_terms) noexcept nogil:
+    """The n_probe best lists of one query and their terms (probe's loop body), in `scratch` (_probe_items)."""
+    cdef float *dots = <float *>scratch
+    cdef int64_t *buffers = scratch + (L + 1) // 2
+    cdef int64_t *best = buffers + _topk_items(n_probe)
+    cdef float *best_keys = <float *>(best + n_probe)
+    cdef TopK t
+    cdef int l, j
+    ock_coarse_dots(q, ct, P, L, dots)
+    _topk_start(&t, buffers, n_probe, NULL, INFINITY)
+    if kind == PROBE_BY_L2:
+        for l in range(L):
+            ock_topk_offer(&t, c_sqnorms[l] - 2 * dots[l], l)
+    else:
+        for l in range(L):
+            ock_topk_offer(&t, -dots[l], l)
+    ock_topk_finish(&t, best_keys, best, 1)
+    for j in range(n_probe):
+        l = <int>best[j]
+        out_lists[j] = l
+        out_terms[j] = term_factor * dots[l]
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -169,7 +170,8 @@ def probe(const float[:, ::1] queries,      # IN (nq, P)
 # of the list with norm term n_b is
 #     dist = (qconst + t_l) + n_b + sum_w lut[w, b_w]
 # (the scan loop of _kernels_scan.pxi with the term qconst + t_l). Each query collects its k best (dist, id) pairs in
-# a TopK buffer: a query scans only thousands of codes, too few for a heap to pay.
+# a TopK buffer: a query scans only thousands of codes, too few for a heap to pay. With re-ranking, it collects R
+# candidates instead and re-ranks them from their stored rows before it leaves the kernel (_rerank.h).
 
 def ivf_scan(TableModel model not None,         # IN the fine quantizer's table arrays (search.QueryTables.model)
              const float[:, ::1] queries,       # IN (nq, P)
@@ -182,75 +184,135 @@ def ivf_scan(TableModel model not None,         # IN the fine quantizer's table 
              const int64_t[::1] list_offsets,   # IN (L + 1,): non-decreasing, from 0 to N
              const int32_t[:, ::1] lists,       # IN (nq, n_probe): the lists each query scans (from probe)
              const float[:, ::1] terms,         # IN (nq, n_probe): their list terms
-             float[:, ::1] out_dist,            # OUT (nq, k) ascending
+             float[:, ::1] out_dist,            # OUT (nq, k) ascending; with re-ranking the exact values
              int64_t[:, ::1] out_rows,          # OUT (nq, k) the rows of the results; (inf, -1) past the last
-             int n_threads):
+             int n_threads,
+             RerankSource rerank_rows=None,     # IN the stored rows (part 0: these N rows) to re-rank from, or None
+             int rerank=0,                      # IN with rerank_rows: candidates kept per query (>= k)
+             const float[:, ::1] rerank_queries=None,  # IN (nq, P) the queries re-ranked (None: `queries`; SDC scans
+                                                       #    with reconstructions and re-ranks with the queries)
+             int32_t[::1] out_flags=None):      # OUT (nq,) with rerank_rows: bad rows seen (rerank's flags)
     """For each query: its one table (_query_tables, the same arithmetic as the exhaustive scan's), then its probed
     lists scanned, keeping its k best (dist, id) among the allowed rows; writes their distances and row numbers.
-    Queries run in parallel, each on one thread from start to end, so results do not depend on the number of
-    threads."""
+    With rerank_rows: keeps `rerank` candidates instead, and writes the k best of them by exact value (distances
+    ascending, scores descending; _rerank.h) and their rows. Queries run in parallel, each on one thread from start
+    to end (one thread for a single query: no parallel region), so results do not depend on the number of threads."""
     cdef TableSource source = model._source
+    cdef IvfQuery job
     cdef int nq = out_dist.shape[0]
-    cdef int n_probe = lists.shape[1]
     cdef int k = out_dist.shape[1]
     cdef int W = codes.shape[1]
-    cdef int cap = k + (k if k > TOPK_SLACK else TOPK_SLACK)
-    cdef Py_ssize_t buf_stride = _slice_items(cap)
-    cdef Py_ssize_t lut_stride = _slice_items(<Py_ssize_t>W * SLOTS)
-    cdef Py_ssize_t work_stride
-    cdef const uint8_t *code_rows = &codes[0, 0] if codes.shape[0] > 0 else NULL
-    cdef NormTerms norms = _norm_terms(norms_f32, norm_codes, norm_levels)
-    cdef const int64_t *row_ids = &ids[0] if ids.shape[0] > 0 else NULL
-    cdef const uint64_t *allowed = &allow[0] if allow is not None and allow.shape[0] > 0 else NULL
-    cdef const int64_t *offsets = &list_offsets[0]
-    cdef float *buf_d = NULL
-    cdef int64_t *buf_r = NULL
-    cdef float *luts = NULL
-    cdef double *work = NULL
-    cdef TopK *collectors = NULL
-    cdef TopK *t
-    cdef float *lut
-    cdef double *w
-    cdef int q, j, tid
-    cdef int32_t l
-    cdef float qconst, start_term
+    cdef Py_ssize_t stride
+    cdef int64_t *scratch = NULL
+    cdef int q, tid
     if nq == 0 or k == 0:
         return
+    if n_threads > nq:
+        n_threads = nq
     if n_threads < 1:
         n_threads = 1
     source.queries = &queries[0, 0]
-    work_stride = _slice_items(_table_work_items(&source))
+    job.tables = &source
+    job.codes = &codes[0, 0] if codes.shape[0] > 0 else NULL
+    job.W = W
+    job.norms = _norm_terms(norms_f32, norm_codes, norm_levels)
+    job.ids = &ids[0] if ids.shape[0] > 0 else NULL
+    job.allow = &allow[0] if allow is not None and allow.shape[0] > 0 else NULL
+    job.offsets = &list_offsets[0]
+    job.n_probe = lists.shape[1]
+    job.k = k
+    job.width = k
+    job.rerank = NULL
+    job.values = NULL
+    job.rerank_queries = NULL
+    if rerank_rows is not None:
+        job.rerank = &rerank_rows.src
+        job.values = ock_rerank_values()
+        job.width = rerank if rerank > k else k
+        job.rerank_queries = &rerank_queries[0, 0] if rerank_queries is not None else &queries[0, 0]
+    job.lut_items = _slice_items(<Py_ssize_t>W * SLOTS)
+    job.work_items = _slice_items(_table_work_items(&source))
+    stride = _slice_items(_ivf_query_items(&job))
     try:
-        buf_d = <float *>_alloc(<size_t>n_threads * buf_stride * sizeof(float),
-                                "ivf_scan's top-k candidates (distances, per thread)")
-        buf_r = <int64_t *>_alloc(<size_t>n_threads * buf_stride * sizeof(int64_t),
-                                  "ivf_scan's top-k candidates (rows, per thread)")
-        luts = <float *>_alloc(<size_t>n_threads * lut_stride * sizeof(float), "ivf_scan's query tables (per thread)")
-        work = <double *>_alloc(<size_t>n_threads * work_stride * sizeof(double),
-                                "ivf_scan's table computation (per thread)")
-        # one collector per thread, each in a cache line of its own
-        collectors = <TopK *>_alloc(<size_t>n_threads * 2 * _slice_items(sizeof(TopK)), "ivf_scan's collectors")
-        with nogil, parallel(num_threads=n_threads):
-            tid = threadid()
-            t = <TopK *>(<char *>collectors + <size_t>tid * 2 * _slice_items(sizeof(TopK)))
-            lut = luts + tid * lut_stride
-            w = work + tid * work_stride
-            for q in prange(nq, schedule='dynamic'):
-                qconst = _query_tables(&source, q, w, lut)
-                _topk_init(t, buf_d + tid * buf_stride, buf_r + tid * buf_stride, k, cap, row_ids)
-                for j in range(n_probe):
-                    l = lists[q, j]
-                    start_term = qconst + terms[q, j]
-                    if allowed != NULL:
-                        _scan_allowed_rows(t, code_rows, W, lut, start_term, _norm_terms_from(norms, offsets[l]),
-                                           offsets[l], offsets[l + 1], allowed)
-                    else:
-                        _scan_rows(t, code_rows, W, lut, start_term, _norm_terms_from(norms, offsets[l]),
-                                   offsets[l], offsets[l + 1], NULL)
-                _topk_sort_into(t, &out_dist[q, 0], &out_rows[q, 0])
+        scratch = <int64_t *>_alloc(<size_t>n_threads * stride * sizeof(int64_t), "ivf_scan's scratch (per thread)")
+        if n_threads == 1:
+            with nogil:
+                for q in range(nq):
+                    _ivf_query(&job, q, &lists[q, 0], &terms[q, 0], scratch, &out_dist[q, 0], &out_rows[q, 0],
+                               &out_flags[q] if out_flags is not None else NULL)
+        else:
+            with nogil, parallel(num_threads=n_threads):
+                tid = threadid()
+                for q in prange(nq, schedule='dynamic'):
+                    _ivf_query(&job, q, &lists[q, 0], &terms[q, 0], scratch + tid * stride, &out_dist[q, 0],
+                               &out_rows[q, 0], &out_flags[q] if out_flags is not None else NULL)
     finally:
-        free(buf_d)
-        free(buf_r)
-        free(luts)
-        free(work)
-        free(collectors)
+        free(scratch)
+
+
+cdef struct IvfQuery:
+    # What every query of an ivf_scan call shares.
+    const TableSource *tables
+    const uint8_t *codes        # (N, W), or NULL when N == 0
+    int W
+    NormTerms norms
+    const int64_t *ids          # (N,)
+    const uint64_t *allow       # bitmap of the rows to scan, or NULL
+    const int64_t *offsets      # (L + 1,)
+    int n_probe
+    int k
+    int width                   # candidates collected: k, or R with re-ranking
+    const ock_rr_source *rerank  # the stored rows, or NULL: no re-ranking
+    const ock_rr_value_table *values
+    const float *rerank_queries  # (nq, P)
+    Py_ssize_t lut_items
+    Py_ssize_t work_items
+
+
+cdef inline Py_ssize_t _ivf_query_items(const IvfQuery *job) noexcept nogil:
+    """8-byte items of one query's scratch: its table, the table kernel's work, its collector, and with re-ranking
+    the candidates and the re-ranking loop's own scratch."""
+    cdef Py_ssize_t items = (job.lut_items + 1) // 2 + job.work_items + _topk_items(job.width)
+    if job.rerank != NULL:
+        items += job.width * 2 + job.k + (<Py_ssize_t>ock_rr_scratch_bytes(job.rerank.P, job.k) + 7) // 8 + 8
+    return items
+
+
+cdef void _ivf_query(const IvfQuery *job, int q, const int32_t *lists, const float *terms, int64_t *scratch,
+                     float *out_dist, int64_t *out_rows, int32_t *out_flag) noexcept nogil:
+    """ivf_scan's work for query q, in `scratch` (_ivf_query_items)."""
+    cdef float *lut = <float *>scratch
+    cdef double *work = <double *>(scratch + (job.lut_items + 1) // 2)
+    cdef int64_t *buffers = <int64_t *>(work + job.work_items)
+    cdef int64_t *candidates
+    cdef float *candidate_dist
+    cdef int64_t *positions
+    cdef TopK t
+    cdef float qconst, start_term
+    cdef int j, flag
+    cdef int32_t l
+    qconst = _query_tables(job.tables, q, work, lut)
+    _topk_start(&t, buffers, job.width, job.ids, INFINITY)
+    for j in range(job.n_probe):
+        l = lists[j]
+        start_term = qconst + terms[j]
+        if job.allow != NULL:
+            _scan_allowed_rows(&t, job.codes, job.W, lut, start_term, _norm_terms_from(job.norms, job.offsets[l]),
+                               job.offsets[l], job.offsets[l + 1], job.allow)
+        else:
+            _scan_rows(&t, job.codes, job.W, lut, start_term, _norm_terms_from(job.norms, job.offsets[l]),
+                       job.offsets[l], job.offsets[l + 1], NULL)
+    if job.rerank == NULL:
+        ock_topk_finish(&t, out_dist, out_rows, 1)
+        return
+    # re-ranking: the candidates in any order (their set is what counts), then the k best by exact value
+    candidates = buffers + _topk_items(job.width)
+    candidate_dist = <float *>(candidates + job.width)
+    positions = candidates + job.width * 2
+    ock_topk_finish(&t, candidate_dist, candidates, 0)
+    flag = ock_rerank_query(job.rerank, job.rerank_queries + <Py_ssize_t>q * job.rerank.P, candidates, NULL,
+                            job.width, job.k, positions + job.k, job.values, out_dist, out_rows, positions)
+    for j in range(job.k):
+        out_rows[j] = candidates[positions[j]] if positions[j] >= 0 else -1
+    if out_flag != NULL:
+        out_flag[0] = flag

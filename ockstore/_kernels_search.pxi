@@ -14,6 +14,9 @@ cdef enum:
     # Queries per group at most: a group's tables (8 KiB per query for 64-bit codes, 32 KiB for 256-bit), computed
     # by the thread that scans the group, stay in L2 next to the block of codes they scan.
     MAX_GROUP = 8
+    # Queries scanned per step of a re-ranking scan: bounds the candidates held (RERANK_CHUNK x R distances and rows)
+    # whatever nq, while each step still keeps every thread busy.
+    RERANK_CHUNK = 256
 
 cdef extern from *:
     int _popcount "__builtin_popcountll"(unsigned long long) noexcept nogil
@@ -272,16 +275,22 @@ def scan(TableModel model not None,          # IN the quantizer's table arrays
          const float[::1] norm_levels,       # IN (256,) levels of the one-byte norm codes (with them), or None
          const int64_t[::1] ids,             # IN (N,), or None: the id of a code is then its row number
          const uint64_t[::1] allow,          # IN (ceil(N / 64),) bitmap of the rows to scan, or None: all
-         float[:, ::1] out_dist,             # OUT (nq, k) ascending
+         float[:, ::1] out_dist,             # OUT (nq, k) ascending; with re-ranking the exact values
          int64_t[:, ::1] out_rows,           # OUT (nq, k) the rows of the results; (inf, -1) past the last
          int n_threads,
-         const float[::1] bound=None):       # IN (nq,) or None: only codes at a distance below bound[q] may
+         const float[::1] bound=None,        # IN (nq,) or None: only codes at a distance below bound[q] may
                                              #    enter the results of query q; slots left empty come out as
                                              #    (bound[q], -1). For scanning the parts of one base in turn (the
                                              #    segments of a collection): the k-th best so far, just above.
+         RerankSource rerank_rows=None,      # IN the stored rows (part 0: these N rows) to re-rank from, or None
+         int rerank=0,                       # IN with rerank_rows: candidates kept per query (>= k)
+         const float[:, ::1] rerank_queries=None,  # IN (nq, P) the queries re-ranked (None: `queries`)
+         int32_t[::1] out_flags=None):       # OUT (nq,) with rerank_rows: bad rows seen (rerank's flags)
     """The tables of each query, then an exhaustive ADC scan keeping the k best (dist, id) of each query among the
     allowed rows; writes their distances and row numbers (the caller maps rows to ids; a row keeps the stored vector
-    reachable for re-ranking).
+    reachable for re-ranking). With rerank_rows: keeps `rerank` candidates instead, and writes the k best of them by
+    exact value (distances ascending, scores descending; _rerank.h) and their rows; queries are then scanned
+    RERANK_CHUNK at a time, so the candidates held are bounded whatever nq.
 
     Batches (nq >= n_threads) run in parallel over groups of queries: a thread computes a group's tables, then the
     group shares each block of codes (and its decoded norm terms) while the block is in cache. Fewer queries than
@@ -295,18 +304,54 @@ def scan(TableModel model not None,          # IN the quantizer's table arrays
     one comparison each. A caller that scans the parts of a base in turn passes the k-th best distance so far, raised
     to the next float32, and gets exactly the k best of the union when it merges the parts' results.
     """
+    cdef int nq = out_dist.shape[0]
+    cdef int k = out_dist.shape[1]
+    cdef int R, chunk, c0, c1
+    cdef float *cand_dist = NULL
+    cdef int64_t *cand_rows = NULL
+    cdef const float *rq
+    if nq == 0 or k == 0:
+        return
+    if rerank_rows is None:
+        _scan_batch(model, &queries[0, 0] if queries is not None else NULL,
+                    &rotated[0, 0] if rotated is not None else NULL, codes, norms_f32, norm_codes, norm_levels, ids,
+                    allow, &out_dist[0, 0], &out_rows[0, 0], nq, k, n_threads,
+                    &bound[0] if bound is not None else NULL)
+        return
+    R = rerank if rerank > k else k
+    chunk = nq if nq < RERANK_CHUNK else RERANK_CHUNK
+    rq = &rerank_queries[0, 0] if rerank_queries is not None else &queries[0, 0]
+    try:
+        cand_dist = <float *>_alloc(<size_t>chunk * R * sizeof(float), "scan's re-ranking candidates (distances)")
+        cand_rows = <int64_t *>_alloc(<size_t>chunk * R * sizeof(int64_t), "scan's re-ranking candidates (rows)")
+        for c0 in range(0, nq, chunk):
+            c1 = c0 + chunk if c0 + chunk < nq else nq
+            _scan_batch(model, &queries[c0, 0] if queries is not None else NULL,
+                        &rotated[c0, 0] if rotated is not None else NULL, codes, norms_f32, norm_codes, norm_levels,
+                        ids, allow, cand_dist, cand_rows, c1 - c0, R, n_threads,
+                        &bound[c0] if bound is not None else NULL)
+            _rerank_candidates(&rerank_rows.src, rq + <Py_ssize_t>c0 * rerank_rows.src.P, cand_rows, R, c1 - c0,
+                               &out_dist[c0, 0], &out_rows[c0, 0], k, &out_flags[c0], n_threads)
+    finally:
+        free(cand_dist)
+        free(cand_rows)
+
+
+cdef int _scan_batch(TableModel model, const float *queries, const double *rotated, const uint8_t[:, ::1] codes,
+                     const float[::1] norms_f32, const uint8_t[::1] norm_codes, const float[::1] norm_levels,
+                     const int64_t[::1] ids, const uint64_t[::1] allow, float *out_dist, int64_t *out_rows, int nq,
+                     int k, int n_threads, const float *bound) except -1:
+    """scan's work for nq queries (its documented arguments, as pointers where they may be a part of a batch)."""
     cdef CodeBase base
     cdef QueryBatch batch
     cdef ScanScratch scratch
     cdef TableSource source = model._source
     cdef int group_size
     cdef bint split_codes
-    if out_dist.shape[0] == 0 or out_dist.shape[1] == 0:
-        return
     if n_threads < 1:
         n_threads = 1
-    source.queries = &queries[0, 0] if queries is not None else NULL
-    source.rotated = &rotated[0, 0] if rotated is not None else NULL
+    source.queries = queries
+    source.rotated = rotated
     base.N = codes.shape[0]
     base.W = codes.shape[1]
     base.codes = &codes[0, 0] if base.N > 0 else NULL
@@ -315,11 +360,11 @@ def scan(TableModel model not None,          # IN the quantizer's table arrays
     base.allow = &allow[0] if allow is not None and allow.shape[0] > 0 else NULL
     batch.tables = &source
     batch.lut_row = <Py_ssize_t>base.W * SLOTS
-    batch.nq = out_dist.shape[0]
-    batch.k = out_dist.shape[1]
-    batch.bound = &bound[0] if bound is not None else NULL
-    batch.out_dist = &out_dist[0, 0]
-    batch.out_rows = &out_rows[0, 0]
+    batch.nq = nq
+    batch.k = k
+    batch.bound = bound
+    batch.out_dist = out_dist
+    batch.out_rows = out_rows
     # Splitting the codes pays only when there are idle threads (fewer queries than threads) and more than one block
     # of codes to share among them.
     split_codes = batch.nq < n_threads and base.N > SCAN_BLOCK
@@ -340,3 +385,48 @@ def scan(TableModel model not None,          # IN the quantizer's table arrays
                 _scan_by_query_groups(&base, &batch, group_size, n_threads, &scratch)
     finally:
         _scratch_free(&scratch)
+    return 0
+
+
+cdef int _rerank_candidates(const ock_rr_source *rows, const float *queries, int64_t *candidates, int R, int nq,
+                            float *out_dist, int64_t *out_rows, int k, int32_t *out_flags,
+                            int n_threads) except -1:
+    """Re-rank each query's R candidate rows (-1: none) from `rows`: the k best by exact value and their rows."""
+    cdef size_t stride = (ock_rr_scratch_bytes(rows.P, k) + 63) // 64 * 64 + 64 + <size_t>k * sizeof(int64_t)
+    cdef unsigned char *scratch = NULL
+    cdef const ock_rr_value_table *values = ock_rerank_values()
+    cdef int q, tid
+    if n_threads > nq:
+        n_threads = nq
+    try:
+        scratch = <unsigned char *>_alloc(<size_t>n_threads * stride, "re-ranking's scratch (per thread)")
+        if n_threads <= 1:
+            with nogil:
+                for q in range(nq):
+                    out_flags[q] = _rerank_rows_of(rows, queries, candidates, R, q, out_dist, out_rows, k, scratch,
+                                                   values)
+        else:
+            with nogil, parallel(num_threads=n_threads):
+                tid = threadid()
+                for q in prange(nq, schedule='dynamic'):
+                    out_flags[q] = _rerank_rows_of(rows, queries, candidates, R, q, out_dist, out_rows, k,
+                                                   scratch + tid * stride, values)
+    finally:
+        free(scratch)
+    return 0
+
+
+cdef inline int _rerank_rows_of(const ock_rr_source *rows, const float *queries, const int64_t *candidates, int R,
+                                int q, float *out_dist, int64_t *out_rows, int k, unsigned char *scratch,
+                                const ock_rr_value_table *values) noexcept nogil:
+    """Query q of _rerank_candidates: its k best, then their positions mapped back to rows."""
+    cdef int64_t *positions = <int64_t *>scratch
+    cdef const int64_t *cand = candidates + <Py_ssize_t>q * R
+    cdef int64_t *rows_out = out_rows + <Py_ssize_t>q * k
+    cdef int j
+    cdef int flag = ock_rerank_query(rows, queries + <Py_ssize_t>q * rows.P, cand, NULL, R, k,
+                                     scratch + <size_t>k * sizeof(int64_t), values, out_dist + <Py_ssize_t>q * k,
+                                     rows_out, positions)
+    for j in range(k):
+        rows_out[j] = cand[positions[j]] if positions[j] >= 0 else -1
+    return flag

@@ -159,8 +159,11 @@ static inline float ock_rr_half_to_float(uint16_t h) {
     if ((h & 0x7c00u) == 0x7c00u) {
         bits = magnitude | 0x7f800000u;
     } else {
+        const uint32_t two_112 = 0x77800000u; /* 2^112: exponent field 127 + 112 */
+        float scale;
+        memcpy(&scale, &two_112, 4);
         memcpy(&f, &magnitude, 4);
-        f *= 0x1p112f;
+        f *= scale;
         memcpy(&bits, &f, 4);
     }
     bits |= (uint32_t)(h & 0x8000u) << 16;

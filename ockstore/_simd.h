@@ -1,16 +1,17 @@
 /* The vectorised kernels, compiled once per SIMD level, and the one table through which every caller reaches them
  * (docs/ARCHITECTURE.md, "Kernels and SIMD levels").
  *
- * Levels: portable C (any CPU, any compiler), AVX2+FMA and AVX-512 (x86-64 with gcc or clang). _simd.c compiles each
- * kernel once per level (`target` attributes, no ifunc, so the same source builds for Linux, macOS and Windows) and
+ * Levels: portable C (any CPU, any compiler), AVX2+FMA+F16C and AVX-512 (x86-64 with gcc or clang). _simd.c compiles
+ * each kernel once per level (`target` attributes, no ifunc, so the same source builds for Linux, macOS and Windows) and
  * fills one `ock_kernels` table per level; `ock_simd_use` points `ock_kernels_in_use` at one of them, once when the
  * module loads (the best level this CPU runs, or the one OCKSTORE_SIMD asks for), or again in tests. Every level
  * gives bitwise the same results as the portable one: the kernels only add, multiply, compare and take minima, in
  * the order the source writes (no reassociation; _simd.c is compiled with -ffp-contract=off, fused multiply-adds only
  * where the source asks for one and the portable level computes the same value).
  *
- * A new vectorised kernel (the fast scan of 4-bit codes, _fastscan.h; the re-ranking loop, _rerank.h) plugs in at
- * three places: its entry in `ock_kernels` below, a wrapper below that, and its header in _simd_level.h.
+ * A new vectorised kernel (the fast scan of 4-bit codes, _fastscan.h) plugs in at three places: its entry in
+ * `ock_kernels` below, a wrapper below that, and its header in _simd_level.h (as the re-ranking loop's values do,
+ * _rerank.h).
  */
 #ifndef OCKSTORE_SIMD_H
 #define OCKSTORE_SIMD_H
@@ -21,6 +22,9 @@
 #define OCK_LEVEL_AVX2 1
 #define OCK_LEVEL_AVX512 2
 #define OCK_N_LEVELS 3
+
+/* The re-ranking loop's level-independent part: its types, the query loop and the heap (_rerank.h). */
+#include "_rerank.h"
 
 typedef struct ock_kernels {
     const char *name; /* "portable", "avx2", "avx512": the names of OCKSTORE_SIMD and simd_level() */
@@ -51,7 +55,10 @@ typedef struct ock_kernels {
     /* The coarse step of the inverted file (_ivf.h). */
     void (*coarse_dots)(const float *q, const float *ct, int P, int L, float *out);
 
-    /* Next: the fast scan of 4-bit codes (_fastscan.h) and the re-ranking loop (_rerank.h). */
+    /* The exact values of re-ranking (_rerank.h): one function per (row kind, metric). */
+    const ock_rr_value_table *rerank_values;
+
+    /* Next: the fast scan of 4-bit codes (_fastscan.h). */
 } ock_kernels;
 
 #if defined(__GNUC__) || defined(__clang__)
@@ -119,6 +126,7 @@ static inline double ock_tables(const double *z, const float *words_t, const dou
 static inline void ock_coarse_dots(const float *q, const float *ct, int P, int L, float *out) {
     OCK_CALL(coarse_dots)(q, ct, P, L, out);
 }
+static inline const ock_rr_value_table *ock_rerank_values(void) { return OCK_CALL(rerank_values); }
 
 /* Constants the callers share with the kernels. */
 #define OCK_PANEL 32                 /* columns per panel of the model arrays the table kernel reads (_tables.h) */

@@ -41,7 +41,8 @@
 #include "_encoder.h"
 #include "_tables.h"
 #include "_ivf.h"
-/* #include "_fastscan.h"  and  #include "_rerank.h"  go here, with their entries in the table below. */
+#include "_rerank.h"   /* its per-level part: the value functions and OCK_FN(rerank_values) */
+/* #include "_fastscan.h"  goes here, with its entry in the table below. */
 
 static const ock_kernels OCK_FN(ock_kernels) = {
 #if OCK_LEVEL == OCK_LEVEL_AVX512
@@ -66,6 +67,7 @@ static const ock_kernels OCK_FN(ock_kernels) = {
     OCK_FN(rotate),
     OCK_FN(tables),
     OCK_FN(coarse_dots),
+    &OCK_FN(rerank_values),
 };
 
 #ifdef OCK_VW

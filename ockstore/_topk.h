@@ -65,6 +65,13 @@ static inline void ock_topk_offer(ock_topk *t, float d, int64_t row) {
     if (t->n == t->cap) ock_topk_compact(t);
 }
 
+/* Add a candidate the caller found not worse than the threshold (the scans test it inline, with their filter). */
+static inline void ock_topk_push(ock_topk *t, float d, int64_t row) {
+    t->d[t->n] = d;
+    t->r[t->n] = row;
+    if (++t->n == t->cap) ock_topk_compact(t);
+}
+
 static inline int64_t ock_topk_id(const ock_topk *t, int64_t row) { return t->ids != NULL ? t->ids[row] : row; }
 
 /* A float's bit pattern mapped so that unsigned order is the order of the values; -0 is first made +0 (they are
