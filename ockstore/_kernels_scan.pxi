@@ -330,3 +330,27 @@ cdef NormTerms _norm_terms(const float[::1] norms_f32, const uint8_t[::1] norm_c
     n.codes = &norm_codes[0] if n.f32 == NULL and norm_codes is not None and norm_codes.shape[0] > 0 else NULL
     n.levels = &norm_levels[0] if n.codes != NULL else NULL
     return n
+
+
+def topk_collect(const float[:, ::1] distances,   # IN (nq, n) the distances offered, row i of a query being row i
+                 int k,                           # IN the candidates kept
+                 const int64_t[::1] ids,          # IN (n,) the id of each row (ties), or None: the row number
+                 float bound,                     # IN only distances below it enter (inf: all finite ones)
+                 bint sorted_output,              # IN ascending (distance, id, row), or in the collector's order
+                 float[:, ::1] out_dist,          # OUT (nq, k)
+                 int64_t[:, ::1] out_rows):       # OUT (nq, k): (inf, -1) past the last
+    """The TopK collector (_topk.h) over given distances, for tests (its scans offer computed distances)."""
+    cdef TopK t
+    cdef int64_t *buffers = NULL
+    cdef int q
+    cdef Py_ssize_t i
+    try:
+        buffers = <int64_t *>_alloc(<size_t>_topk_items(k) * sizeof(int64_t), "topk_collect's buffers")
+        with nogil:
+            for q in range(distances.shape[0]):
+                _topk_start(&t, buffers, k, &ids[0] if ids is not None and ids.shape[0] > 0 else NULL, bound)
+                for i in range(distances.shape[1]):
+                    ock_topk_offer(&t, distances[q, i], i)
+                ock_topk_finish(&t, &out_dist[q, 0], &out_rows[q, 0], sorted_output)
+    finally:
+        free(buffers)
