@@ -65,8 +65,9 @@ cdef enum:
 cdef class RerankSource:
     """The stored rows re-ranking reads, as typed pointers held for the life of the object.
 
-    rows : list of ndarray, each (n_i, row_bytes) uint8, C-contiguous: part i's rows as bytes (``vectors.view(np.uint8)``
-        of a float32 / float16 / uint8 / sq8 section; read-only views and memory maps welcome)
+    rows : list of ndarray, each (n_i, row_bytes) uint8, C-contiguous: part i's rows as bytes
+        (``vectors.view(np.uint8)`` of a float32 / float16 / uint8 / sq8 section; read-only views and memory maps
+        welcome)
     ids : list of (ndarray of shape (n_i,) int64, or None): the id of each row of part i (None: the row number)
     kind : RERANK_FLOAT32, RERANK_FLOAT16, RERANK_UINT8 or RERANK_SQ8 (every part alike)
     metric : RERANK_L2, RERANK_IP or RERANK_COSINE

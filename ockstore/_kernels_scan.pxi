@@ -1,6 +1,6 @@
 # The ADC scan of byte codes and the collectors of its k best results, shared by the exhaustive scan
-# (_kernels_search.pxi: a bounded max-heap per query, or a TopK buffer for many candidates) and the inverted file's
-# scan of probed lists (_kernels_ivf.pxi: a TopK buffer per query). One loop serves both: it is written once over the fused type Collector, and Cython
+# (_kernels_search.pxi: a bounded max-heap per query) and the inverted file's scan of probed lists (_kernels_ivf.pxi:
+# a TopK buffer per query). One loop serves both: it is written once over the fused type Collector, and Cython
 # compiles one copy per collector, so neither pays for the other's test.
 #
 # For a query with tables lut[w, k] (w = m*C + c, SLOTS entries each) and a term t (its constant term, plus the list

@@ -12,7 +12,9 @@
  *   ip       sum_p q_p * x_p
  *   cosine   (sum_p q_p * x_p) / sqrt(sum_p x_p * x_p)
  *
- * Every product and difference is rounded to float64 as written (no fused multiply-add), and every sum over p runs
+ * Every product and difference is rounded to float64 as written (products of float32, float16 and uint8 values
+ * with the float32 query are exact, so where the AVX2 level fuses them with the sum it rounds the same), and every
+ * sum over p runs
  * in 16 lanes: lane j adds the terms of p = j, j + 16, j + 32, ... in increasing p (the dimensions are padded to a
  * multiple of 16 with zeros, whose terms are +0), then the lanes are added pairwise as a halving tree:
  * s8[j] = a[j] + a[j + 8], s4[j] = s8[j] + s8[j + 4], s2[j] = s4[j] + s4[j + 2], sum = s2[0] + s2[1]. The result is
@@ -31,7 +33,7 @@
  * meaningless).
  *
  * Speed: a candidate costs the bytes of its row (128 B for uint8 SIFT, 768 B for float16 MiniLM), prefetched
- * OCK_RR_PREFETCH candidates ahead, plus P / 16 blocks of a few vector instructions; the heap of k is touched only by
+ * OCK_RR_PREFETCH_BYTES ahead, plus P / 16 blocks of a few vector instructions; the heap of k is touched only by
  * the few candidates that enter it. Two implementations of the values, one per SIMD level (the per-level part at the
  * end of this file, chosen at run time with the other kernels' level): portable C that compilers vectorise for the
  * baseline instruction set, and AVX2 (+F16C for float16) intrinsics; both compute the same lanes in the same order,
@@ -58,15 +60,15 @@
 #if defined(__GNUC__) && !defined(__clang__)
 #define OCK_RR_FN __attribute__((optimize("fp-contract=off", "no-wrapv")))
 #define OCK_RR_INLINE static inline __attribute__((always_inline, optimize("fp-contract=off", "no-wrapv")))
-#define OCK_RR_AVX2_FN __attribute__((target("avx2,f16c"), optimize("fp-contract=off", "no-wrapv")))
-#define OCK_RR_AVX2_INLINE static inline __attribute__((always_inline, target("avx2,f16c"), \
+#define OCK_RR_AVX2_FN __attribute__((target("avx2,fma,f16c"), optimize("fp-contract=off", "no-wrapv")))
+#define OCK_RR_AVX2_INLINE static inline __attribute__((always_inline, target("avx2,fma,f16c"), \
                                                         optimize("fp-contract=off", "no-wrapv")))
 #elif defined(__clang__)
 #pragma clang fp contract(off)
 #define OCK_RR_FN
 #define OCK_RR_INLINE static inline __attribute__((always_inline))
-#define OCK_RR_AVX2_FN __attribute__((target("avx2,f16c")))
-#define OCK_RR_AVX2_INLINE static inline __attribute__((always_inline, target("avx2,f16c")))
+#define OCK_RR_AVX2_FN __attribute__((target("avx2,fma,f16c")))
+#define OCK_RR_AVX2_INLINE static inline __attribute__((always_inline, target("avx2,fma,f16c")))
 #else
 #define OCK_RR_FN
 #define OCK_RR_INLINE static inline
@@ -89,9 +91,13 @@
 #define OCK_RR_ZERO_VECTOR 2
 
 #define OCK_RR_LANES 16
-/* Candidates whose rows are prefetched ahead of the one being computed: enough to cover a miss to memory (~100 ns)
- * with the ~10-50 ns a candidate takes, few enough that the lines are still in L1/L2 when their turn comes. */
-#define OCK_RR_PREFETCH 8
+/* Bytes of rows prefetched ahead of the candidate being computed: about what a core keeps in flight (32 cache
+ * lines), so that a miss to memory (~100 ns) is covered without prefetches being dropped; the distance in
+ * candidates is this over a row's bytes, between OCK_RR_MIN_AHEAD and OCK_RR_MAX_AHEAD (16 candidates of 128-byte
+ * uint8 SIFT rows, 4 of 768-byte float16 MiniLM rows). */
+#define OCK_RR_PREFETCH_BYTES 2048
+#define OCK_RR_MIN_AHEAD 4
+#define OCK_RR_MAX_AHEAD 16
 /* The largest magnitude of a stored float (as every vector input, docs/ARCHITECTURE.md "Conventions"): with it no
  * float64 sum below overflows, and the float32 values stay finite for any P below 2^40. */
 #define OCK_RR_MAX_ABS 1e15f
@@ -377,15 +383,31 @@ OCK_RR_AVX2_INLINE double ock_rr_value_avx2(const ock_rr_query *qc, int kind, in
             a2 = _mm256_add_pd(a2, _mm256_mul_pd(d2, d2));
             a3 = _mm256_add_pd(a3, _mm256_mul_pd(d3, d3));
         } else {
-            a0 = _mm256_add_pd(a0, _mm256_mul_pd(q0, x[0]));
-            a1 = _mm256_add_pd(a1, _mm256_mul_pd(q1, x[1]));
-            a2 = _mm256_add_pd(a2, _mm256_mul_pd(q2, x[2]));
-            a3 = _mm256_add_pd(a3, _mm256_mul_pd(q3, x[3]));
+            if (kind == OCK_RR_SQ8) {
+                a0 = _mm256_add_pd(a0, _mm256_mul_pd(q0, x[0]));
+                a1 = _mm256_add_pd(a1, _mm256_mul_pd(q1, x[1]));
+                a2 = _mm256_add_pd(a2, _mm256_mul_pd(q2, x[2]));
+                a3 = _mm256_add_pd(a3, _mm256_mul_pd(q3, x[3]));
+            } else {
+                /* float32, float16 and uint8 values have at most 24 significant bits, as the float32 query: their
+                 * products are exact in float64, so a fused multiply-add rounds exactly as a product then a sum */
+                a0 = _mm256_fmadd_pd(q0, x[0], a0);
+                a1 = _mm256_fmadd_pd(q1, x[1], a1);
+                a2 = _mm256_fmadd_pd(q2, x[2], a2);
+                a3 = _mm256_fmadd_pd(q3, x[3], a3);
+            }
             if (metric == OCK_RR_COSINE) {
-                b0 = _mm256_add_pd(b0, _mm256_mul_pd(x[0], x[0]));
-                b1 = _mm256_add_pd(b1, _mm256_mul_pd(x[1], x[1]));
-                b2 = _mm256_add_pd(b2, _mm256_mul_pd(x[2], x[2]));
-                b3 = _mm256_add_pd(b3, _mm256_mul_pd(x[3], x[3]));
+                if (kind == OCK_RR_SQ8) {
+                    b0 = _mm256_add_pd(b0, _mm256_mul_pd(x[0], x[0]));
+                    b1 = _mm256_add_pd(b1, _mm256_mul_pd(x[1], x[1]));
+                    b2 = _mm256_add_pd(b2, _mm256_mul_pd(x[2], x[2]));
+                    b3 = _mm256_add_pd(b3, _mm256_mul_pd(x[3], x[3]));
+                } else {
+                    b0 = _mm256_fmadd_pd(x[0], x[0], b0);
+                    b1 = _mm256_fmadd_pd(x[1], x[1], b1);
+                    b2 = _mm256_fmadd_pd(x[2], x[2], b2);
+                    b3 = _mm256_fmadd_pd(x[3], x[3], b3);
+                }
             }
         }
     }
@@ -523,6 +545,7 @@ typedef struct {
     ock_rr_value_fn value_of;
     ock_rr_heap heap;
     int64_t data_bytes;         /* bytes of a row's values (what is prefetched) */
+    int64_t ahead;              /* candidates prefetched ahead */
     int bad;
 } ock_rr_state;
 
@@ -547,6 +570,9 @@ static void ock_rr_begin(ock_rr_state *st, const ock_rr_source *src, const float
     st->heap.rows = rows;
     st->heap.parts = parts;
     st->data_bytes = (int64_t)src->P * ock_rr_itemsize(src->dtype);
+    st->ahead = OCK_RR_PREFETCH_BYTES / (st->data_bytes > 0 ? st->data_bytes : 1);
+    if (st->ahead < OCK_RR_MIN_AHEAD) st->ahead = OCK_RR_MIN_AHEAD;
+    if (st->ahead > OCK_RR_MAX_AHEAD) st->ahead = OCK_RR_MAX_AHEAD;
     st->bad = 0;
 }
 
@@ -554,16 +580,16 @@ static inline const unsigned char *ock_rr_row_at(const ock_rr_state *st, int64_t
     return ock_rr_part_of(&st->heap, pos)->rows + ock_rr_row_of(&st->heap, pos) * st->heap.src->row_bytes;
 }
 
-/* Candidates j0 .. j1-1: each row's exact value, offered to the heap; rows OCK_RR_PREFETCH candidates ahead are
+/* Candidates j0 .. j1-1: each row's exact value, offered to the heap; rows `st->ahead` candidates ahead are
  * prefetched (within the range). */
 OCK_RR_FN
 static void ock_rr_offer_range(ock_rr_state *st, int64_t j0, int64_t j1) {
     const int64_t *rows = st->heap.rows;
     const int l2 = st->heap.src->metric == OCK_RR_L2;
-    for (int64_t j = j0; j < j1 && j < j0 + OCK_RR_PREFETCH; j++)
+    for (int64_t j = j0; j < j1 && j < j0 + st->ahead; j++)
         if (rows == NULL || rows[j] >= 0) ock_rr_prefetch(ock_rr_row_at(st, j), st->data_bytes);
     for (int64_t j = j0; j < j1; j++) {
-        const int64_t ahead = j + OCK_RR_PREFETCH;
+        const int64_t ahead = j + st->ahead;
         if (ahead < j1 && (rows == NULL || rows[ahead] >= 0)) ock_rr_prefetch(ock_rr_row_at(st, ahead), st->data_bytes);
         if (rows != NULL && rows[j] < 0) continue;
         const float v = (float)st->value_of(&st->qc, ock_rr_row_at(st, j), &st->bad);
