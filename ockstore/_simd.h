@@ -5,9 +5,9 @@
  * compiles each kernel once per level (`target` attributes, no ifunc, so the same source builds for Linux, macOS and
  * Windows) and fills one `ock_kernels` table per level; `ock_simd_use` points `ock_kernels_in_use` at one of them,
  * once when the module loads (the best level this CPU runs, or the one OCKSTORE_SIMD asks for), or again in tests.
- * Every level gives bitwise the same results as the portable one: the kernels only add, multiply, compare and take minima, in
- * the order the source writes (no reassociation; _simd.c is compiled with -ffp-contract=off, fused multiply-adds only
- * where the source asks for one and the portable level computes the same value).
+ * Every level gives bitwise the same results as the portable one: the kernels only add, multiply, compare and take
+ * minima, in the order the source writes (no reassociation; _simd.c is compiled with -ffp-contract=off, fused
+ * multiply-adds only where the source asks for one and the portable level computes the same value).
  *
  * A new vectorised kernel (the fast scan of 4-bit codes, _fastscan.h) plugs in at three places: its entry in
  * `ock_kernels` below, a wrapper below that, and its header in _simd_level.h (as the re-ranking loop's values do,
