@@ -64,3 +64,28 @@ def test_bound_lets_only_smaller_distances_in():
     want_d, want_r = oracle(D, 100, bound=np.float32(-1.0))
     np.testing.assert_array_equal(got_r, want_r)
     assert 5 not in got_r[0]
+
+
+@pytest.mark.parametrize("n_threads", [1, 2])
+def test_exhaustive_scan_keeps_the_same_order_in_a_heap_and_in_a_topk(n_threads):
+    """The exhaustive scan keeps k <= 64 results in a heap and more in a TopK buffer: the first 64 of k = 300 or
+    2500 (more than the 2,200 rows: padding) are the results of k = 64, for a batch and for one query split over
+    threads, with and without a filter."""
+    import ockstore
+
+    rng = np.random.default_rng(1)
+    X = rng.standard_normal((2200, 16)).astype(np.float32)
+    X[100:120] = X[5]  # equal distances: ids decide
+    index = ockstore.Index.from_vectors(ockstore.OCKM(4, 2, 3, n_codewords=16, n_iter=2, seed=0).fit(X[:1000]), X)
+    Q = rng.standard_normal((5, 16)).astype(np.float32)
+    allow = rng.permutation(2200)[:1500]
+    for kwargs in ({}, {"allow": allow}):
+        D64, I64 = index.search(Q, 64, n_threads=n_threads, **kwargs)
+        for k in (300, 2500):
+            D, I = index.search(Q, k, n_threads=n_threads, **kwargs)
+            np.testing.assert_array_equal(I[:, :64], I64)
+            np.testing.assert_array_equal(D[:, :64], D64)
+            d1, i1 = index.search(Q[0], k, n_threads=n_threads, **kwargs)  # one query: codes split over threads
+            np.testing.assert_array_equal(i1, I[0])
+            n_real = 1500 if kwargs else 2200
+            assert (I[:, n_real:] == -1).all() and (I[:, :min(k, n_real)] >= 0).all()
