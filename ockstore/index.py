@@ -1,6 +1,6 @@
 """Index: a fitted quantizer joined with the codes, norm terms and ids of a base, searched by ADC or SDC.
 
-An index holds the arrays of ``ockstore._encoding`` (codes, norm terms) and the ids of its vectors. The arrays may be
+An index holds the arrays of ``ockstore._index_rows`` (codes, norm terms) and the ids of its vectors. The arrays may be
 read-only (views of a read-only memory map): an index never writes into them and never copies them. Files are written
 by ``ockstore.indexfile.writer`` (``Index.save`` uses it) and opened by ``ockstore.indexfile.reader`` (``open_index``),
 which hands the mapped arrays to this class (docs/ARCHITECTURE.md, "Indexes").
@@ -13,12 +13,12 @@ import numpy as np
 from . import _search_options
 from . import search as _search
 from . import storage
-from ._encoding import (
+from ._index_rows import (
     BUILD_CHUNK, NORM_ENCODINGS, STORED_VECTOR_DTYPES, check_fitted_quantizer, check_store_vectors, encode_all,
     resolve_norm_encoding,
 )
 from ._validation import as_ids, as_vectors, check_choice, check_k, resolve_n_threads
-from .ivf import check_n_probe
+from .ivf_quantizer import check_n_probe
 
 __all__ = ["Index"]
 
@@ -138,7 +138,7 @@ class Index:
         With an IVF as ``quantizer`` the result is an inverted-file index (``ockstore.ivf_index.IVFIndex``): rows
         are stored list after list, and ``norm_encoding`` "none" is refused for metric "l2".
         """
-        from .ivf import IVF  # the inverted file builds on this module, not the other way
+        from .ivf_quantizer import IVF  # the inverted file builds on this module, not the other way
 
         if isinstance(quantizer, IVF) and cls is Index:
             from .ivf_index import IVFIndex
@@ -492,7 +492,7 @@ class Index:
 def _quantizer_summary(q):
     """P, method, metric, M, C, K, T, bits of a fitted quantizer (the part of info() that describes the model); for an
     IVF those of its fine quantizer, then n_lists."""
-    from .ivf import IVF  # the inverted file builds on the quantizers, not on this module
+    from .ivf_quantizer import IVF  # the inverted file builds on the quantizers, not on this module
 
     if isinstance(q, IVF):
         return {**_quantizer_summary(q.quantizer), "n_lists": int(q.n_lists)}

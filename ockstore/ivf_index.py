@@ -14,10 +14,10 @@ import numpy as np
 
 from . import _ivf_kernels
 from . import search as _search
-from ._encoding import check_fitted_model, check_store_vectors, encode_all, resolve_norm_encoding
+from ._index_rows import check_fitted_model, check_store_vectors, encode_all, resolve_norm_encoding
 from ._validation import as_ids, as_vectors, check_int, resolve_n_threads
 from .index import Index, _quantizer_summary
-from .ivf import IVF, ROWS_PER_STEP, check_n_probe
+from .ivf_quantizer import IVF, ROWS_PER_STEP, check_n_probe
 
 __all__ = ["IVFIndex", "search_lists", "check_list_offsets"]
 

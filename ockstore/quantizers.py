@@ -21,7 +21,8 @@ import inspect
 import numpy as np
 
 from . import _training
-from ._codec import CodecTables, SubspaceLayout, fit_scalar_quantizer
+from ._model_tables import CodecTables, SubspaceLayout
+from ._norm_levels import fit_scalar_quantizer
 from ._params import PARAMETERS, STORED_PARAMETERS
 from ._validation import as_codes, as_vectors, normalize_rows, resolve_n_threads, to_float32_rows
 from .errors import NotFittedError

@@ -10,7 +10,7 @@ import os
 import numpy as np
 
 from .. import storage
-from .._encoding import check_fitted_model, check_store_vectors, resolve_norm_encoding
+from .._index_rows import check_fitted_model, check_store_vectors, resolve_norm_encoding
 from .._validation import as_ids, as_vectors, check_bool, check_choice, check_int
 from ..errors import FormatError
 from ..index import _quantizer_summary

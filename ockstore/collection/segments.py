@@ -17,11 +17,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import storage
-from .._encoding import BUILD_CHUNK, encode_step
+from .._index_rows import BUILD_CHUNK, encode_step
 from .._validation import as_ids, as_vectors, resolve_n_threads
 from ..indexfile.reader import open_index
 from ..indexfile.writer import IndexWriter
-from ..ivf import IVF
+from ..ivf_quantizer import IVF
 from ..search import rows_bitmap
 from . import names
 from .manifest import check_regular_file

@@ -18,7 +18,7 @@ from .. import _search_options, storage
 from .._validation import as_vectors, check_choice, check_k, resolve_n_threads
 from ..errors import FormatError
 from ..index import Index
-from ..ivf import IVF, check_n_probe
+from ..ivf_quantizer import IVF, check_n_probe
 from ..search import QueryTables, rows_bitmap
 from ..indexfile.reader import load_quantizer
 from . import names

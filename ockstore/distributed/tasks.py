@@ -12,7 +12,7 @@ from collections import OrderedDict
 import numpy as np
 
 from .. import vecfiles
-from .._encoding import BUILD_CHUNK
+from .._index_rows import BUILD_CHUNK
 from .._validation import rows_beyond_limits
 from ..collection import SegmentWriter
 from ..collection.snapshot import open_generation

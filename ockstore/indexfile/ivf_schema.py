@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ivf import MAX_LISTS, ivf_from_state
+from ..ivf_quantizer import MAX_LISTS, ivf_from_state
 from .schema import KIND_IVF_INDEX, KIND_IVF_QUANTIZER, N_NORM_LEVELS, _short
 
 __all__ = ["KIND_IVF_INDEX", "KIND_IVF_QUANTIZER", "IVF_KINDS", "IVF_MINOR_VERSION", "ivf_meta", "put_ivf_sections",

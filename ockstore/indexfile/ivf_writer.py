@@ -22,12 +22,12 @@ import os
 import numpy as np
 
 from .. import _atomic, storage
-from .._encoding import (
+from .._index_rows import (
     NORM_DTYPES, STORED_VECTOR_DTYPES, check_fitted_model, check_store_vectors, encode_ivf_rows,
     resolve_norm_encoding,
 )
 from .._validation import resolve_n_threads
-from ..ivf import ivf_from_state
+from ..ivf_quantizer import ivf_from_state
 from ..quantizers import quantizer_from_state
 from .ivf_schema import IVF_MINOR_VERSION, ivf_meta, put_ivf_sections
 from .schema import KIND_IVF_INDEX, check_user_metadata, put_quantizer_sections, quantizer_meta

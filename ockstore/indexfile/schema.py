@@ -14,8 +14,8 @@ import numpy as np
 
 from .. import storage
 from .._blas import blas_single_thread
-from .._codec import SubspaceLayout
-from .._encoding import NORM_DTYPES, NORM_ENCODINGS, STORE_VECTORS, STORED_VECTOR_DTYPES
+from .._model_tables import SubspaceLayout
+from .._index_rows import NORM_DTYPES, NORM_ENCODINGS, STORE_VECTORS, STORED_VECTOR_DTYPES
 from .._version import __version__
 from .._params import STORED_PARAMETERS
 from ..quantizers import METHODS, PARAMETERS, quantizer_from_state

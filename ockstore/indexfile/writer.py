@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 
 from .. import storage
-from .._encoding import (
+from .._index_rows import (
     NORM_DTYPES, STORED_VECTOR_DTYPES, check_fitted_model, check_fitted_quantizer, check_store_vectors, encode_rows,
     resolve_norm_encoding, vectors_for_storage,
 )
 from .._validation import as_ids, as_vectors, check_int, resolve_n_threads
-from ..ivf import IVF
+from ..ivf_quantizer import IVF
 from ..quantizers import quantizer_from_state
 from .schema import (
     KIND_INDEX, KIND_IVF_QUANTIZER, KIND_QUANTIZER, check_user_metadata, format_minor_version, put_quantizer_sections,

@@ -20,7 +20,8 @@ from helpers import random_rotation
 # only these lines.
 from ockstore._blas import blas_single_thread
 from ockstore._codec_kernels import code_gram, code_sums, matmul_rows, normal_equations
-from ockstore._codec import SubspaceLayout, fit_scalar_quantizer, scalar_encode
+from ockstore._model_tables import SubspaceLayout
+from ockstore._norm_levels import fit_scalar_quantizer, scalar_encode
 from ockstore._training import _procrustes
 
 EPS32 = float(np.finfo(np.float32).eps) / 2  # unit roundoff of float32, 2^-24

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._codec import fit_scalar_quantizer
+from ._norm_levels import fit_scalar_quantizer
 from ._kmeans import PROBE_IP, PROBE_L2, CoarseTables, train_coarse
 from ._params import PARAMETERS
 from ._validation import (

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._codec import scalar_encode
+from ._norm_levels import scalar_encode
 from ._validation import check_choice, to_float32_rows
 from .errors import NotFittedError
-from .ivf import IVF
+from .ivf_quantizer import IVF
 from .quantizers import Quantizer
 
 __all__ = ["NORM_ENCODINGS", "NORM_DTYPES", "DEFAULT_NORM_ENCODING", "BUILD_CHUNK", "STORE_VECTORS",
