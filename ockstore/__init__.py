@@ -23,6 +23,7 @@ from .indexfile.writer import IndexWriter, build_index, save_quantizer
 from .ivf_quantizer import IVF
 from .ivf_index import IVFIndex
 from .quantizers import CKM, ECKM, OCKM, PQ, Quantizer
+from .indexfile import kinds as _index_kinds  # noqa: F401  (registers the kinds of index: flat, inverted file)
 from .collection import Collection, CollectionWarning, create_collection, open_collection
 from . import datasets, evaluation, paths
 

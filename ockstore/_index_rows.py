@@ -16,15 +16,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import _kinds
 from ._norm_levels import scalar_encode
 from ._validation import check_choice, to_float32_rows
 from .errors import NotFittedError
-from .ivf_quantizer import IVF
-from .quantizers import Quantizer
 
 __all__ = ["NORM_ENCODINGS", "NORM_DTYPES", "DEFAULT_NORM_ENCODING", "BUILD_CHUNK", "STORE_VECTORS",
-           "STORED_VECTOR_DTYPES", "check_fitted_quantizer", "check_fitted_model", "resolve_norm_encoding",
-           "check_store_vectors", "vectors_for_storage", "encode_rows", "encode_ivf_rows", "encode_step", "encode_all"]
+           "STORED_VECTOR_DTYPES", "check_fitted_model", "check_model_for", "resolve_norm_encoding",
+           "check_store_vectors", "vectors_for_storage", "encode_rows", "encode_step", "encode_all"]
 
 NORM_ENCODINGS = ("f32", "u8", "none")
 NORM_DTYPES = {"f32": np.dtype("<f4"), "u8": np.dtype("<u1")}
@@ -45,53 +44,44 @@ DEFAULT_NORM_ENCODING = "u8"
 BUILD_CHUNK = 65536
 
 
-def check_fitted_quantizer(quantizer):
-    """``quantizer`` when it is a fitted PQ, CKM, ECKM or OCKM; TypeError or NotFittedError naming it otherwise."""
-    if isinstance(quantizer, IVF):
-        raise TypeError("quantizer: an IVF makes an inverted-file index: build it with Index.from_vectors, "
-                        "IndexWriter or build_index (ockstore.ivf_index.IVFIndex), not with the flat Index")
-    if not isinstance(quantizer, Quantizer):
-        raise TypeError(f"quantizer must be a PQ, CKM, ECKM or OCKM instance, got {type(quantizer).__name__}")
-    if not quantizer.is_fitted:
-        raise NotFittedError(f"quantizer: this {type(quantizer).__name__} is not fitted yet: call fit(X) first")
-    return quantizer
+def check_fitted_model(model, name="quantizer"):
+    """``model`` when it is a fitted model of a known kind (PQ, CKM, ECKM, OCKM, IVF: what index files are made with);
+    TypeError or NotFittedError naming ``name`` otherwise."""
+    _kinds.of_model(model, name)
+    if not model.is_fitted:
+        raise NotFittedError(f"{name}: this {type(model).__name__} is not fitted yet: call fit(X) first")
+    model._check_fitted()  # an IVF also checks that its fine quantizer was not refitted since
+    return model
 
 
-def check_fitted_model(quantizer):
-    """``quantizer`` when it is a fitted PQ, CKM, ECKM, OCKM or IVF (what index files are made with); TypeError or
-    NotFittedError naming it otherwise."""
-    if isinstance(quantizer, IVF):
-        if not quantizer.is_fitted:
-            raise NotFittedError("quantizer: this IVF is not fitted yet: call fit(X) first")
-        quantizer._check_fitted()
-        return quantizer
-    if not isinstance(quantizer, Quantizer):
-        raise TypeError(f"quantizer must be a PQ, CKM, ECKM, OCKM or IVF instance, got {type(quantizer).__name__}")
-    return check_fitted_quantizer(quantizer)
+def check_model_for(cls, model, name="quantizer"):
+    """``model`` when it is a fitted model that ``cls`` (an index class, or a writer class) takes: an Index (or an
+    IndexWriter) takes a PQ, CKM, ECKM or OCKM, an IVFIndex (IVFIndexWriter) an IVF, and subclasses take what their
+    base takes. TypeError naming ``name`` otherwise, saying which class the model makes (``Index.from_vectors``,
+    ``IndexWriter`` and ``build_index`` choose it from the model); NotFittedError for an unfitted model."""
+    kind = _kinds.of_model(model, name)
+    if _kinds.of_class(cls) is not kind:
+        made = kind.writer_class if any(issubclass(cls, k.writer_class) for k in _kinds.kinds()) else kind.index_class
+        raise TypeError(f"{name}: a {type(model).__name__} makes {made.__name__} objects, not {cls.__name__}: build "
+                        "with Index.from_vectors, IndexWriter or build_index, which choose the class from the model")
+    return check_fitted_model(model, name)
 
 
-def resolve_norm_encoding(quantizer, norm_encoding):
-    """None means the default for the quantizer: DEFAULT_NORM_ENCODING for L2 with C >= 2, "none" otherwise (C = 1,
-    or metric "ip" / "cosine", whose scores need no norm term). An IVF with metric "l2" always needs the norm term
-    (that of the whole reconstruction c_l + R z_hat, whatever C): "u8" by default, "none" refused."""
-    is_ivf = isinstance(quantizer, IVF)
-    C = 2 if is_ivf else quantizer.n_codebooks
-    needs_norm = C > 1 and quantizer.metric == "l2"
+def resolve_norm_encoding(model, norm_encoding):
+    """None means the default for the model: DEFAULT_NORM_ENCODING when its L2 distances need the norm term (C >= 2,
+    or an IVF: the norm term of its whole reconstruction c_l + R z_hat), "none" otherwise (C = 1, or metric "ip" /
+    "cosine", whose scores need no norm term). An explicit choice must agree (ValueError naming norm_encoding)."""
+    needed, reason = model._norm_term_need()
     if norm_encoding is None:
-        return DEFAULT_NORM_ENCODING if needs_norm else "none"
+        return DEFAULT_NORM_ENCODING if needed else "none"
     check_choice(norm_encoding, "norm_encoding", NORM_ENCODINGS)
-    if quantizer.metric != "l2" and norm_encoding != "none":
-        raise ValueError(f"norm_encoding must be 'none' (or None) for metric {quantizer.metric!r}: inner products "
+    if model.metric != "l2" and norm_encoding != "none":
+        raise ValueError(f"norm_encoding must be 'none' (or None) for metric {model.metric!r}: inner products "
                          f"need no norm term, got {norm_encoding!r}")
-    if is_ivf and needs_norm and norm_encoding == "none":
-        raise ValueError("norm_encoding must be 'f32' or 'u8' for an IVF with metric 'l2': its distances need the "
-                         "norm term of the whole reconstruction, got 'none'")
-    if C == 1 and norm_encoding != "none":
-        raise ValueError(f"norm_encoding must be 'none' (or None) for {type(quantizer).__name__} with one codebook "
-                         f"per subspace: its tables hold the whole distance, got {norm_encoding!r}")
-    if needs_norm and norm_encoding == "none":
-        raise ValueError(f"norm_encoding must be 'f32' or 'u8' for {type(quantizer).__name__} with "
-                         f"n_codebooks={C}: its distances need the norm term, got 'none'")
+    if needed and norm_encoding == "none":
+        raise ValueError(f"norm_encoding must be 'f32' or 'u8' for {reason}, got 'none'")
+    if not needed and norm_encoding != "none":
+        raise ValueError(f"norm_encoding must be 'none' (or None) for {reason}, got {norm_encoding!r}")
     return norm_encoding
 
 
@@ -129,51 +119,38 @@ def vectors_for_storage(X, store_vectors, name="X", first_row=0):
     return rows
 
 
-def encode_rows(quantizer, X, norm_encoding, n_threads, first_row=0):
-    """Codes and norm terms of checked rows ``X`` (any real dtype, right dimension; values are checked here, before
-    anything is returned; a bad row is named by its number plus ``first_row``). Returns ``(codes (n, M*C) uint8,
-    norms (n,) in NORM_DTYPES[norm_encoding] or None)``."""
-    codes, _ = quantizer._encode_rows(X, n_threads, first_row)
-    if norm_encoding == "none":
-        return codes, None
-    sq = quantizer.code_norms(codes, n_threads=n_threads)
-    return codes, (sq if norm_encoding == "f32" else scalar_encode(sq, quantizer.norm_levels))
-
-
-def encode_ivf_rows(ivf, X, norm_encoding, n_threads, first_row=0):
-    """``encode_rows`` for an IVF: ``(lists (n,) int32, codes (n, M*C) uint8, norms (n,) or None)``; the norm term is
-    that of the whole reconstruction, ||c_l + R z_hat||^2, its one-byte code through ``ivf.norm_levels``."""
-    lists, codes, sq = ivf._encode_rows(X, n_threads, first_row, norms=norm_encoding != "none")
+def encode_rows(model, X, norm_encoding, n_threads, first_row=0):
+    """What an index stores for checked rows ``X`` (any real dtype, right dimension; values are checked here, before
+    anything is returned; a bad row is named by its number plus ``first_row``): ``(lists (n,) int32 or None for a
+    flat model, codes (n, M*C) uint8, norms (n,) in NORM_DTYPES[norm_encoding] or None)``. The norm term is
+    ||x_hat||^2 of the model's reconstruction (for an IVF, of the whole c_l + R z_hat), its one-byte code through
+    ``model.norm_levels`` for "u8"."""
+    lists, codes, sq = model._encode_for_index(X, n_threads, first_row, norm_terms=norm_encoding != "none")
     if norm_encoding == "none":
         return lists, codes, None
-    return lists, codes, (sq if norm_encoding == "f32" else scalar_encode(sq, ivf.norm_levels))
+    return lists, codes, (sq if norm_encoding == "f32" else scalar_encode(sq, model.norm_levels))
 
 
 def encode_step(model, X, norm_encoding, store_vectors, n_threads, first_row=0):
-    """What an index stores for the checked rows ``X`` of one step: ``(lists (n,) int32, or None for a flat quantizer,
+    """What an index stores for the checked rows ``X`` of one step: ``(lists (n,) int32, or None for a flat model,
     codes, norms or None, vectors or None)``. The vectors to store are checked first: a refused value costs no
     encoding."""
     vectors = None if store_vectors is None else vectors_for_storage(X, store_vectors, "X", first_row)
-    if isinstance(model, IVF):
-        lists, codes, norms = encode_ivf_rows(model, X, norm_encoding, n_threads, first_row)
-    else:
-        lists = None
-        codes, norms = encode_rows(model, X, norm_encoding, n_threads, first_row)
-    return lists, codes, norms, vectors
+    return (*encode_rows(model, X, norm_encoding, n_threads, first_row), vectors)
 
 
 def encode_all(model, X, norm_encoding, store_vectors, n_threads, step):
-    """``encode_step`` over all of the checked rows ``X``, ``step`` rows at a time, into arrays allocated once (the
-    memory beyond them is bounded by one step): ``(lists or None, codes, norms or None, vectors or None)``."""
+    """``encode_step`` over all of the checked rows ``X``, ``step`` rows at a time, into arrays allocated at the first
+    step (run once with zero rows when X has none; the memory beyond the arrays is bounded by one step): ``(lists or
+    None, codes, norms or None, vectors or None)``."""
     N = X.shape[0]
-    lists = np.empty(N, dtype=np.int32) if isinstance(model, IVF) else None
-    codes = np.empty((N, model.code_size), dtype=np.uint8)
-    norms = None if norm_encoding == "none" else np.empty(N, dtype=NORM_DTYPES[norm_encoding])
-    vectors = None if store_vectors is None else np.empty((N, model.dim), dtype=STORED_VECTOR_DTYPES[store_vectors])
-    for start in range(0, N, step):
+    out = None
+    for start in range(0, max(N, 1), step):
         stop = min(N, start + step)
         parts = encode_step(model, X[start:stop], norm_encoding, store_vectors, n_threads, start)
-        for out, part in zip((lists, codes, norms, vectors), parts):
-            if out is not None:
-                out[start:stop] = part
-    return lists, codes, norms, vectors
+        if out is None:
+            out = [None if part is None else np.empty((N, *part.shape[1:]), dtype=part.dtype) for part in parts]
+        for whole, part in zip(out, parts):
+            if whole is not None:
+                whole[start:stop] = part
+    return tuple(out)

@@ -28,7 +28,7 @@ from ._validation import (
 from .errors import NotFittedError
 from .quantizers import Quantizer
 
-__all__ = ["IVF", "MAX_LISTS", "default_n_probe", "check_n_probe", "ivf_from_state"]
+__all__ = ["IVF", "MAX_LISTS", "ROWS_PER_STEP", "default_n_probe", "ivf_from_state"]
 
 # Lists of an inverted file at most: list ids are C ints in the kernels, and every list costs P floats of centroid.
 MAX_LISTS = 1 << 24
@@ -47,19 +47,6 @@ DEFAULT_PROBE_DIVISOR = 64
 def default_n_probe(n_lists) -> int:
     """The n_probe of a search that gives none: ceil(n_lists / DEFAULT_PROBE_DIVISOR), at least 1."""
     return max(1, -(-int(n_lists) // DEFAULT_PROBE_DIVISOR))
-
-
-def check_n_probe(n_probe, model, what="index"):
-    """The n_probe of a search over codes of ``model`` (an index's or a collection's, ``what``): for an IVF, None means
-    the default, else an int in 1..n_lists; a flat model scans every code and refuses any value but None."""
-    if not isinstance(model, IVF):
-        if n_probe is not None:
-            raise ValueError(f"n_probe applies to inverted-file (IVF) indexes only: this {what} is flat and scans "
-                             "every code; leave n_probe out")
-        return None
-    if n_probe is None:
-        return model.default_n_probe
-    return check_int(n_probe, "n_probe", min_value=1, max_value=model.n_lists)
 
 
 def _check_fine_quantizer(quantizer):
@@ -390,6 +377,40 @@ class IVF:
         ("l2"; "cosine" too: for unit vectors the nearest centroids hold the best cosines) or by q.c_l ("ip")."""
         kind = PROBE_IP if self.metric == "ip" else PROBE_L2
         return self._coarse.probe(Q, n_probe, kind, -2.0 if self.metric == "l2" else -1.0, n_threads)
+
+    # ------------------------------------------------------------------------------------- what indexes ask of a model
+    # The same methods as the flat quantizers' (quantizers.Quantizer): indexes, writers and collections call them,
+    # never asking which kind of model they hold (docs/ARCHITECTURE.md, "Kinds of index").
+    def _encode_for_index(self, X, n_threads, first_row=0, norm_terms=True):
+        """(lists (n,) int32, codes (n, M*C) uint8, norm terms ||c_l + R z_hat||^2 (n,) float32 or None) of checked
+        rows ``X`` (any real dtype, right dimension; values are checked here; a bad row is named by its number plus
+        ``first_row``)."""
+        return self._encode_rows(X, n_threads, first_row, norms=norm_terms)
+
+    def _norm_term_need(self):
+        """(needed, reason): with metric "l2" every distance needs the stored norm term of the whole reconstruction
+        (whatever C is); "ip" and "cosine" need none."""
+        return (self.metric == "l2", "an IVF with metric 'l2': its distances need the norm term of the whole "
+                                     "reconstruction")
+
+    def _check_n_probe(self, n_probe, what="index"):
+        """The n_probe of a search: None means ``default_n_probe``, else an int in 1..n_lists (ValueError or
+        TypeError naming n_probe otherwise)."""
+        if n_probe is None:
+            return self.default_n_probe
+        return check_int(n_probe, "n_probe", min_value=1, max_value=self.n_lists)
+
+    def _summary(self) -> dict:
+        """The fine quantizer's P, method, metric, M, C, K, T, bits, then n_lists: what describes an IVF model."""
+        return {**self.quantizer._summary(), "n_lists": int(self.n_lists)}
+
+    def _file_summary(self) -> dict:
+        """What file_info says of an IVF quantizer file's model: ``_summary``, default_n_probe, coarse_objective, then
+        the fine quantizer's code_size, iterations and objective (on residuals)."""
+        fine = self.quantizer._file_summary()
+        return {**self._summary(), "default_n_probe": int(self.default_n_probe),
+                "coarse_objective": float(self._history[-1]),
+                **{key: fine[key] for key in ("code_size", "iterations", "objective")}}
 
     # ------------------------------------------------------------------------------------------------- state
     def _get_state(self):

@@ -367,6 +367,44 @@ class Quantizer:
         out = self._tables.code_sqnorms(codes, self._threads(n_threads))
         return out[0] if was_1d else out
 
+    # ------------------------------------------------------------------------------------- what indexes ask of a model
+    # The IVF (ivf_quantizer.py) has the same methods: indexes, writers and collections call them, never asking
+    # which kind of model they hold (docs/ARCHITECTURE.md, "Kinds of index").
+    def _encode_for_index(self, X, n_threads, first_row=0, norm_terms=True):
+        """(None, codes (n, M*C) uint8, norm terms ||x_hat||^2 (n,) float32 or None) of checked rows ``X`` (any real
+        dtype, right dimension; values are checked here; a bad row is named by its number plus ``first_row``). A flat
+        quantizer puts every vector in one list: the first item, the lists, is None."""
+        codes, _ = self._encode_rows(X, n_threads, first_row)
+        return None, codes, (self.code_norms(codes, n_threads=n_threads) if norm_terms else None)
+
+    def _norm_term_need(self):
+        """(needed, reason): whether L2 distances need the stored norm term ||x_hat||^2 (C >= 2 with metric "l2"),
+        and the words error messages about ``norm_encoding`` give for it."""
+        name = type(self).__name__
+        if self.n_codebooks == 1:
+            return False, f"{name} with one codebook per subspace: its tables hold the whole distance"
+        return self.metric == "l2", f"{name} with n_codebooks={self.n_codebooks}: its distances need the norm term"
+
+    def _check_n_probe(self, n_probe, what="index"):
+        """The n_probe of a search over codes of this model: None, the only value a flat model takes (it scans every
+        code); ValueError naming n_probe otherwise (``what``: "index" or "collection")."""
+        if n_probe is not None:
+            raise ValueError(f"n_probe applies to inverted-file (IVF) indexes only: this {what} is flat and scans "
+                             "every code; leave n_probe out")
+        return None
+
+    def _summary(self) -> dict:
+        """P, method, metric, M, C, K, T, bits: the part of an index's info() that describes its model."""
+        return {"P": int(self.dim), "method": self.method, "metric": self.metric, "M": int(self.n_subspaces),
+                "C": int(self.n_codebooks), "K": int(self.n_codewords), "T": int(self.beam_width),
+                "bits": int(self.bits)}
+
+    def _file_summary(self) -> dict:
+        """What file_info says of the model of a quantizer file: ``_summary``, then code_size, iterations and
+        objective (the last training objective)."""
+        return {**self._summary(), "code_size": int(self.code_size), "iterations": int(len(self._history) - 1),
+                "objective": float(self._history[-1])}
+
     # ------------------------------------------------------------------------------------------------- state
     def _get_state(self):
         """(params, arrays) describing the model completely; arrays absent when not learned are omitted."""

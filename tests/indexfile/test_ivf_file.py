@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 import ockstore
+from ockstore import _kinds
 from ockstore import IVF, Index, IndexWriter, build_index, load_quantizer, open_index, save_quantizer, storage
 from ockstore.indexfile import ivf_writer
 from ockstore.errors import FormatError
-from ockstore.indexfile import schema as index_schema
 
 from helpers import is_hidden_temp, listing
 from index_files import DATA, expect_format_error, parts_of, user_ids
@@ -445,7 +445,7 @@ def test_golden_files_still_open_unchanged_V8(tmp_path):
             index.search(Q, 10, n_probe=1)
         index.save(tmp_path / "copy.ock")
     assert ockstore.file_info(tmp_path / "copy.ock")["format_version"] == "1.0"
-    assert index_schema.KINDS == ("index", "quantizer", "ivf-index", "ivf-quantizer")
+    assert _kinds.file_kinds() == ("index", "quantizer", "ivf-index", "ivf-quantizer")
 
 
 def test_golden_ivf_file_V10(tmp_path):
