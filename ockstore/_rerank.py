@@ -32,9 +32,10 @@ def rerank(Q, candidates, fetch, metric, k):
     candidates : ndarray of shape (nq, R), dtype int64
         Keys of the candidates (rows of an index, ids of a collection), >= 0, then -1 for none.
     fetch : callable
-        ``fetch(keys)`` for sorted unique keys returns (vectors (n, P) float32, ids (n,) int64): the candidates'
-        vectors, checked as every vector input is (``check_vector_rows``), and the ids reported for them (which break
-        ties).
+        ``fetch(keys)`` for the real candidates of a step of queries (int64, query after query, a key possibly
+        repeated across queries) returns (vectors (n, P) float32, ids (n,) int64), aligned with ``keys``: the
+        candidates' vectors, checked as every vector input is (``check_vector_rows``), and the ids reported for them
+        (which break ties). ``gather_rows`` serves an array of vectors indexed by the keys.
     metric : "l2", "ip" or "cosine"
     k : int <= R
 
@@ -51,46 +52,43 @@ def rerank(Q, candidates, fetch, metric, k):
         stop = min(nq, start + step)
         cand = candidates[start:stop]
         valid = cand >= 0
-        if not valid.any():
+        every = bool(valid.all())  # the common case: R real candidates per query
+        keys = cand.reshape(-1) if every else cand[valid]
+        if keys.size == 0:
             continue
-        keys, where = np.unique(cand[valid], return_inverse=True)
         vectors, ids = fetch(keys)
         if metric == "cosine":
             zero = np.einsum("ij,ij->i", vectors, vectors) == 0
             if zero.any():
                 raise ValueError(f"vectors row {int(keys[zero].min())} is a zero vector: its cosine similarity is "
                                  "undefined")
-        rows = np.full(cand.shape, -1, dtype=np.int64)
-        rows[valid] = where.reshape(-1)
-        D[start:stop], I[start:stop] = exact_topk(Q[start:stop], rows, vectors, ids, metric, k)
+        D[start:stop], I[start:stop] = exact_topk(Q[start:stop], None if every else valid, vectors, ids, metric, k)
     return D, I
 
 
-def exact_topk(Q, rows, vectors, ids, metric, k):
-    """The best k of each query's candidate rows of ``vectors`` by exact value (no input validation).
+def exact_topk(Q, valid, V, ids, metric, k):
+    """The best k of each query's candidates by exact value (no input validation).
 
-    Q : (nq, P) float32; rows : (nq, R) int64, rows of ``vectors`` (-1 for none, after the real ones); vectors :
-    (n, P) float32, finite; ids : (n,) int64, the id of each row of ``vectors``; metric : "l2", "ip", "cosine";
-    k <= R. Returns (values (nq, k) float32, ids (nq, k) int64), as ``rerank``.
+    Q : (nq, P) float32; valid : (nq, R) bool, which of each query's R candidate slots hold a candidate (the real ones
+    first), or None when all do; V : (n, P) float32, finite, the candidates' vectors query after query (n = R * nq, or
+    the number of True in ``valid``); ids : (n,) int64, their ids; metric : "l2", "ip", "cosine"; k <= R. Returns
+    (values (nq, k) float32, ids (nq, k) int64), as ``rerank``.
 
     What a compiled loop replacing this must reproduce: for each query and each real candidate, the value in float32
     from the float32 vectors -- "l2" sum_j (q_j - x_j)^2, "ip" sum_j q_j x_j, "cosine" (sum_j q_j x_j) / sqrt(sum_j
     x_j^2) (here one NumPy reduction per candidate, so a value depends on that candidate only); the k best by (value,
     id): ascending distances for "l2", descending scores otherwise, equal values by the smaller id; padding (+inf
-    for "l2", -inf otherwise, id -1) after the last real candidate. It may gather the rows from a stored section of
-    any stored dtype itself (uint8 and float16 widen to float32 exactly) instead of a gathered float32 block.
+    for "l2", -inf otherwise, id -1) after the last real candidate. It may gather the rows itself from the stored
+    section of an index (any stored dtype: uint8 and float16 widen to float32 exactly), fetched row by row with
+    prefetching, instead of taking a gathered block.
     """
-    nq, R = rows.shape
+    nq = Q.shape[0]
+    R = V.shape[0] // max(nq, 1) if valid is None else valid.shape[1]
+    shape = (nq, R)
     pad = np.inf if metric == "l2" else -np.inf
     D = np.full((nq, k), pad, dtype=np.float32)
     I = np.full((nq, k), -1, dtype=np.int64)
-    valid = rows >= 0
-    every = bool(valid.all())  # the common case: R real candidates per query
-    flat = rows.reshape(-1) if every else rows[valid]
-    if flat.size == 0:
-        return D, I
-    V = vectors[flat]
-    Qv = np.repeat(Q, R, axis=0) if every else Q[np.nonzero(valid)[0]]
+    Qv = np.repeat(Q, R, axis=0) if valid is None else Q[np.nonzero(valid)[0]]
     if metric == "l2":
         diff = Qv - V
         exact = np.einsum("ij,ij->i", diff, diff)
@@ -99,21 +97,20 @@ def exact_topk(Q, rows, vectors, ids, metric, k):
         if metric == "cosine":
             exact = exact / np.sqrt(np.einsum("ij,ij->i", V, V))
     key = exact if metric == "l2" else -exact  # the sort key: ascending
-    found_ids = ids[flat]
-    if every:
-        values, cand_ids = key.reshape(rows.shape), found_ids.reshape(rows.shape)
+    if valid is None:
+        values, cand_ids = key.reshape(shape), ids.reshape(shape)
         tie_ids = cand_ids
     else:
-        values = np.full(rows.shape, np.inf, dtype=np.float32)  # padding sorts last
+        values = np.full(shape, np.inf, dtype=np.float32)  # padding sorts last
         values[valid] = key
-        cand_ids = np.full(rows.shape, -1, dtype=np.int64)
-        cand_ids[valid] = found_ids
+        cand_ids = np.full(shape, -1, dtype=np.int64)
+        cand_ids[valid] = ids
         tie_ids = np.where(valid, cand_ids, np.iinfo(np.int64).max)
     order = np.lexsort((tie_ids, values), axis=-1)[:, :k]
     best = np.take_along_axis(values, order, axis=1)
     best_ids = np.take_along_axis(cand_ids, order, axis=1)
     kk = order.shape[1]
-    if every:
+    if valid is None:
         D[:, :kk] = best if metric == "l2" else -best
     else:
         D[:, :kk] = np.where(best_ids >= 0, best if metric == "l2" else -best, pad)
@@ -122,11 +119,17 @@ def exact_topk(Q, rows, vectors, ids, metric, k):
 
 
 def gather_rows(vectors, rows, source=None):
-    """float32 copies of ``vectors[rows]`` (rows sorted and unique, as an HDF5 dataset requires), checked by
+    """float32 copies of ``vectors[rows]`` (rows in any order, a row possibly repeated), checked by
     ``check_vector_rows``: ``vectors`` is an index's stored section (``source`` makes the FormatError of damage) or
-    the caller's array-like (``source`` None)."""
+    the caller's array-like (``source`` None). An ndarray (a stored section, a memory map) is indexed directly; any
+    other array-like (an HDF5 dataset) is read once per distinct row, in increasing order, as h5py requires. Either
+    way a row's values are the same."""
     with np.errstate(over="ignore"):  # float64 values beyond float32 become inf: refused below
-        block = np.asarray(vectors[rows], dtype=np.float32)
+        if isinstance(vectors, np.ndarray):
+            block = vectors[rows].astype(np.float32, copy=False)  # fancy indexing copies
+        else:
+            unique_rows, where = np.unique(rows, return_inverse=True)
+            block = np.asarray(vectors[unique_rows], dtype=np.float32)[where]
     check_vector_rows(block, rows, source)
     return block
 

@@ -25,7 +25,7 @@ from .scan import scan_parts
 from .segments import Segment, SegmentSpec, SegmentView
 
 __all__ = ["CollectionWarning", "Snapshot", "manifest_generations", "load_newest", "open_generation", "remember",
-           "vectors_by_id"]
+           "vectors_by_id", "by_unique_ids"]
 
 # Loading retries with a newer manifest this many times when files of the chosen one vanish meanwhile (a writer
 # removed an old generation's files between our reading its manifest and opening them).
@@ -156,14 +156,14 @@ class Snapshot:
         there, or None): from ``vectors`` by id, or from the stored vectors of the segments holding them, so the
         results equal those of one index holding the live rows."""
         if vectors is not None:
-            return lambda ids: (vectors_by_id(vectors, ids), ids)
+            return lambda ids: (by_unique_ids(lambda unique: vectors_by_id(vectors, unique), ids), ids)
         valid = I >= 0
         order = np.argsort(I[valid], kind="stable")  # a live id is in one segment, at one row
         sorted_ids, sorted_part = I[valid][order], part[valid][order]
         sorted_rows = None if rows is None else rows[valid][order]
         dim = self.spec.quantizer.dim
 
-        def fetch(ids):
+        def stored(ids):  # sorted, unique
             at = np.searchsorted(sorted_ids, ids)
             part_of = sorted_part[at]
             data = np.empty((ids.size, dim), dtype=np.float32)
@@ -177,9 +177,9 @@ class Snapshot:
                     views[p].index.vectors, found[by_row],
                     lambda check, detail, path=segment.path: storage.format_error(path, check, detail))
                 data[chosen] = block
-            return data, ids
+            return data
 
-        return fetch
+        return lambda ids: (by_unique_ids(stored, ids), ids)
 
 
 def _scan_jointly(views):
@@ -187,6 +187,13 @@ def _scan_jointly(views):
     best so far), rather than each by its own search with the results merged (IVF segments: each probes its lists).
     A collection without segments takes the second path: it has nothing to scan."""
     return bool(views) and all(view.index._flat_scan_rows(None) is not None for view in views)
+
+
+def by_unique_ids(read, ids):
+    """``read(unique)`` of the sorted unique ``ids`` (each read once: an HDF5 dataset wants increasing rows), spread
+    back over ``ids`` (a candidate id may come up for several queries)."""
+    unique, where = np.unique(ids, return_inverse=True)
+    return read(unique)[where.reshape(-1)]
 
 
 def vectors_by_id(vectors, ids):

@@ -2,12 +2,13 @@
 returns per-query top-k, the client merges them exactly (docs/ARCHITECTURE.md, "Distributed builds and searches").
 
 The client opens the collection (read-only) to fix the generation searched and to check every argument exactly as
-``Collection.search`` does (``Snapshot.search_options``, the one check of a search), before any task runs. Shares are assigned by rows, largest
-segment first to the least loaded worker, the same way for the same workers and generation: each worker finds its
-share already open in its cache (tasks.MAX_SHARES) on the next call. With ``rerank=R`` the workers return their best
-R candidates by code; the client merges the best R of the collection, fetches their stored vectors from the workers
-that hold them (or reads them from ``vectors``, indexed by id) and re-ranks them with the same function as
-``Collection.search`` (``_rerank.rerank``): the results are equal, bit for bit.
+``Collection.search`` does (``Snapshot.search_options``, the one check of a search), before any task runs. Shares
+are assigned by rows, largest segment first to the least loaded worker, the same way for the same workers and
+generation: each worker finds its share already open in its cache (tasks.MAX_SHARES) on the next call. With
+``rerank=R`` the workers return their best R candidates by code; the client merges the best R of the collection,
+fetches their stored vectors from the workers that hold them (or reads them from ``vectors``, indexed by id) and
+re-ranks them with the same function as ``Collection.search`` (``_rerank.rerank``): the results are equal, bit for
+bit.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import numpy as np
 from .. import _rerank
 from .._validation import as_vectors
 from ..collection import merge_topk, open_collection
-from ..collection.snapshot import vectors_by_id
+from ..collection.snapshot import by_unique_ids, vectors_by_id
 from ..paths import _as_str
 from . import tasks
 from .cluster import connect, workers_of
@@ -135,7 +136,7 @@ def _rerank_fetched(cl, collection, folder, generation, shares, Q, I, part, vect
                 block = _ById(np.empty(0, dtype=np.int64), np.empty((0, Q.shape[1]), dtype=np.float32))
 
         def fetch(ids, block=block):
-            return vectors_by_id(block, ids), ids
+            return by_unique_ids(lambda unique: vectors_by_id(block, unique), ids), ids
 
         D_out[start:stop], I_out[start:stop] = _rerank.rerank(Qp[start:stop], I[start:stop], fetch, metric, k)
     return D_out, I_out
