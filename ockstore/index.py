@@ -17,6 +17,7 @@ import numpy as np
 from . import _kinds, _rerank, _search_options
 from . import search as _search
 from . import storage
+from ._closable import Closable
 from ._index_rows import (
     BUILD_CHUNK, NORM_ENCODINGS, STORED_VECTOR_DTYPES, check_model_for, check_store_vectors, encode_all,
     resolve_norm_encoding,
@@ -44,7 +45,7 @@ def _check_array(arr, name, dtype, shape):
     return arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
 
 
-class Index:
+class Index(Closable):
     """Compact codes of a base with their quantizer, searched exhaustively by ADC or SDC.
 
     Parameters
@@ -120,7 +121,7 @@ class Index:
 
         Parameters
         ----------
-        quantizer : fitted PQ, CKM, ECKM or OCKM
+        quantizer : fitted PQ, CKM, ECKM, OCKM or IVF
         X : array-like of shape (N, P)
             Any real numeric dtype; encoded BUILD_CHUNK rows at a time (temporary memory bounded by the chunk).
         ids : array-like of shape (N,), integers >= 0, or None
@@ -170,18 +171,6 @@ class Index:
         resource, self._resource = self._resource, None
         if resource is not None:
             resource.close()
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    def __enter__(self):
-        self._check_open()
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        self.close()
-        return False
 
     def _check_open(self):
         if self._closed:

@@ -23,10 +23,10 @@ from ._norm_levels import fit_scalar_quantizer
 from ._kmeans import PROBE_IP, PROBE_L2, CoarseTables, train_coarse
 from ._params import PARAMETERS
 from ._validation import (
-    as_codes, as_list_ids, as_vectors, check_int, resolve_n_threads, to_float32_rows,
+    as_codes, as_list_ids, as_vectors, check_int, to_float32_rows,
 )
 from .errors import NotFittedError
-from .quantizers import Quantizer
+from .quantizers import Model, Quantizer, learned
 
 __all__ = ["IVF", "MAX_LISTS", "ROWS_PER_STEP", "default_n_probe", "ivf_from_state"]
 
@@ -56,7 +56,7 @@ def _check_fine_quantizer(quantizer):
     return quantizer
 
 
-class IVF:
+class IVF(Model):
     """Inverted file: coarse k-means lists, residuals encoded by a fine quantizer.
 
     Parameters
@@ -158,15 +158,8 @@ class IVF:
         self._check_fitted()
         return self._coarse.centroids
 
-    @property
-    def coarse_objective_history(self):
-        self._check_fitted()
-        return self._history
-
-    @property
-    def norm_levels(self):
-        self._check_fitted()
-        return self._norm_levels
+    coarse_objective_history = learned("_history")
+    norm_levels = learned("_norm_levels")
 
     @property
     def code_size(self) -> int:
@@ -186,14 +179,6 @@ class IVF:
     def default_n_probe(self) -> int:
         """The n_probe of a search that gives none (``default_n_probe(n_lists)``)."""
         return default_n_probe(self.n_lists)
-
-    def _threads(self, n_threads=None):
-        return resolve_n_threads(self.n_threads if n_threads is None else n_threads)
-
-    def _rng(self):
-        if isinstance(self.seed, np.random.Generator):
-            return self.seed
-        return np.random.default_rng(self.seed)
 
     def _prepare(self, rows, name, first_row=0):
         """Checked float32 rows as the model sees them: unit length for metric "cosine" (as the fine quantizer's)."""
@@ -263,12 +248,8 @@ class IVF:
     def encode(self, X, *, n_threads=None):
         """The list and the code of each vector.
 
-        Parameters
-        ----------
-        X : array-like of shape (n, P) or (P,)
-            Any real numeric dtype; converted to float32 ROWS_PER_STEP rows at a time (memory stays bounded).
-        n_threads : int or None
-            None means the IVF's ``n_threads`` (itself None: all cores).
+        ``X`` (shape (n, P) or (P,)) and ``n_threads`` (None: the IVF's own) as for ``Quantizer.encode``; X is
+        converted to float32 ROWS_PER_STEP rows at a time.
 
         Returns
         -------
@@ -351,23 +332,13 @@ class IVF:
         residual = self.quantizer._tables.decode(codes, n_threads).astype(np.float64)
         return (residual + self._coarse.centroids[lists]).astype(np.float32)
 
-    def distortion(self, X, *, n_threads=None) -> float:
-        """Mean squared reconstruction error per vector, (1/n) sum_i ||x_i - decode(*encode(x_i))||^2, in float64.
+    def _rows_per_step(self):
+        return ROWS_PER_STEP
 
-        X : array-like of shape (n, P) or (P,), n >= 1 (normalised first for metric "cosine").
-        """
-        self._check_fitted()
-        X, _ = as_vectors(X, "X", self.dim, convert=False)
-        if X.shape[0] == 0:
-            raise ValueError("X has no rows: the distortion of zero vectors is undefined")
-        threads = self._threads(n_threads)
-        total = 0.0
-        for start in range(0, X.shape[0], ROWS_PER_STEP):
-            rows = self._prepare(to_float32_rows(X[start:start + ROWS_PER_STEP], "X"), "X", start)
-            lists, codes = self._encode_prepared(rows, threads)
-            diff = rows.astype(np.float64) - self._reconstruct(lists, codes, threads)
-            total += float(np.einsum("ij,ij->", diff, diff))
-        return total / X.shape[0]
+    def _reconstruct_prepared(self, rows, n_threads):
+        """c_l + R z_hat of the encoding of rows already checked and prepared, (n, P) float32."""
+        lists, codes = self._encode_prepared(rows, n_threads)
+        return self._reconstruct(lists, codes, n_threads)
 
     # ------------------------------------------------------------------------------------------------------- search
     def _probe(self, Q, n_probe, n_threads):

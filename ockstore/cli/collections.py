@@ -24,17 +24,16 @@ __all__ = ["add_parsers", "COMMANDS"]
 
 def add_parsers(sub):
     """The parsers of create, add, delete and compact, on the subparsers action ``sub``."""
-    p = add_command(
-        sub, "create", help="create an empty collection folder with a quantizer",
-        description=("Create the collection folder FOLDER (it must not exist, or be empty) holding the quantizer of "
-                          "QUANTIZER_FILE (a quantizer file or an index file). A collection changes by commits: "
-                          "'ockstore add' and 'ockstore delete' change it, 'ockstore compact' merges its segments; "
-                          "info, verify, search and eval read it like an index file."),
-        epilog="""\
+    p = add_command(sub, "create", """\
+create an empty collection folder with a quantizer
+
+Create the collection folder FOLDER (it must not exist, or be empty) holding the quantizer of QUANTIZER_FILE (a
+quantizer file or an index file). A collection changes by commits: 'ockstore add' and 'ockstore delete' change it,
+'ockstore compact' merges its segments; info, verify, search and eval read it like an index file.
+
 examples:
   ockstore create sift.ockq photos/
-  ockstore create sift.ockq photos/ --store-vectors uint8 --metadata source=camera""",
-    )
+  ockstore create sift.ockq photos/ --store-vectors uint8 --metadata source=camera""")
     p.add_argument("quantizer", metavar="QUANTIZER_FILE", help="a quantizer file (ockstore train) or an index file")
     p.add_argument("folder", metavar="FOLDER", help="the collection folder to create")
     p.add_argument("--norm-encoding", choices=("u8", "f32"), default=None,
@@ -46,17 +45,16 @@ examples:
                                      f"{ockstore.collection.DEFAULT_MERGE_FACTOR})")
     add_metadata(p)
 
-    p = add_command(
-        sub, "add", help="add the vectors of a file to a collection (one commit)",
-        description=("Encode the vectors of BASE_FILE and add them to the collection FOLDER in one commit: all of "
-                          "them or, on any error, none. The file is streamed CHUNK rows at a time (memory bounded by "
-                          "the chunk). Without --ids the vectors get the ids that follow the largest id ever "
-                          "assigned; prints the range."),
-        epilog="""\
+    p = add_command(sub, "add", """\
+add the vectors of a file to a collection (one commit)
+
+Encode the vectors of BASE_FILE and add them to the collection FOLDER in one commit: all of them or, on any error,
+none. The file is streamed CHUNK rows at a time (memory bounded by the chunk). Without --ids the vectors get the ids
+that follow the largest id ever assigned; prints the range.
+
 examples:
   ockstore add photos/ new_photos.npy
-  ockstore add photos/ sift_base.bvecs.gz --ids base_ids.npy""",
-    )
+  ockstore add photos/ sift_base.bvecs.gz --ids base_ids.npy""")
     p.add_argument("folder", metavar="FOLDER", help="a collection folder (ockstore create)")
     p.add_argument("base", metavar="BASE_FILE", help=f"the vectors to add ({VECTOR_FILES})")
     p.add_argument("--ids", default=None, metavar="IDS_FILE",
@@ -67,28 +65,27 @@ examples:
     add_threads(p)
     add_progress(p)
 
-    p = add_command(
-        sub, "delete", help="delete vectors from a collection by id (one commit)",
-        description=("Delete the vectors whose ids IDS_FILE lists from the collection FOLDER, in one commit. Ids "
-                          "the collection does not hold are ignored, and so is -1 (the padding of a result file of "
-                          "'ockstore search'); other negative values are an error. Prints how many vectors were "
-                          "removed."),
-        epilog="""\
+    p = add_command(sub, "delete", """\
+delete vectors from a collection by id (one commit)
+
+Delete the vectors whose ids IDS_FILE lists from the collection FOLDER, in one commit. Ids the collection does not
+hold are ignored, and so is -1 (the padding of a result file of 'ockstore search'); other negative values are an
+error. Prints how many vectors were removed.
+
 example:
-  ockstore delete photos/ removed.txt        # one id per line""",
-    )
+  ockstore delete photos/ removed.txt        # one id per line""")
     p.add_argument("folder", metavar="FOLDER", help="a collection folder")
     p.add_argument("ids", metavar="IDS_FILE", help=f"the ids to delete: {ID_FILES}")
 
-    p = add_command(
-        sub, "compact", help="merge a collection's segments into one, dropping deleted rows",
-        description=("Merge every segment of the collection FOLDER into one holding the live vectors (codes are "
-                          "copied, not re-encoded), in one commit, then remove the files that no recent generation "
-                          "uses (vacuum). Readers that have the collection open keep their generation."),
-        epilog="""\
+    p = add_command(sub, "compact", """\
+merge a collection's segments into one, dropping deleted rows
+
+Merge every segment of the collection FOLDER into one holding the live vectors (codes are copied, not re-encoded),
+in one commit, then remove the files that no recent generation uses (vacuum). Readers that have the collection open
+keep their generation.
+
 example:
-  ockstore compact photos/""",
-    )
+  ockstore compact photos/""")
     p.add_argument("folder", metavar="FOLDER", help="a collection folder")
     p.add_argument("--no-vacuum", action="store_true", help="keep the files of older generations")
 

@@ -131,12 +131,17 @@ def add_progress(p):
                    help="show the progress bar even when stderr is not a terminal")
 
 
-def add_command(sub, name, help, description, epilog):
-    """The parser of subcommand ``name`` on the subparsers action ``sub``: its help line, its description (wrapped
-    here when given as one string; a list of paragraphs is wrapped paragraph by paragraph) and its examples
-    (``epilog``, kept as written). ``args.subparser`` is the parser, for usage errors found after parsing."""
-    paragraphs = [description] if isinstance(description, str) else description
-    p = sub.add_parser(name, formatter_class=Formatter, help=help, epilog=epilog,
-                       description="\n\n".join(wrap(text) for text in paragraphs))
+def add_command(sub, name, text):
+    """The parser of subcommand ``name`` on the subparsers action ``sub``, from ``text``: its first line is the help
+    line ``ockstore --help`` shows; then, up to the line ``example:`` or ``examples:``, the description, whose
+    paragraphs (separated by blank lines) are re-wrapped to 100 columns; from that line on the examples, kept as
+    written. ``args.subparser`` is the parser, for the usage errors found after parsing."""
+    help, _, rest = text.partition("\n")
+    lines = rest.split("\n")
+    start = next(i for i, line in enumerate(lines) if line in ("example:", "examples:"))
+    paragraphs = "\n".join(lines[:start]).strip().split("\n\n")
+    description = "\n\n".join(wrap(" ".join(paragraph.split())) for paragraph in paragraphs)
+    p = sub.add_parser(name, formatter_class=Formatter, help=help, description=description,
+                       epilog="\n".join(lines[start:]))
     p.set_defaults(subparser=p)
     return p

@@ -48,11 +48,12 @@ Exit status: 0 success, 1 data or format error (one line on stderr), 2 usage err
     sub.required = True
 
     # ---------------------------------------------------------------------------------------------------- train
-    p = add_command(
-        sub, "train", help="train a quantizer on a learn set and save it",
-        description=("Train a quantizer (PQ, CKM, ECKM or OCKM) on the vectors of LEARN_FILE and save it to "
-                    "QUANTIZER_FILE. Prints the final objective (mean squared reconstruction error) and the time."),
-        epilog="""\
+    p = add_command(sub, "train", """\
+train a quantizer on a learn set and save it
+
+Train a quantizer (PQ, CKM, ECKM or OCKM) on the vectors of LEARN_FILE and save it to QUANTIZER_FILE. Prints the
+final objective (mean squared reconstruction error) and the time.
+
 examples:
   # 64-bit OCKM codes: M=4 subspaces x C=2 codebooks of K=256 words, beam T=10
   ockstore train sift_learn.bvecs.gz -o sift.ockq --method ockm --subspaces 4 --codebooks 2 --beam 10
@@ -63,8 +64,7 @@ examples:
   # an inverted file: 1,024 coarse lists, residuals in 64-bit OCKM codes (search it with --probe)
   ockstore train sift_learn.bvecs.gz -o ivf.ockq --method ockm --subspaces 4 --lists 1024
 
-Code size: M*C bytes per vector (C = 1 for pq and ckm). Default iterations: """ + method_defaults("n_iter") + ".",
-    )
+Code size: M*C bytes per vector (C = 1 for pq and ckm). Default iterations: """ + method_defaults("n_iter") + ".")
     p.add_argument("learn", metavar="LEARN_FILE", help=f"training vectors ({VECTOR_FILES})")
     p.add_argument("-o", "--output", required=True, metavar="QUANTIZER_FILE", help="the quantizer file to write")
     p.add_argument("--method", required=True, choices=tuple(METHODS), help="the quantizer")
@@ -95,16 +95,18 @@ Code size: M*C bytes per vector (C = 1 for pq and ckm). Default iterations: """ 
     add_threads(p)
 
     # ---------------------------------------------------------------------------------------------------- build
-    p = add_command(
-        sub, "build", help="encode a base with a quantizer into an index file",
-        description=["Encode the vectors of BASE_FILE with the quantizer of QUANTIZER_FILE (a quantizer file or an "
-                     "index file) and write the index file INDEX_FILE. The base is streamed CHUNK rows at a time: "
-                     "memory stays bounded by the chunk size. The file appears under its name only when complete.",
-                     "With --workers or --scheduler the build runs on a Dask cluster (pip install 'ockstore[dask]') "
-                     "and writes a collection folder: one task, one segment per partition of the base (each "
-                     "BASE_FILE, or ranges of --partition-rows rows), committed at once when every task succeeded "
-                     "(into an existing collection folder, the vectors are added to it)."],
-        epilog="""\
+    p = add_command(sub, "build", """\
+encode a base with a quantizer into an index file
+
+Encode the vectors of BASE_FILE with the quantizer of QUANTIZER_FILE (a quantizer file or an index file) and write
+the index file INDEX_FILE. The base is streamed CHUNK rows at a time: memory stays bounded by the chunk size. The
+file appears under its name only when complete.
+
+With --workers or --scheduler the build runs on a Dask cluster (pip install 'ockstore[dask]') and writes a
+collection folder: one task, one segment per partition of the base (each BASE_FILE, or ranges of --partition-rows
+rows), committed at once when every task succeeded (into an existing collection folder, the vectors are added to
+it).
+
 examples:
   ockstore build sift.ockq sift_base.bvecs.gz -o sift.ock
   ockstore build sift.ockq base.npy -o base.ock --ids base_ids.npy --norm-encoding f32 --metadata source=photos
@@ -112,8 +114,7 @@ examples:
   ockstore build sift.ockq sift_base.bvecs.gz -o sift.ock --store-vectors uint8
   # a collection folder built by 2 local worker processes, or on a running Dask cluster
   ockstore build sift.ockq base.npy -o sift/ --workers 2 --partition-rows 250000
-  ockstore build sift.ockq part0.fvecs part1.fvecs -o /shared/sift/ --scheduler tcp://10.0.0.1:8786""",
-    )
+  ockstore build sift.ockq part0.fvecs part1.fvecs -o /shared/sift/ --scheduler tcp://10.0.0.1:8786""")
     p.add_argument("quantizer", metavar="QUANTIZER_FILE", help="a quantizer file (ockstore train) or an index file")
     p.add_argument("base", metavar="BASE_FILE", nargs="+",
                    help=f"the vectors to index ({VECTOR_FILES}); several files only with --workers or --scheduler")
@@ -146,12 +147,13 @@ examples:
                         "several are given, else 262,144)")
 
     # --------------------------------------------------------------------------------------------------- search
-    p = add_command(
-        sub, "search", help="search an index file for the k nearest neighbours of queries",
-        description=("Search INDEX_FILE for the K nearest neighbours of every vector of QUERY_FILE. With -o the ids "
-                    "are written to a file (.ivecs, .ivecs.gz or .npy; -1 where fewer than K vectors exist); "
-                    "without it they are printed, a few lines per query."),
-        epilog="""\
+    p = add_command(sub, "search", """\
+search an index file for the k nearest neighbours of queries
+
+Search INDEX_FILE for the K nearest neighbours of every vector of QUERY_FILE. With -o the ids are written to a file
+(.ivecs, .ivecs.gz or .npy; -1 where fewer than K vectors exist); without it they are printed, a few lines per
+query.
+
 examples:
   ockstore search sift.ock sift_query.bvecs.gz -k 10 --limit 3
   ockstore search sift.ock sift_query.bvecs.gz -k 100 -o neighbours.ivecs --distances   # + neighbours.dist.fvecs
@@ -160,8 +162,7 @@ examples:
   ockstore search sift.ock sift_query.bvecs.gz -k 10 --allow in_stock.txt              # one id per line
 Distances follow the index's metric (ockstore info): squared L2 for l2 (ascending), inner products for ip and cosine
 similarities for cosine (descending). ADC: from the query to each reconstruction; SDC: between reconstructions; with
---rerank: exact, from the stored vectors.""",
-    )
+--rerank: exact, from the stored vectors.""")
     p.add_argument("index", metavar="INDEX_FILE", help="an index file, or a collection folder (ockstore create)")
     p.add_argument("queries", metavar="QUERY_FILE", help=f"query vectors ({VECTOR_FILES})")
     p.add_argument("-k", type=positive, required=True, metavar="K", help="neighbours per query")
@@ -180,48 +181,45 @@ similarities for cosine (descending). ADC: from the query to each reconstruction
     add_progress(p)
 
     # ----------------------------------------------------------------------------------------------------- info
-    p = add_command(
-        sub, "info", help="describe an index file, quantizer file or collection folder",
-        description=("Print what an index file (or a quantizer file) holds: method, parameters, sizes, format "
-                    "version, metadata; for an inverted file also its lists (n_lists, default_n_probe, and the "
-                    "min, max, mean and median list size and the number of empty lists). Reads the header and "
-                    "the small sections only: constant time whatever the number of vectors."),
-        epilog="""\
+    p = add_command(sub, "info", """\
+describe an index file, quantizer file or collection folder
+
+Print what an index file (or a quantizer file) holds: method, parameters, sizes, format version, metadata; for an
+inverted file also its lists (n_lists, default_n_probe, and the min, max, mean and median list size and the number
+of empty lists). Reads the header and the small sections only: constant time whatever the number of vectors.
+
 examples:
   ockstore info sift.ock
-  ockstore info sift.ockq --json""",
-    )
+  ockstore info sift.ockq --json""")
     p.add_argument("file", metavar="FILE", help="an index file, a quantizer file or a collection folder")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of aligned lines")
 
     # --------------------------------------------------------------------------------------------------- verify
-    p = add_command(
-        sub, "verify", help="read a whole index file and check it",
-        description=("Read every byte of INDEX_FILE and check it: checksums, codes within range, finite values. "
-                    "Prints 'ok' and the number of vectors, or exits with status 1 and the reason."),
-        epilog="""\
+    p = add_command(sub, "verify", """\
+read a whole index file and check it
+
+Read every byte of INDEX_FILE and check it: checksums, codes within range, finite values. Prints 'ok' and the number
+of vectors, or exits with status 1 and the reason.
+
 example:
-  ockstore verify sift.ock && echo intact""",
-    )
+  ockstore verify sift.ock && echo intact""")
     p.add_argument("index", metavar="INDEX_FILE", help="an index file, or a collection folder (ockstore create)")
 
     # ----------------------------------------------------------------------------------------------------- eval
-    p = add_command(
-        sub, "eval", help="measure recall (and mean overall ratio) against ground truth",
-        description=("Search INDEX_FILE with the queries of QUERY_FILE and compare with the exact neighbours of "
-                    "GROUNDTRUTH_FILE (.ivecs: row i holds the base row numbers of query i's neighbours, nearest "
-                    "first; for an ip or cosine index, the best by that metric). recall@R is the fraction of "
-                    "queries whose true nearest neighbour is among the first R results. With --base, also the mean "
-                    "overall ratio at 10 (1.0 is perfect; l2 indexes only). With --rerank, the K results are the "
-                    "best of R candidates re-ranked exactly. The index's ids must be base row numbers (indexes built "
-                    "without --ids)."),
-        epilog="""\
+    p = add_command(sub, "eval", """\
+measure recall (and mean overall ratio) against ground truth
+
+Search INDEX_FILE with the queries of QUERY_FILE and compare with the exact neighbours of GROUNDTRUTH_FILE (.ivecs:
+row i holds the base row numbers of query i's neighbours, nearest first; for an ip or cosine index, the best by that
+metric). recall@R is the fraction of queries whose true nearest neighbour is among the first R results. With --base,
+also the mean overall ratio at 10 (1.0 is perfect; l2 indexes only). With --rerank, the K results are the best of R
+candidates re-ranked exactly. The index's ids must be base row numbers (indexes built without --ids).
+
 examples:
   ockstore eval sift.ock sift_query.bvecs.gz sift_groundtruth.ivecs.gz
   ockstore eval sift.ock sift_query.bvecs.gz sift_groundtruth.ivecs.gz --recalls 1 10 100 1000 -k 1000 \\
       --distance sdc --base sift_base.bvecs.gz
-  ockstore eval sift.ock sift_query.bvecs.gz sift_groundtruth.ivecs.gz -k 10 --rerank 100 --json""",
-    )
+  ockstore eval sift.ock sift_query.bvecs.gz sift_groundtruth.ivecs.gz -k 10 --rerank 100 --json""")
     p.add_argument("index", metavar="INDEX_FILE", help="an index file, or a collection folder (ockstore create)")
     p.add_argument("queries", metavar="QUERY_FILE")
     p.add_argument("groundtruth", metavar="GROUNDTRUTH_FILE")

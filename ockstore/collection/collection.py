@@ -10,6 +10,7 @@ import os
 import numpy as np
 
 from .. import storage
+from .._closable import Closable
 from .._index_rows import check_fitted_model, check_store_vectors, resolve_norm_encoding
 from .._validation import as_ids, as_vectors, check_bool, check_choice, check_int
 from ..errors import FormatError
@@ -31,7 +32,7 @@ __all__ = ["Collection", "create_collection", "open_collection"]
 KEEP_GENERATIONS = 2
 
 
-class Collection:
+class Collection(Closable):
     """A collection folder opened as a writer (mode "a") or as a read-only snapshot (mode "r").
 
     Made by :func:`create_collection` or :func:`open_collection`, not by this constructor. Every change (``add``,
@@ -74,18 +75,6 @@ class Collection:
         if self._lock is not None:
             self._lock.release()
             self._lock = None
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    def __enter__(self):
-        self._check_open()
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        self.close()
-        return False
 
     def __del__(self):
         if getattr(self, "_lock", None) is not None:

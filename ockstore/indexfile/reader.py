@@ -20,8 +20,9 @@ def open_index(path):
     Returns
     -------
     Index
-        Searchable at once; close it (or use ``with``) to release the file. Its arrays are read-only. The file may
-        be replaced while open (the index keeps reading the old contents).
+        Of the index class of the file's kind (an IVFIndex for an inverted file). Searchable at once; close it (or
+        use ``with``) to release the file. Its arrays are read-only. The file may be replaced while open (the index
+        keeps reading the old contents).
 
     Raises
     ------
