@@ -1,6 +1,7 @@
 """Import cycles among the modules of a package, function-level imports included.
 
-    python tools/import_cycles.py [PACKAGE_DIR]        # default: ockstore/ next to this tool's folder
+    python tools/import_cycles.py [PACKAGE_DIR]           # default: ockstore/ next to this tool's folder
+    python tools/import_cycles.py --graph [PACKAGE_DIR]   # also print what each module imports of the package
 
 Walks the ``ast`` of every .py file of the package, resolves each ``import`` and ``from ... import`` (relative ones
 too, at any depth in the file: inside functions and methods as well) to the package's own modules, and prints every
@@ -92,10 +93,16 @@ def cycles(graph):
 
 
 def main(argv=None):
-    argv = sys.argv[1:] if argv is None else argv
+    argv = list(sys.argv[1:] if argv is None else argv)
+    show_graph = "--graph" in argv
+    argv = [a for a in argv if a != "--graph"]
     root = Path(argv[0]) if argv else Path(__file__).resolve().parents[1] / "ockstore"
     known = modules(root.resolve())
     graph = {name: set() if path is None else imports(name, path, known) for name, path in known.items()}
+    if show_graph:
+        for name in sorted(graph):
+            if known[name] is not None:
+                print(f"{name}: {', '.join(sorted(graph[name])) or '-'}")
     found = cycles(graph)
     if not found:
         n = sum(path is not None for path in known.values())
