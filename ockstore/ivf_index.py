@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _ivf_kernels
+from . import _kernels
 from . import search as _search
 from ._index_rows import check_model_for
 from ._validation import check_int, resolve_n_threads
@@ -72,18 +72,13 @@ def search_lists(tables, ivf, Q, k, rows, list_offsets, n_probe, *, n_threads=1)
     if nq == 0:
         return D, found
     threads = max(1, min(resolve_n_threads(n_threads), nq))  # queries run in parallel: a thread per query at most
-    empty_f32 = np.empty(0, dtype=np.float32)
-    nf = rows.norms if rows.norms is not None else empty_f32
-    nc = rows.norm_codes if rows.norm_codes is not None else np.empty(0, dtype=np.uint8)
-    nl = rows.norm_levels if rows.norm_codes is not None else empty_f32
-    bitmap = rows.allow if rows.allow is not None else np.empty(0, dtype=np.uint64)
     for start in range(0, nq, PROBE_QUERIES_PER_STEP):
         stop = min(nq, start + PROBE_QUERIES_PER_STEP)
         batch = Q if stop - start == nq else Q[start:stop]
         lists, terms = ivf._probe(batch, n_probe, threads)
-        _ivf_kernels.ivf_scan(tables.rot_panels, tables.word_panels, tables.word_sqnorms, tables.n_codebooks,
-                              tables.sub_dim, tables.kind, batch, rows.codes, nf, nc, nl, rows.ids, bitmap,
-                              list_offsets, lists, terms, D[start:stop], found[start:stop], threads)
+        _kernels.ivf_scan(tables.model, batch, rows.codes, rows.norms, rows.norm_codes,
+                          rows.norm_levels if rows.norm_codes is not None else None, rows.ids, rows.allow,
+                          list_offsets, lists, terms, D[start:stop], found[start:stop], threads)
     return D, found
 
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import ockstore
-from ockstore import _search_kernels
+from ockstore import _kernels
 from ockstore import collection as coll
 from ockstore import search as search_module
 from ockstore.collection import names, segments
@@ -99,7 +99,7 @@ def test_scan_parts_equals_one_scan_of_the_union(q):
 
 
 def test_the_scan_bound_keeps_only_codes_below_it(q):
-    """_search_kernels.scan(bound=...): the results are those below the bound, the other slots (bound, -1)."""
+    """_kernels.scan(bound=...): the results are those below the bound, the other slots (bound, -1)."""
     X = vectors(3000, 5)
     index = ockstore.Index.from_vectors(q, X)
     tables = search_module.QueryTables(q)
@@ -109,7 +109,7 @@ def test_the_scan_bound_keeps_only_codes_below_it(q):
         bound = D[:rows, 20].copy()  # the 21st best distance (codes at it do not enter: ties included)
         out_d = np.empty((rows, 50), np.float32)
         out_r = np.empty((rows, 50), np.int64)
-        _search_kernels.scan(tables.model, Q[:rows], None, index.codes, None, index.norms,
+        _kernels.scan(tables.model, Q[:rows], None, index.codes, None, index.norms,
                              np.asarray(q.norm_levels, np.float32), None, None, out_d, out_r, n_threads, bound)
         for qi in range(rows):
             n = int((D[qi] < bound[qi]).sum())

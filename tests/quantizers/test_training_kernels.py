@@ -19,7 +19,7 @@ from helpers import random_rotation
 # The package's private functions under test, imported in this one block so that a move of the modules changes
 # only these lines.
 from ockstore._blas import blas_single_thread
-from ockstore._codec_kernels import code_gram, code_sums, matmul_rows, normal_equations
+from ockstore._kernels import code_gram, code_sums, matmul_rows, normal_equations
 from ockstore._model_tables import SubspaceLayout
 from ockstore._norm_levels import fit_scalar_quantizer, scalar_encode
 from ockstore._training import _procrustes
