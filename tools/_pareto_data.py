@@ -170,6 +170,26 @@ def process_status():
     return out
 
 
+def thread_ticks():
+    """CPU time (clock ticks, user + system) of each thread of this process, by thread id, from
+    /proc/self/task/*/stat: comparing two readings shows how many threads ran between them."""
+    ticks = {}
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:  # the thread ended meanwhile
+            continue
+        ticks[task] = int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+    return ticks
+
+
+def threads_that_ran(before, after):
+    """Threads whose CPU time grew between two ``thread_ticks`` readings (a thread that ran less than one tick,
+    10 ms, is not seen)."""
+    return sum(1 for tid, t in after.items() if t > before.get(tid, 0))
+
+
 def load_average():
     try:
         return os.getloadavg()

@@ -74,6 +74,7 @@ def analyse(result, targets):
                "qps_cpu": interpolate_qps(cpu_pts, HEADLINE),
                "qps_r1": interpolate_qps(pts, HEADLINE, "recall1"),
                "cpu_per_wall": [min(p["cpu_per_wall"] for p in pts), max(p["cpu_per_wall"] for p in pts)],
+               "threads_ran": max(p.get("threads_ran", 0) for p in pts),
                "build": s["build"], "memory": s.get("memory"), "tuned": s.get("tuned")}
         if ref is not None:
             ref_cpu = [{**p, "qps": p["qps_cpu"]} for p in ref["points"]]
@@ -107,7 +108,7 @@ def summary_rows(result, targets):
     lines = [f"{'system':<50} {'build s':>7} {'cpu s':>6} {'file MB':>7} {'best':>6} "
              + " ".join(f"{'q/s@' + format(t, '.2f'):>9}" for t in targets)
              + f" {'cpu q/s':>8} {'x hnsw':>6} {'x cpu':>6} {'rounds x hnsw (wall)':>20} {'rounds x hnsw (cpu)':>20}"
-             f" {'+RSS MB':>7} {'anon':>5} {'file':>5} {'x hnsw':>6} {'cpu/wall':>9}"]
+             f" {'+RSS MB':>7} {'anon':>5} {'file':>5} {'x hnsw':>6} {'cpu/wall':>9} {'threads':>7}"]
     for r in rows.values():
         b = r["build"]
         lines.append(
@@ -116,7 +117,8 @@ def summary_rows(result, targets):
             + f" {_fmt(r['qps_cpu']):>8} {_fmt(r.get('ratio_sweep'), 2):>6} {_fmt(r.get('ratio_sweep_cpu'), 2):>6}"
             f" {_spread_text(r.get('ratio_rounds')):>20} {_spread_text(r.get('ratio_rounds_cpu')):>20}"
             f" {_fmt(_mem_mb(r)):>7} {_fmt(_mem_mb(r, 'RssAnon')):>5} {_fmt(_mem_mb(r, 'RssFile')):>5}"
-            f" {_fmt(r.get('memory_ratio'), 2):>6} {r['cpu_per_wall'][0]:>4.2f}-{r['cpu_per_wall'][1]:.2f}")
+            f" {_fmt(r.get('memory_ratio'), 2):>6} {r['cpu_per_wall'][0]:>4.2f}-{r['cpu_per_wall'][1]:.2f}"
+            f" {r['threads_ran']:>7}")
     best = best_ours(rows)
     if best is not None:
         lines.append(criterion(best))
@@ -183,8 +185,10 @@ def markdown(report, targets):
             lines.append(f"- {criterion(best)}")
         lo = min(r["cpu_per_wall"][0] for r in rows.values())
         hi = max(r["cpu_per_wall"][1] for r in rows.values())
-        lines += [f"- CPU time / wall time of the timed calls: {lo:.2f}–{hi:.2f} (at most one core per search; "
-                  "below 1 the process waited for a core).", "",
+        threads = max(r["threads_ran"] for r in rows.values())
+        lines += [f"- Threads of the searching process that ran during any timed call (from /proc/self/task): at "
+                  f"most {threads}; CPU time / wall time of the calls {lo:.2f}–{hi:.2f} (below 1: the process waited "
+                  "for a core).", "",
                   "<details><summary>Frontier points (10@10 ≥ 0.8)</summary>", "",
                   "| system | parameters | 10@10 | R@1 | q/s | q/s by CPU time |", "|---|---|---:|---:|---:|---:|"]
         for s in result["systems"].values():

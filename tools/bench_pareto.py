@@ -57,6 +57,7 @@ sys.path.insert(0, str(TOOLS.parent))
 from _machine import core_count, cpu_model  # noqa: E402
 from _pareto_data import (  # noqa: E402
     DEFAULT_CACHE, DEFAULT_DATA_ROOT, dir_or_file_bytes, load_average, prepare, recall_10_at_10, recall_at_1,
+    thread_ticks, threads_that_ran,
 )
 from _pareto_ockstore import detect_features, ockstore_systems  # noqa: E402
 from _pareto_report import frontier, interpolate_qps, markdown, plot, summary_rows  # noqa: E402
@@ -107,25 +108,32 @@ def ensure_built(system, data, args, features):
 
 
 # ---------------------------------------------------------------------------------------------------------- timing
-def timed_call(system, Q, params):
+def timed_call(system, Q, params, threads=None):
+    """(ids, wall seconds, CPU seconds) of one search of the batch; ``threads`` (a list) gets the number of threads
+    of this process that ran during the call."""
+    ticks = thread_ticks() if threads is not None else None
     c0, t0 = time.process_time(), time.perf_counter()
     ids = system.search(Q, params)
     wall = time.perf_counter() - t0
-    return ids, wall, time.process_time() - c0
+    cpu = time.process_time() - c0
+    if threads is not None:
+        threads.append(threads_that_ran(ticks, thread_ticks()))
+    return ids, wall, cpu
 
 
 def measure(system, Q, gt, params, repeats):
     """One sweep point: a warm-up call, then ``repeats`` timed calls of the whole batch."""
-    ids, _, _ = timed_call(system, Q, params)
+    threads = []
+    ids, _, _ = timed_call(system, Q, params, threads)
     walls, cpus = [], []
     for _ in range(repeats):
-        ids, wall, cpu = timed_call(system, Q, params)
+        ids, wall, cpu = timed_call(system, Q, params, threads)
         walls.append(wall)
         cpus.append(cpu)
     return {"params": params, "label": system.label(params), "recall10": recall_10_at_10(ids, gt),
             "recall1": recall_at_1(ids, gt), "seconds": walls, "cpu_seconds": cpus,
             "qps": len(Q) / statistics.median(walls), "qps_cpu": len(Q) / statistics.median(cpus),
-            "cpu_per_wall": sum(cpus) / sum(walls)}
+            "cpu_per_wall": sum(cpus) / sum(walls), "threads_ran": max(threads)}
 
 
 def sweep(system, Q, gt, repeats, thin=1):
@@ -135,7 +143,7 @@ def sweep(system, Q, gt, repeats, thin=1):
         points.append(measure(system, Q, gt, params, repeats))
         p = points[-1]
         log(f"    {p['label']:<28} 10@10 {p['recall10']:.4f}  R@1 {p['recall1']:.3f}  {p['qps']:>9,.0f} q/s  "
-            f"({p['qps_cpu']:>9,.0f} by CPU time)  cpu/wall {p['cpu_per_wall']:.2f}")
+            f"({p['qps_cpu']:>9,.0f} by CPU time)  cpu/wall {p['cpu_per_wall']:.2f}, threads {p['threads_ran']}")
     log(f"  swept {len(points)} points in {time.perf_counter() - t0:.0f} s")
     return points
 
