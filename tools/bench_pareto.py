@@ -279,6 +279,25 @@ def tuned_point(system, data, Q, gt, repeats):
     return point
 
 
+def replot(files, plot_dir):
+    """The figures of several runs' JSON files, their systems merged per dataset (the curves of systems measured in
+    different runs were measured under different loads: the tables of each run keep their same-run ratios)."""
+    merged = {}
+    for name in files:
+        report = json.loads(Path(name).read_text())
+        for key, result in report["datasets"].items():
+            if key not in merged:
+                merged[key] = (result, report)
+            else:
+                for sid, system in result["systems"].items():
+                    merged[key][0]["systems"].setdefault(sid, system)
+    for result, report in merged.values():
+        out = Path(plot_dir) / f"pareto_{result['data']['source']}.png"
+        plot(result, out, report["machine"], report["load_average_start"], report["load_average_end"])
+        log(f"wrote {out} ({len(result['systems'])} systems)")
+    return 0
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data", nargs="+", default=["sift", "minilm"], choices=["sift", "minilm"])
@@ -297,7 +316,12 @@ def main(argv=None):
     parser.add_argument("--json", help="write every figure here")
     parser.add_argument("--out", help="write the markdown report here")
     parser.add_argument("--plot-dir", help="write pareto_<data>.png here")
+    parser.add_argument("--replot", nargs="+", metavar="JSON",
+                        help="only draw pareto_<data>.png into --plot-dir from these --json files of earlier runs "
+                             "(a system found in several is taken from the first)")
     args = parser.parse_args(argv)
+    if args.replot:
+        return replot(args.replot, args.plot_dir or ".")
 
     features = detect_features()
     machine = machine_info(features)
