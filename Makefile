@@ -126,3 +126,13 @@ cross-check: $(STAMP) $(VENV)/.zig
 
 clean:
 	rm -rf build dist ockstore/_kernels.c ockstore/_*_kernels.c ockstore/*.so *.egg-info $(STAMP)
+
+# The Pareto benchmark of issue 19 also needs the graph indexes and ScaNN (benchmark-only, like faiss-cpu). Long: it
+# builds every index once (cached under bench-results/pareto, or --cache) before the sweeps.
+.PHONY: bench-pareto
+$(VENV)/.bench-pareto: $(VENV)/.bench
+	$(BIN)/python -m pip install -q hnswlib usearch scann
+	touch $(VENV)/.bench-pareto
+
+bench-pareto: $(VENV)/.bench-pareto
+	$(BIN)/python tools/bench_pareto.py --data sift minilm
