@@ -109,6 +109,7 @@ class Index(Closable):
         self._norm_levels = (np.ascontiguousarray(quantizer.norm_levels, dtype=np.float32)
                              if norm_encoding == "u8" else None)
         self._tables = None  # the QueryTables, built on first search: opening a file stays cheap
+        self._stored = None  # the _rerank.StoredRows of the vectors, built by the first search that re-ranks them
         self._resource = _resource
         self._file = None  # the storage.MappedFile of an index opened by open_index
         self._metadata = {}  # user metadata (the file's "user" map); written again by save()
@@ -166,7 +167,7 @@ class Index(Closable):
             return
         self._closed = True
         self._codes = self._norms = self._ids = self._norm_levels = self._vectors = self._id_lookup = None
-        self._tables = None
+        self._tables = self._stored = None
         self._file = None
         resource, self._resource = self._resource, None
         if resource is not None:
@@ -439,24 +440,39 @@ class Index(Closable):
             mask = _search_options.allow_bitmap(opts.allow, N, self._ids, self._ids_lookup)
             if not mask.all():
                 bitmap = _search.rows_bitmap(mask)
-        D, rows = self._scan(Q, opts, bitmap)
-        if opts.rerank is not None:
-            D, I = _rerank.rerank(Q, rows, self._fetch(opts.vectors), self._quantizer.metric, opts.k)
+        # re-ranking from the stored vectors happens inside the scan; from the caller's vectors, on the candidates
+        stored = self._stored_rows() if opts.rerank is not None and opts.vectors is None else None
+        D, rows = self._scan(Q, opts, bitmap, stored)
+        if opts.rerank is not None and stored is None:
+            D, I = _rerank.rerank(Q, rows, self._fetch(opts.vectors), self._quantizer.metric, opts.k,
+                                  n_threads=opts.n_threads)
         else:
             I = rows
             if self._ids is not None and N > 0:
                 I = self._ids[rows]  # row -1 (padding) takes the last id here, and gets -1 back below
                 np.putmask(I, rows < 0, -1)
-            if self._quantizer.metric != "l2":
+            if stored is None and self._quantizer.metric != "l2":
                 np.negative(D, out=D)  # the scan ranks by minus the score: scores descending, padding -inf
         if was_1d:
             return D[0], I[0]
         return D, I
 
-    def _scan(self, Q, opts, bitmap):
-        """(D, rows) of the scan: the opts.width best rows of each prepared query (see ``search.search_codes``)."""
-        return _search.search_codes(self._query_tables(), Q, opts.width, self._code_rows(bitmap),
-                                    distance=opts.distance, n_threads=opts.n_threads)
+    def _scan(self, Q, opts, bitmap, stored=None):
+        """(D, rows) of the scan: the opts.width best rows of each prepared query (see ``search.search_codes``), or
+        with ``stored`` (a _rerank.StoredRows of this index's vectors) the opts.k best of them by exact value."""
+        if stored is None:
+            return _search.search_codes(self._query_tables(), Q, opts.width, self._code_rows(bitmap),
+                                        distance=opts.distance, n_threads=opts.n_threads)
+        return _search.search_codes(self._query_tables(), Q, opts.k, self._code_rows(bitmap), distance=opts.distance,
+                                    n_threads=opts.n_threads, rerank=(stored, opts.rerank))
+
+    def _stored_rows(self):
+        """The _rerank.StoredRows of the stored vectors (built on first use; damage named as verify names it)."""
+        stored = self._stored
+        if stored is None:
+            stored = self._stored = _rerank.StoredRows([self._vectors], [self._ids], self._quantizer.metric,
+                                                       damaged=[self._damaged])
+        return stored
 
     def _query_tables(self):
         """The QueryTables of the model, built on first search (opening a file stays cheap): two threads may both

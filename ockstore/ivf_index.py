@@ -50,7 +50,7 @@ def check_list_offsets(offsets, n_lists, n_rows, name="list_offsets"):
 PROBE_QUERIES_PER_STEP = 8192
 
 
-def search_lists(tables, ivf, Q, k, rows, list_offsets, n_probe, *, n_threads=1):
+def search_lists(tables, ivf, Q, k, rows, list_offsets, n_probe, *, n_threads=1, rerank=None, rerank_queries=None):
     """The k best rows of each query among its n_probe best lists (no input validation).
 
     Parameters
@@ -63,8 +63,13 @@ def search_lists(tables, ivf, Q, k, rows, list_offsets, n_probe, *, n_threads=1)
     list_offsets : (n_lists + 1,) int64: list l holds rows list_offsets[l] .. list_offsets[l + 1] - 1
     n_probe : int in 1..n_lists
     n_threads : int >= 1, or None (every core)
+    rerank : (StoredRows, R) or None
+        Re-rank inside the scan (as ``search.search_codes``): R >= k candidates per query, the k best by exact value.
+    rerank_queries : ndarray like Q, or None
+        The queries re-ranked, when the scan uses others (SDC: their reconstructions); None: Q.
 
-    Returns (D (nq, k) float32 ascending, rows (nq, k) int64; (inf, -1) past the last result).
+    Returns (D (nq, k) float32 ascending, rows (nq, k) int64; (inf, -1) past the last result); with ``rerank`` the
+    exact values (scores descending for "ip" and "cosine").
     """
     nq = Q.shape[0]
     D = np.empty((nq, k), dtype=np.float32)
@@ -72,13 +77,22 @@ def search_lists(tables, ivf, Q, k, rows, list_offsets, n_probe, *, n_threads=1)
     if nq == 0:
         return D, found
     threads = max(1, min(resolve_n_threads(n_threads), nq))  # queries run in parallel: a thread per query at most
+    stored, width = (None, 0) if rerank is None else rerank
+    flags = None if stored is None else np.empty(nq, dtype=np.int32)
     for start in range(0, nq, PROBE_QUERIES_PER_STEP):
         stop = min(nq, start + PROBE_QUERIES_PER_STEP)
         batch = Q if stop - start == nq else Q[start:stop]
         lists, terms = ivf._probe(batch, n_probe, threads)
         _kernels.ivf_scan(tables.model, batch, rows.codes, rows.norms, rows.norm_codes,
                           rows.norm_levels if rows.norm_codes is not None else None, rows.ids, rows.allow,
-                          list_offsets, lists, terms, D[start:stop], found[start:stop], threads)
+                          list_offsets, lists, terms, D[start:stop], found[start:stop], threads,
+                          None if stored is None else stored.source, width,
+                          None if rerank_queries is None else rerank_queries[start:stop],
+                          None if flags is None else flags[start:stop])
+    if flags is not None and flags.any():  # a bad stored row among some query's candidates: name it
+        bad = flags != 0
+        _, candidates = search_lists(tables, ivf, Q[bad], width, rows, list_offsets, n_probe, n_threads=threads)
+        stored.raise_bad(candidates)
     return D, found
 
 
@@ -214,18 +228,23 @@ class IVFIndex(Index):
             tables = self._tables = _search.QueryTables(self._quantizer.quantizer, kind=kind)
         return tables
 
-    def _scan(self, Q, opts, bitmap):
-        """The opts.width best rows of each prepared query among its opts.n_probe lists (``search_lists``).
-        ``distance="sdc"`` replaces each query by its own reconstruction c_l + R z_hat (the query encoded by the IVF)
-        before the coarse step and the scan. Queries are searched in parallel, each on one thread."""
+    def _scan(self, Q, opts, bitmap, stored=None):
+        """The opts.width best rows of each prepared query among its opts.n_probe lists (``search_lists``), or with
+        ``stored`` the opts.k best of them by exact value. ``distance="sdc"`` replaces each query by its own
+        reconstruction c_l + R z_hat (the query encoded by the IVF) before the coarse step and the scan (re-ranking
+        uses the query itself). Queries are searched in parallel, each on one thread."""
         ivf = self._quantizer
         threads = resolve_n_threads(opts.n_threads)  # None: every core
         scan_Q = Q
         if opts.distance == "sdc":
             lists, codes = ivf._encode_prepared(Q, threads)
             scan_Q = np.ascontiguousarray(ivf._reconstruct(lists, codes, threads))
-        return search_lists(self._query_tables(), ivf, scan_Q, opts.width, self._code_rows(bitmap),
-                            self._list_offsets, opts.n_probe, n_threads=threads)
+        if stored is None:
+            return search_lists(self._query_tables(), ivf, scan_Q, opts.width, self._code_rows(bitmap),
+                                self._list_offsets, opts.n_probe, n_threads=threads)
+        return search_lists(self._query_tables(), ivf, scan_Q, opts.k, self._code_rows(bitmap), self._list_offsets,
+                            opts.n_probe, n_threads=threads, rerank=(stored, opts.rerank),
+                            rerank_queries=None if scan_Q is Q else Q)
 
     def _flat_scan_rows(self, bitmap):
         """None: each list has its own term (-2 q.c_l), so these rows cannot join one flat scan; a collection of IVF

@@ -166,7 +166,7 @@ class CodeRows:
     allow: np.ndarray | None
 
 
-def search_codes(tables, Q, k, rows, *, distance="adc", n_threads=1):
+def search_codes(tables, Q, k, rows, *, distance="adc", n_threads=1, rerank=None):
     """The k best codes of each query by ADC or SDC, scanning the codes exhaustively (no input validation).
 
     Parameters
@@ -177,11 +177,15 @@ def search_codes(tables, Q, k, rows, *, distance="adc", n_threads=1):
     rows : CodeRows
     distance : "adc" or "sdc"
     n_threads : int >= 1, or None (every core, resolved only when the scan is large enough to use them)
+    rerank : (StoredRows, R) or None
+        Re-rank inside the scan: keep R >= k candidates per query and return the k best of them by exact value,
+        read from the StoredRows (``_rerank``; part 0 holds these rows' vectors, the queries being ``Q``).
 
     Returns
     -------
     D : ndarray of shape (nq, k), dtype float32
-        Ascending: squared L2 distances, or minus the scores for ip and cosine; +inf past the last result.
+        Ascending: squared L2 distances, or minus the scores for ip and cosine; +inf past the last result. With
+        ``rerank``: the exact values (distances ascending, scores descending; padding +inf or -inf).
     rows : ndarray of shape (nq, k), dtype int64
         The row numbers of the results; -1 past the last result. Equal values are ordered by id.
     """
@@ -194,7 +198,8 @@ def search_codes(tables, Q, k, rows, *, distance="adc", n_threads=1):
         D = np.empty((nq, k), dtype=np.float32)
         found = np.empty((nq, k), dtype=np.int64)
     else:
-        D = np.full((nq, k), np.inf, dtype=np.float32)
+        pad = np.inf if rerank is None or tables.metric == "l2" else -np.inf
+        D = np.full((nq, k), pad, dtype=np.float32)
         found = np.full((nq, k), -1, dtype=np.int64)
     if nq == 0 or kk == 0:
         return D, found
@@ -203,14 +208,23 @@ def search_codes(tables, Q, k, rows, *, distance="adc", n_threads=1):
     elif n_threads is None:
         n_threads = resolve_n_threads(None)
     out_d, out_r = (D, found) if kk == k else (D[:, :kk].copy(), found[:, :kk].copy())
+    stored, width = (None, 0) if rerank is None else (rerank[0], min(rerank[1], N))
+    flags = None if stored is None else np.empty(nq, dtype=np.int32)
+    source = None if stored is None else stored.source
     if distance == "adc":
         _kernels.scan(tables.model, Q, None, codes, norms, norm_codes, norm_levels, ids, allow, out_d, out_r,
-                      n_threads)
+                      n_threads, None, source, width, None, flags)
     else:
         for start in range(0, nq, SDC_QUERIES_PER_STEP):
             stop = min(nq, start + SDC_QUERIES_PER_STEP)
             _kernels.scan(tables.model, None, tables.sdc_rotated(Q[start:stop], n_threads), codes, norms,
-                          norm_codes, norm_levels, ids, allow, out_d[start:stop], out_r[start:stop], n_threads)
+                          norm_codes, norm_levels, ids, allow, out_d[start:stop], out_r[start:stop], n_threads, None,
+                          source, width, None if stored is None else Q[start:stop],
+                          None if flags is None else flags[start:stop])
+    if flags is not None and flags.any():  # a bad stored row among some query's candidates: name it
+        bad = flags != 0
+        _, candidates = search_codes(tables, Q[bad], width, rows, distance=distance, n_threads=n_threads)
+        stored.raise_bad(candidates)
     if kk != k:
         D[:, :kk] = out_d
         found[:, :kk] = out_r

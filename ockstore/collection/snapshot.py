@@ -100,9 +100,17 @@ class Snapshot:
         threads = resolve_n_threads(opts.n_threads)
         Qp = quantizer._prepare(Q, "Q")  # what Index.search scans with: unit rows for cosine
         D, I, part, rows, searched = self._candidates(Q, Qp, opts, threads)
-        if opts.rerank is not None:
-            fetch = self._fetch(I, part, rows, searched, opts.vectors)
-            D, I = _rerank.rerank(Qp, I, fetch, quantizer.metric, opts.k)
+        if opts.rerank is not None and opts.vectors is not None:
+            def fetch(ids):
+                return by_unique_ids(lambda unique: vectors_by_id(opts.vectors, unique), ids), ids
+
+            D, I = _rerank.rerank(Qp, I, fetch, quantizer.metric, opts.k, n_threads=threads)
+        elif opts.rerank is not None and searched:  # the stored vectors where they are: part p is segment searched[p]
+            rows = self._candidate_rows(I, part, rows, searched)
+            D, I = _rerank.rerank_stored(Qp, rows, np.where(rows >= 0, part, 0), self._stored_rows(searched), opts.k,
+                                         threads)
+        elif opts.rerank is not None:  # nothing searched: padding
+            D, I = D[:, :opts.k], I[:, :opts.k]
         if was_1d:
             return D[0], I[0]
         return D, I
@@ -151,35 +159,24 @@ class Snapshot:
                 self._cache[("tables", self.manifest.quantizer)] = tables
         return tables
 
-    def _fetch(self, I, part, rows, views, vectors):
-        """``fetch`` of ``_rerank.rerank`` over candidate ids ``I`` (with their ``part`` in ``views`` and ``rows``
-        there, or None): from ``vectors`` by id, or from the stored vectors of the segments holding them, so the
-        results equal those of one index holding the live rows."""
-        if vectors is not None:
-            return lambda ids: (by_unique_ids(lambda unique: vectors_by_id(vectors, unique), ids), ids)
-        valid = I >= 0
-        order = np.argsort(I[valid], kind="stable")  # a live id is in one segment, at one row
-        sorted_ids, sorted_part = I[valid][order], part[valid][order]
-        sorted_rows = None if rows is None else rows[valid][order]
-        dim = self.spec.quantizer.dim
+    def _candidate_rows(self, I, part, rows, views):
+        """The row of each candidate id ``I`` in its segment ``views[part]`` (``rows`` when the scan gave them; else
+        found by id: a live id is in one segment, at one row); -1 for none."""
+        if rows is not None:
+            return np.where(I >= 0, rows, -1)
+        out = np.full(I.shape, -1, dtype=np.int64)
+        for p, view in enumerate(views):
+            chosen = (part == p) & (I >= 0)
+            if chosen.any():
+                _, out[chosen] = view.segment.ids_index().find(I[chosen])
+        return out
 
-        def stored(ids):  # sorted, unique
-            at = np.searchsorted(sorted_ids, ids)
-            part_of = sorted_part[at]
-            data = np.empty((ids.size, dim), dtype=np.float32)
-            for p in np.unique(part_of):
-                chosen = part_of == p
-                segment = views[p].segment
-                found = segment.ids_index().find(ids[chosen])[1] if sorted_rows is None else sorted_rows[at][chosen]
-                by_row = np.argsort(found)  # read the mapped rows in increasing order
-                block = np.empty((found.size, dim), dtype=np.float32)
-                block[by_row] = _rerank.gather_rows(
-                    views[p].index.vectors, found[by_row],
-                    lambda check, detail, path=segment.path: storage.format_error(path, check, detail))
-                data[chosen] = block
-            return data
-
-        return lambda ids: (by_unique_ids(stored, ids), ids)
+    def _stored_rows(self, views):
+        """The _rerank.StoredRows of the segments' stored vectors, part p being views[p] (damage named by file)."""
+        return _rerank.StoredRows(
+            [view.index.vectors for view in views], [view.index.ids for view in views], self.spec.quantizer.metric,
+            damaged=[lambda check, detail, path=view.segment.path: storage.format_error(path, check, detail)
+                     for view in views])
 
 
 def _scan_jointly(views):
