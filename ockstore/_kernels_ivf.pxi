@@ -97,162 +97,30 @@ def cluster_sums(const float[:, ::1] X,       # IN (n, P)
 
 
 # --------------------------------------------------------------------------------------------------------------------
-# Probing: the n_probe best lists of each query, and their list terms.
-
-def probe(const float[:, ::1] queries,      # IN (nq, P)
-          const float[:, ::1] ct,           # IN (P, L): the centroids, transposed
-          const float[::1] c_sqnorms,       # IN (L,): ||c_l||^2 (read for PROBE_L2)
-          int kind,                         # IN PROBE_L2 or PROBE_IP
-          float term_factor,                # IN the list term is term_factor * q.c_l: -2 (metric "l2"), -1 (scores)
-          int32_t[:, ::1] out_lists,        # OUT (nq, n_probe): the lists to scan, best first (ties: smaller l)
-          float[:, ::1] out_terms,          # OUT (nq, n_probe): their list terms
-          int n_threads):
-    """Rank the lists of each query by ||q - c_l||^2 (PROBE_L2) or by -q.c_l (PROBE_IP), keep the n_probe best (a
-    TopK collector over the L keys, ids the list numbers) and their list terms term_factor * q.c_l. The inner
-    products are float32 sums in a fixed order (_ivf.h). Queries run in parallel; each query's result depends on
-    nothing else."""
-    cdef int nq = queries.shape[0]
-    cdef int L = ct.shape[1]
-    cdef int n_probe = out_lists.shape[1]
-    cdef Py_ssize_t stride = _slice_items(_probe_items(L, n_probe))
-    cdef int64_t *scratch = NULL
-    cdef int q, tid
-    if nq == 0 or n_probe == 0:
-        return
-    if n_threads < 1:
-        n_threads = 1
-    try:
-        scratch = <int64_t *>_alloc(<size_t>n_threads * stride * sizeof(int64_t), "probe's scratch (per thread)")
-        with nogil, parallel(num_threads=n_threads):
-            tid = threadid()
-            for q in prange(nq, schedule='dynamic'):
-                _probe_query(&queries[q, 0], &ct[0, 0], &c_sqnorms[0], queries.shape[1], L, kind, term_factor,
-                             n_probe, scratch + tid * stride, &out_lists[q, 0], &out_terms[q, 0])
-    finally:
-        free(scratch)
-
-
-cdef inline Py_ssize_t _probe_items(int L, int n_probe) noexcept nogil:
-    """8-byte items of one query's probing scratch: the inner products (L floats), a collector of n_probe, and the
-    sorted lists (n_probe distances and rows)."""
-    return (L + 1) // 2 + _topk_items(n_probe) + n_probe * 2
-
-
-cdef void _probe_query(const float *q, const float *ct, const float *c_sqnorms, int P, int L, int kind,
-                       float term_factor, int n_probe, int64_t *scratch, int32_t *out_lists,
-                       float *out_terms) noexcept nogil:
-    """The n_probe best lists of one query and their terms (probe's loop body), in `scratch` (_probe_items)."""
-    cdef float *dots = <float *>scratch
-    cdef int64_t *buffers = scratch + (L + 1) // 2
-    cdef int64_t *best = buffers + _topk_items(n_probe)
-    cdef float *best_keys = <float *>(best + n_probe)
-    cdef TopK t
-    cdef int l, j
-    ock_coarse_dots(q, ct, P, L, dots)
-    _topk_start(&t, buffers, n_probe, NULL, INFINITY)
-    if kind == PROBE_BY_L2:
-        for l in range(L):
-            ock_topk_offer(&t, c_sqnorms[l] - 2 * dots[l], l)
-    else:
-        for l in range(L):
-            ock_topk_offer(&t, -dots[l], l)
-    ock_topk_finish(&t, best_keys, best, 1)
-    for j in range(n_probe):
-        l = <int>best[j]
-        out_lists[j] = l
-        out_terms[j] = term_factor * dots[l]
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# The scan of the probed lists.
+# The search of an inverted file, query by query: the coarse step (the n_probe best lists and their terms), one
+# table, the scan of the probed lists, and with re-ranking the exact values of the candidates, all before the query's
+# results leave the kernel.
+#
+# Probing ranks the lists of a query by ||q - c_l||^2 (PROBE_L2, up to the constant ||q||^2) or by -q.c_l (PROBE_IP)
+# and keeps the n_probe best (a TopK collector over the L keys, ids the list numbers); list l's term is
+# term_factor * q.c_l. The inner products are float32 sums in a fixed order (_ivf.h).
 #
 # For a query with tables lut[w, k], constant term qconst, and a probed list l with term t_l, the distance to code b
 # of the list with norm term n_b is
 #     dist = (qconst + t_l) + n_b + sum_w lut[w, b_w]
 # (the scan loop of _kernels_scan.pxi with the term qconst + t_l). Each query collects its k best (dist, id) pairs in
 # a TopK buffer: a query scans only thousands of codes, too few for a heap to pay. With re-ranking, it collects R
-# candidates instead and re-ranks them from their stored rows before it leaves the kernel (_rerank.h).
-
-def ivf_scan(TableModel model not None,         # IN the fine quantizer's table arrays (search.QueryTables.model)
-             const float[:, ::1] queries,       # IN (nq, P)
-             const uint8_t[:, ::1] codes,       # IN (N, W), rows list after list
-             const float[::1] norms_f32,        # IN (N,) float32 norm terms, or None
-             const uint8_t[::1] norm_codes,     # IN (N,) one-byte norm codes, or None
-             const float[::1] norm_levels,      # IN (256,) levels of the one-byte norm codes (with them), or None
-             const int64_t[::1] ids,            # IN (N,): the id of each row
-             const uint64_t[::1] allow,         # IN (ceil(N / 64),) bitmap of the rows to scan, or None: all
-             const int64_t[::1] list_offsets,   # IN (L + 1,): non-decreasing, from 0 to N
-             const int32_t[:, ::1] lists,       # IN (nq, n_probe): the lists each query scans (from probe)
-             const float[:, ::1] terms,         # IN (nq, n_probe): their list terms
-             float[:, ::1] out_dist,            # OUT (nq, k) ascending; with re-ranking the exact values
-             int64_t[:, ::1] out_rows,          # OUT (nq, k) the rows of the results; (inf, -1) past the last
-             int n_threads,
-             RerankSource rerank_rows=None,     # IN the stored rows (part 0: these N rows) to re-rank from, or None
-             int rerank=0,                      # IN with rerank_rows: candidates kept per query (>= k)
-             const float[:, ::1] rerank_queries=None,  # IN (nq, P) the queries re-ranked (None: `queries`; SDC scans
-                                                       #    with reconstructions and re-ranks with the queries)
-             int32_t[::1] out_flags=None):      # OUT (nq,) with rerank_rows: bad rows seen (rerank's flags)
-    """For each query: its one table (_query_tables, the same arithmetic as the exhaustive scan's), then its probed
-    lists scanned, keeping its k best (dist, id) among the allowed rows; writes their distances and row numbers.
-    With rerank_rows: keeps `rerank` candidates instead, and writes the k best of them by exact value (distances
-    ascending, scores descending; _rerank.h) and their rows. Queries run in parallel, each on one thread from start
-    to end (one thread for a single query: no parallel region), so results do not depend on the number of threads."""
-    cdef TableSource source = model._source
-    cdef IvfQuery job
-    cdef int nq = out_dist.shape[0]
-    cdef int k = out_dist.shape[1]
-    cdef int W = codes.shape[1]
-    cdef Py_ssize_t stride
-    cdef int64_t *scratch = NULL
-    cdef int q, tid
-    if nq == 0 or k == 0:
-        return
-    if n_threads > nq:
-        n_threads = nq
-    if n_threads < 1:
-        n_threads = 1
-    source.queries = &queries[0, 0]
-    job.tables = &source
-    job.codes = &codes[0, 0] if codes.shape[0] > 0 else NULL
-    job.W = W
-    job.norms = _norm_terms(norms_f32, norm_codes, norm_levels)
-    job.ids = &ids[0] if ids.shape[0] > 0 else NULL
-    job.allow = &allow[0] if allow is not None and allow.shape[0] > 0 else NULL
-    job.offsets = &list_offsets[0]
-    job.n_probe = lists.shape[1]
-    job.k = k
-    job.width = k
-    job.rerank = NULL
-    job.values = NULL
-    job.rerank_queries = NULL
-    if rerank_rows is not None:
-        job.rerank = &rerank_rows.src
-        job.values = ock_rerank_values()
-        job.width = rerank if rerank > k else k
-        job.rerank_queries = &rerank_queries[0, 0] if rerank_queries is not None else &queries[0, 0]
-    job.lut_items = _slice_items(<Py_ssize_t>W * SLOTS)
-    job.work_items = _slice_items(_table_work_items(&source))
-    stride = _slice_items(_ivf_query_items(&job))
-    try:
-        scratch = <int64_t *>_alloc(<size_t>n_threads * stride * sizeof(int64_t), "ivf_scan's scratch (per thread)")
-        if n_threads == 1:
-            with nogil:
-                for q in range(nq):
-                    _ivf_query(&job, q, &lists[q, 0], &terms[q, 0], scratch, &out_dist[q, 0], &out_rows[q, 0],
-                               &out_flags[q] if out_flags is not None else NULL)
-        else:
-            with nogil, parallel(num_threads=n_threads):
-                tid = threadid()
-                for q in prange(nq, schedule='dynamic'):
-                    _ivf_query(&job, q, &lists[q, 0], &terms[q, 0], scratch + tid * stride, &out_dist[q, 0],
-                               &out_rows[q, 0], &out_flags[q] if out_flags is not None else NULL)
-    finally:
-        free(scratch)
+# candidates instead and re-ranks them from their stored rows (_rerank.h).
 
 
 cdef struct IvfQuery:
-    # What every query of an ivf_scan call shares.
-    const TableSource *tables
+    # What every query of an ivf_search call shares.
+    TableSource tables          # the fine quantizer's model, and the queries
+    const float *ct             # (P, L) the centroids, transposed
+    const float *c_sqnorms      # (L,)
+    int L
+    int probe_kind
+    float term_factor
     const uint8_t *codes        # (N, W), or NULL when N == 0
     int W
     NormTerms norms
@@ -269,33 +137,207 @@ cdef struct IvfQuery:
     Py_ssize_t work_items
 
 
+cdef class IvfLists:
+    """The arrays an inverted-file search reads, as typed views held for the life of the object (a search converts
+    none of them again: a query searched alone pays for no more than its own arrays).
+
+    model : TableModel of the fine quantizer (search.QueryTables.model), kind TABLE_L2_NORM_TERM ("l2") or
+        TABLE_NEG_DOT
+    ct : (P, L) float32, the centroids transposed; c_sqnorms : (L,) float32, their squared norms
+    probe_kind : PROBE_L2 or PROBE_IP; term_factor : -2 ("l2") or -1 (scores): list l's term is term_factor * q.c_l
+    codes : (N, W) uint8, rows list after list; norms_f32 : (N,) float32 or None; norm_codes : (N,) uint8 or None,
+        with norm_levels (256,) float32; ids : (N,) int64; list_offsets : (L + 1,) int64, from 0 to N
+    """
+
+    cdef TableModel _model
+    cdef const float[:, ::1] _ct
+    cdef const float[::1] _c_sqnorms
+    cdef const uint8_t[:, ::1] _codes
+    cdef const float[::1] _norms_f32
+    cdef const uint8_t[::1] _norm_codes
+    cdef const float[::1] _norm_levels
+    cdef const int64_t[::1] _ids
+    cdef const int64_t[::1] _offsets
+    cdef IvfQuery job
+
+    def __cinit__(self, TableModel model not None, const float[:, ::1] ct not None,
+                  const float[::1] c_sqnorms not None, int probe_kind, float term_factor,
+                  const uint8_t[:, ::1] codes not None, const float[::1] norms_f32, const uint8_t[::1] norm_codes,
+                  const float[::1] norm_levels, const int64_t[::1] ids not None,
+                  const int64_t[::1] list_offsets not None):
+        self._model = model
+        self._ct = ct
+        self._c_sqnorms = c_sqnorms
+        self._codes = codes
+        self._norms_f32 = norms_f32
+        self._norm_codes = norm_codes
+        self._norm_levels = norm_levels
+        self._ids = ids
+        self._offsets = list_offsets
+        memset(&self.job, 0, sizeof(IvfQuery))
+        self.job.tables = model._source
+        self.job.ct = &ct[0, 0]
+        self.job.c_sqnorms = &c_sqnorms[0]
+        self.job.L = ct.shape[1]
+        self.job.probe_kind = probe_kind
+        self.job.term_factor = term_factor
+        self.job.codes = &codes[0, 0] if codes.shape[0] > 0 else NULL
+        self.job.W = codes.shape[1]
+        self.job.norms = _norm_terms(norms_f32, norm_codes, norm_levels)
+        self.job.ids = &ids[0] if ids.shape[0] > 0 else NULL
+        self.job.offsets = &list_offsets[0]
+        self.job.lut_items = _slice_items(<Py_ssize_t>self.job.W * SLOTS)
+        self.job.work_items = _slice_items(_table_work_items(&self.job.tables))
+
+
+def ivf_search(IvfLists lists not None,        # IN the index's arrays
+               const float[:, ::1] queries,     # IN (nq, P)
+               int n_probe,                     # IN lists probed per query, 1..L
+               const uint64_t[::1] allow,       # IN (ceil(N / 64),) bitmap of the rows to scan, or None: all
+               float[:, ::1] out_dist,          # OUT (nq, k) ascending; with re-ranking the exact values
+               int64_t[:, ::1] out_rows,        # OUT (nq, k) the rows of the results; (inf, -1) past the last
+               int n_threads,
+               RerankSource rerank_rows=None,   # IN the stored rows (part 0: these N rows) to re-rank from, or None
+               int rerank=0,                    # IN with rerank_rows: candidates kept per query (>= k)
+               const float[:, ::1] rerank_queries=None,  # IN (nq, P) the queries re-ranked (None: `queries`; SDC
+                                                         #    scans with reconstructions, re-ranks with the queries)
+               int32_t[::1] out_flags=None):    # OUT (nq,) with rerank_rows: bad rows seen (rerank's flags)
+    """For each query: its n_probe best lists and their terms, its one table (_query_tables, the same arithmetic as
+    the exhaustive scan's), then its probed lists scanned, keeping its k best (dist, id) among the allowed rows;
+    writes their distances and row numbers. With rerank_rows: keeps `rerank` candidates instead, and writes the k
+    best of them by exact value (distances ascending, scores descending; _rerank.h) and their rows. Queries run in
+    parallel, each on one thread from start to end (one thread for a single query: no parallel region), so results do
+    not depend on the number of threads."""
+    cdef IvfQuery job = lists.job
+    cdef int nq = out_dist.shape[0]
+    cdef int k = out_dist.shape[1]
+    cdef Py_ssize_t stride
+    cdef int64_t *scratch = NULL
+    cdef int q, tid
+    if nq == 0 or k == 0:
+        return
+    if n_threads > nq:
+        n_threads = nq
+    if n_threads < 1:
+        n_threads = 1
+    job.tables.queries = &queries[0, 0]
+    job.allow = &allow[0] if allow is not None and allow.shape[0] > 0 else NULL
+    job.n_probe = n_probe
+    job.k = k
+    job.width = k
+    if rerank_rows is not None:
+        job.rerank = &rerank_rows.src
+        job.values = ock_rerank_values()
+        job.width = rerank if rerank > k else k
+        job.rerank_queries = &rerank_queries[0, 0] if rerank_queries is not None else &queries[0, 0]
+    stride = _slice_items(_ivf_query_items(&job))
+    try:
+        scratch = <int64_t *>_alloc(<size_t>n_threads * stride * sizeof(int64_t), "ivf_search's scratch (per thread)")
+        if n_threads == 1:
+            with nogil:
+                for q in range(nq):
+                    _ivf_query(&job, q, scratch, &out_dist[q, 0], &out_rows[q, 0],
+                               &out_flags[q] if out_flags is not None else NULL)
+        else:
+            with nogil, parallel(num_threads=n_threads):
+                tid = threadid()
+                for q in prange(nq, schedule='dynamic'):
+                    _ivf_query(&job, q, scratch + tid * stride, &out_dist[q, 0], &out_rows[q, 0],
+                               &out_flags[q] if out_flags is not None else NULL)
+    finally:
+        free(scratch)
+
+
+cdef inline Py_ssize_t _probe_items(int L, int n_probe) noexcept nogil:
+    """8-byte items of one query's probing scratch: the inner products (L floats), a collector of n_probe, and the
+    sorted lists (n_probe rows and keys)."""
+    return (L + 1) // 2 + _topk_items(n_probe) + n_probe * 2
+
+
 cdef inline Py_ssize_t _ivf_query_items(const IvfQuery *job) noexcept nogil:
-    """8-byte items of one query's scratch: its table, the table kernel's work, its collector, and with re-ranking
-    the candidates and the re-ranking loop's own scratch."""
-    cdef Py_ssize_t items = (job.lut_items + 1) // 2 + job.work_items + _topk_items(job.width)
+    """8-byte items of one query's scratch: probing, its table, the table kernel's work, its collector, and with
+    re-ranking the candidates and the re-ranking loop's own scratch."""
+    cdef Py_ssize_t items = (_probe_items(job.L, job.n_probe) + (job.lut_items + 1) // 2 + job.work_items
+                             + _topk_items(job.width))
     if job.rerank != NULL:
         items += job.width * 2 + job.k + (<Py_ssize_t>ock_rr_scratch_bytes(job.rerank.P, job.k) + 7) // 8 + 8
     return items
 
 
-cdef void _ivf_query(const IvfQuery *job, int q, const int32_t *lists, const float *terms, int64_t *scratch,
-                     float *out_dist, int64_t *out_rows, int32_t *out_flag) noexcept nogil:
-    """ivf_scan's work for query q, in `scratch` (_ivf_query_items)."""
-    cdef float *lut = <float *>scratch
-    cdef double *work = <double *>(scratch + (job.lut_items + 1) // 2)
+cdef void _probe_query(const float *q, const float *ct, const float *c_sqnorms, int P, int L, int kind, int n_probe,
+                       float *dots, int64_t *buffers, int64_t *lists, float *keys) noexcept nogil:
+    """The coarse step of one query: dots (L,) its inner products with the centroids, lists (n_probe,) the lists it
+    probes, best first, and their keys; buffers: _topk_items(n_probe) 8-byte items."""
+    cdef TopK t
+    cdef int l
+    ock_coarse_dots(q, ct, P, L, dots)
+    _topk_start(&t, buffers, n_probe, NULL, INFINITY)
+    if kind == PROBE_BY_L2:
+        for l in range(L):
+            ock_topk_offer(&t, c_sqnorms[l] - 2 * dots[l], l)
+    else:
+        for l in range(L):
+            ock_topk_offer(&t, -dots[l], l)
+    ock_topk_finish(&t, keys, lists, 1)
+
+
+def probe(const float[:, ::1] queries,      # IN (nq, P)
+          const float[:, ::1] ct,           # IN (P, L): the centroids, transposed
+          const float[::1] c_sqnorms,       # IN (L,): ||c_l||^2 (read for PROBE_L2)
+          int kind,                         # IN PROBE_L2 or PROBE_IP
+          float term_factor,                # IN the list term is term_factor * q.c_l: -2 (metric "l2"), -1 (scores)
+          int32_t[:, ::1] out_lists,        # OUT (nq, n_probe): the lists to scan, best first (ties: smaller l)
+          float[:, ::1] out_terms):         # OUT (nq, n_probe): their list terms
+    """The coarse step of ivf_search on its own (its tests check the lists a query probes): the same function."""
+    cdef int nq = queries.shape[0]
+    cdef int L = ct.shape[1]
+    cdef int n_probe = out_lists.shape[1]
+    cdef int64_t *scratch = NULL
+    cdef float *dots
+    cdef int64_t *lists
+    cdef int q, j
+    if nq == 0 or n_probe == 0:
+        return
+    try:
+        scratch = <int64_t *>_alloc(<size_t>_probe_items(L, n_probe) * sizeof(int64_t), "probe's scratch")
+        dots = <float *>scratch
+        lists = scratch + (L + 1) // 2 + _topk_items(n_probe)
+        with nogil:
+            for q in range(nq):
+                _probe_query(&queries[q, 0], &ct[0, 0], &c_sqnorms[0], queries.shape[1], L, kind, n_probe, dots,
+                             scratch + (L + 1) // 2, lists, <float *>(lists + n_probe))
+                for j in range(n_probe):
+                    out_lists[q, j] = <int32_t>lists[j]
+                    out_terms[q, j] = term_factor * dots[lists[j]]
+    finally:
+        free(scratch)
+
+
+cdef void _ivf_query(const IvfQuery *job, int q, int64_t *scratch, float *out_dist, int64_t *out_rows,
+                     int32_t *out_flag) noexcept nogil:
+    """ivf_search's work for query q, in `scratch` (_ivf_query_items)."""
+    cdef float *dots = <float *>scratch
+    cdef int64_t *probe_buffers = scratch + (job.L + 1) // 2
+    cdef int64_t *lists = probe_buffers + _topk_items(job.n_probe)
+    cdef float *list_keys = <float *>(lists + job.n_probe)
+    cdef float *lut = <float *>(scratch + _probe_items(job.L, job.n_probe))
+    cdef double *work = <double *>(<int64_t *>lut + (job.lut_items + 1) // 2)
     cdef int64_t *buffers = <int64_t *>(work + job.work_items)
     cdef int64_t *candidates
     cdef float *candidate_dist
     cdef int64_t *positions
+    cdef const float *query = job.tables.queries + <Py_ssize_t>q * job.tables.P
     cdef TopK t
     cdef float qconst, start_term
-    cdef int j, flag
-    cdef int32_t l
-    qconst = _query_tables(job.tables, q, work, lut)
+    cdef int j, l, flag
+    _probe_query(query, job.ct, job.c_sqnorms, job.tables.P, job.L, job.probe_kind, job.n_probe, dots,
+                 probe_buffers, lists, list_keys)
+    # the table, then the lists
+    qconst = _query_tables(&job.tables, q, work, lut)
     _topk_start(&t, buffers, job.width, job.ids, INFINITY)
     for j in range(job.n_probe):
-        l = lists[j]
-        start_term = qconst + terms[j]
+        l = <int>lists[j]
+        start_term = qconst + job.term_factor * dots[l]
         if job.allow != NULL:
             _scan_allowed_rows(&t, job.codes, job.W, lut, start_term, _norm_terms_from(job.norms, job.offsets[l]),
                                job.offsets[l], job.offsets[l + 1], job.allow)
@@ -305,7 +347,7 @@ cdef void _ivf_query(const IvfQuery *job, int q, const int32_t *lists, const flo
     if job.rerank == NULL:
         ock_topk_finish(&t, out_dist, out_rows, 1)
         return
-    # re-ranking: the candidates in any order (their set is what counts), then the k best by exact value
+    # re-ranking: the candidates in the order they came (their set is what counts), the k best by exact value
     candidates = buffers + _topk_items(job.width)
     candidate_dist = <float *>(candidates + job.width)
     positions = candidates + job.width * 2

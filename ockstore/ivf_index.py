@@ -46,22 +46,16 @@ def check_list_offsets(offsets, n_lists, n_rows, name="list_offsets"):
     return offsets
 
 
-# Queries probed per kernel call: bounds the (queries x n_probe) lists and terms of a batch (8 bytes each).
-PROBE_QUERIES_PER_STEP = 8192
-
-
-def search_lists(tables, ivf, Q, k, rows, list_offsets, n_probe, *, n_threads=1, rerank=None, rerank_queries=None):
+def search_lists(lists, Q, k, n_probe, allow, *, n_threads=1, rerank=None, rerank_queries=None):
     """The k best rows of each query among its n_probe best lists (no input validation).
 
     Parameters
     ----------
-    tables : QueryTables of the fine quantizer, kind TABLE_L2_NORM_TERM (metric "l2") or TABLE_NEG_DOT
-    ivf : fitted IVF
+    lists : _kernels.IvfLists of the index (``IVFIndex._ivf_lists``)
     Q : ndarray of shape (nq, P), dtype float32, C-contiguous, finite (unit rows for cosine)
     k : int >= 1
-    rows : search.CodeRows of the index, list after list (ids (N,) int64 always)
-    list_offsets : (n_lists + 1,) int64: list l holds rows list_offsets[l] .. list_offsets[l + 1] - 1
     n_probe : int in 1..n_lists
+    allow : ndarray of shape (ceil(N / 64),), dtype uint64, or None: bitmap of the rows to scan (search.rows_bitmap)
     n_threads : int >= 1, or None (every core)
     rerank : (StoredRows, R) or None
         Re-rank inside the scan (as ``search.search_codes``): R >= k candidates per query, the k best by exact value.
@@ -76,22 +70,16 @@ def search_lists(tables, ivf, Q, k, rows, list_offsets, n_probe, *, n_threads=1,
     found = np.empty((nq, k), dtype=np.int64)
     if nq == 0:
         return D, found
-    threads = max(1, min(resolve_n_threads(n_threads), nq))  # queries run in parallel: a thread per query at most
-    stored, width = (None, 0) if rerank is None else rerank
-    flags = None if stored is None else np.empty(nq, dtype=np.int32)
-    for start in range(0, nq, PROBE_QUERIES_PER_STEP):
-        stop = min(nq, start + PROBE_QUERIES_PER_STEP)
-        batch = Q if stop - start == nq else Q[start:stop]
-        lists, terms = ivf._probe(batch, n_probe, threads)
-        _kernels.ivf_scan(tables.model, batch, rows.codes, rows.norms, rows.norm_codes,
-                          rows.norm_levels if rows.norm_codes is not None else None, rows.ids, rows.allow,
-                          list_offsets, lists, terms, D[start:stop], found[start:stop], threads,
-                          None if stored is None else stored.source, width,
-                          None if rerank_queries is None else rerank_queries[start:stop],
-                          None if flags is None else flags[start:stop])
-    if flags is not None and flags.any():  # a bad stored row among some query's candidates: name it
+    threads = 1 if nq == 1 else min(resolve_n_threads(n_threads), nq)  # a thread per query at most
+    if rerank is None:
+        _kernels.ivf_search(lists, Q, n_probe, allow, D, found, threads)
+        return D, found
+    stored, width = rerank
+    flags = np.empty(nq, dtype=np.int32)
+    _kernels.ivf_search(lists, Q, n_probe, allow, D, found, threads, stored.source, width, rerank_queries, flags)
+    if np.count_nonzero(flags):  # a bad stored row among some query's candidates: name it
         bad = flags != 0
-        _, candidates = search_lists(tables, ivf, Q[bad], width, rows, list_offsets, n_probe, n_threads=threads)
+        _, candidates = search_lists(lists, Q[bad], width, n_probe, allow, n_threads=threads)
         stored.raise_bad(candidates)
     return D, found
 
@@ -134,6 +122,7 @@ class IVFIndex(Index):
             ids = np.arange(n_rows, dtype=np.int64)  # rows are in list order: their ids are kept explicitly
         self._attach(ivf, codes, norms, ids, norm_encoding, vectors, _resource)
         self._list_offsets = check_list_offsets(list_offsets, ivf.n_lists, len(self._codes))
+        self._lists = None  # the _kernels.IvfLists, built on first search
 
     # ----------------------------------------------------------------------------------------------- construction
     @classmethod
@@ -150,7 +139,7 @@ class IVFIndex(Index):
 
     def close(self):
         """As :meth:`Index.close` (the list offsets are released with the other arrays)."""
-        self._list_offsets = None
+        self._list_offsets = self._lists = None
         super().close()
 
     # ------------------------------------------------------------------------------------------------- attributes
@@ -234,17 +223,27 @@ class IVFIndex(Index):
         reconstruction c_l + R z_hat (the query encoded by the IVF) before the coarse step and the scan (re-ranking
         uses the query itself). Queries are searched in parallel, each on one thread."""
         ivf = self._quantizer
-        threads = resolve_n_threads(opts.n_threads)  # None: every core
+        threads = 1 if Q.shape[0] == 1 else resolve_n_threads(opts.n_threads)  # None: every core
         scan_Q = Q
         if opts.distance == "sdc":
             lists, codes = ivf._encode_prepared(Q, threads)
             scan_Q = np.ascontiguousarray(ivf._reconstruct(lists, codes, threads))
         if stored is None:
-            return search_lists(self._query_tables(), ivf, scan_Q, opts.width, self._code_rows(bitmap),
-                                self._list_offsets, opts.n_probe, n_threads=threads)
-        return search_lists(self._query_tables(), ivf, scan_Q, opts.k, self._code_rows(bitmap), self._list_offsets,
-                            opts.n_probe, n_threads=threads, rerank=(stored, opts.rerank),
-                            rerank_queries=None if scan_Q is Q else Q)
+            return search_lists(self._ivf_lists(), scan_Q, opts.width, opts.n_probe, bitmap, n_threads=threads)
+        return search_lists(self._ivf_lists(), scan_Q, opts.k, opts.n_probe, bitmap, n_threads=threads,
+                            rerank=(stored, opts.rerank), rerank_queries=None if scan_Q is Q else Q)
+
+    def _ivf_lists(self):
+        """The _kernels.IvfLists of this index (built on first search, like the tables)."""
+        lists = self._lists
+        if lists is None:
+            rows = self._code_rows(None)
+            ct, c_sqnorms, kind, term_factor = self._quantizer._probing()
+            lists = self._lists = _kernels.IvfLists(
+                self._query_tables().model, ct, c_sqnorms, kind, term_factor, rows.codes, rows.norms,
+                rows.norm_codes, rows.norm_levels if rows.norm_codes is not None else None, rows.ids,
+                self._list_offsets)
+        return lists
 
     def _flat_scan_rows(self, bitmap):
         """None: each list has its own term (-2 q.c_l), so these rows cannot join one flat scan; a collection of IVF

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import _kernels
 from ._norm_levels import fit_scalar_quantizer
 from ._kmeans import PROBE_IP, PROBE_L2, CoarseTables, train_coarse
 from ._params import PARAMETERS
@@ -341,13 +342,24 @@ class IVF(Model):
         return self._reconstruct(lists, codes, n_threads)
 
     # ------------------------------------------------------------------------------------------------------- search
-    def _probe(self, Q, n_probe, n_threads):
-        """(lists int32 (nq, n_probe), terms float32 (nq, n_probe)) of prepared queries (float32, C-contiguous): the
-        lists each query scans, best first (ties: the smaller list id), and their list terms: -2 q.c_l for metric
-        "l2" (the distance's), -q.c_l for "ip" and "cosine" (minus the score's). Lists are ranked by ||q - c_l||
-        ("l2"; "cosine" too: for unit vectors the nearest centroids hold the best cosines) or by q.c_l ("ip")."""
+    def _probe(self, Q, n_probe):
+        """(lists int32 (nq, n_probe), terms float32 (nq, n_probe)): the lists a search of prepared queries Q
+        (float32, C-contiguous) probes, and their terms (``_probing`` says how; the search kernel runs the same
+        coarse step). For tests and tools: a search does not call it."""
+        ct, c_sqnorms, kind, term_factor = self._probing()
+        lists = np.empty((Q.shape[0], n_probe), dtype=np.int32)
+        terms = np.empty((Q.shape[0], n_probe), dtype=np.float32)
+        _kernels.probe(Q, ct, c_sqnorms, kind, term_factor, lists, terms)
+        return lists, terms
+
+    def _probing(self):
+        """(ct (P, L) float32, c_sqnorms (L,) float32, kind, term_factor): what the search kernel probes with. Each
+        query scans its n_probe best lists, best first (ties: the smaller list id), ranked by ||q - c_l|| (kind
+        PROBE_L2: "l2"; "cosine" too, for unit vectors the nearest centroids hold the best cosines) or by q.c_l
+        (PROBE_IP: "ip"); list l's term is term_factor * q.c_l: -2 q.c_l for "l2" (the distance's), -q.c_l for "ip"
+        and "cosine" (minus the score's)."""
         kind = PROBE_IP if self.metric == "ip" else PROBE_L2
-        return self._coarse.probe(Q, n_probe, kind, -2.0 if self.metric == "l2" else -1.0, n_threads)
+        return self._coarse.ct, self._coarse.sqnorms, kind, -2.0 if self.metric == "l2" else -1.0
 
     # ------------------------------------------------------------------------------------- what indexes ask of a model
     # The same methods as the flat quantizers' (quantizers.Quantizer): indexes, writers and collections call them,
