@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _kernels
+from ._sq8 import sq8_decode
 from ._validation import MAX_ABS_VALUE, resolve_n_threads, rows_beyond_limits
 
 __all__ = ["RERANK_STEP_BYTES", "StoredRows", "rerank_stored", "rerank", "gather_rows", "check_vector_rows",
@@ -70,8 +71,7 @@ class StoredRows:
         stored representation for sq8 codes."""
         block = self.arrays[part][rows]
         if self.sq8_ranges is not None:
-            lo = self.sq8_ranges[0].astype(np.float64)
-            block = lo + (self.sq8_ranges[1].astype(np.float64) - lo) / 255 * block
+            block = sq8_decode(block, self.sq8_ranges)
         with np.errstate(over="ignore", invalid="ignore"):
             return np.asarray(block, dtype=np.float32)
 

@@ -45,6 +45,18 @@ def _check_array(arr, name, dtype, shape):
     return arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
 
 
+def _stored_kind(quantizer, vectors, store_vectors):
+    """The ``store_vectors`` name of checked stored ``vectors``: ``store_vectors`` when given (it must agree with
+    their dtype; "sq8" needs the quantizer's value ranges), else the name of their dtype."""
+    if store_vectors is None:
+        return {dt: name for name, dt in STORED_VECTOR_DTYPES.items() if name != "sq8"}[vectors.dtype.newbyteorder("<")]
+    store_vectors = check_store_vectors(store_vectors, quantizer)
+    if vectors.dtype.newbyteorder("<") != STORED_VECTOR_DTYPES[store_vectors]:
+        raise TypeError(f"vectors must have dtype {STORED_VECTOR_DTYPES[store_vectors]} for store_vectors = "
+                        f"{store_vectors!r}, got {vectors.dtype}")
+    return store_vectors
+
+
 class Index(Closable):
     """Compact codes of a base with their quantizer, searched exhaustively by ADC or SDC.
 
@@ -67,15 +79,20 @@ class Index(Closable):
         "cosine".
     vectors : ndarray of shape (N, P), dtype float16, float32 or uint8, or None
         The stored vectors, for exact re-ranking (``search(..., rerank=R)``); used as given, like ``codes``.
+    store_vectors : None, "float16", "float32", "uint8" or "sq8"
+        How ``vectors`` are stored; None: named by their dtype. "sq8": uint8 codes through
+        ``quantizer.value_ranges`` (docs/FORMAT.md, "sq8"), which the quantizer must have.
 
     Most users build with :meth:`from_vectors` or open a file with :func:`open_index`; :meth:`save` writes one. The
     low-level constructor is O(1) in N: it reads none of the arrays, and search tables are built on first search.
     """
 
-    def __init__(self, quantizer, codes, norms, ids, norm_encoding, *, vectors=None, _resource=None):
-        self._attach(check_model_for(type(self), quantizer), codes, norms, ids, norm_encoding, vectors, _resource)
+    def __init__(self, quantizer, codes, norms, ids, norm_encoding, *, vectors=None, store_vectors=None,
+                 _resource=None):
+        self._attach(check_model_for(type(self), quantizer), codes, norms, ids, norm_encoding, vectors, store_vectors,
+                     _resource)
 
-    def _attach(self, quantizer, codes, norms, ids, norm_encoding, vectors, _resource):
+    def _attach(self, quantizer, codes, norms, ids, norm_encoding, vectors, store_vectors, _resource):
         """Check and keep the arrays of a fitted model (``__init__`` of this class and of IVFIndex)."""
         norm_encoding = resolve_norm_encoding(quantizer, check_choice(norm_encoding, "norm_encoding",
                                                                        NORM_ENCODINGS))
@@ -99,8 +116,12 @@ class Index(Closable):
                 raise TypeError("vectors must be a numpy array of dtype float16, float32 or uint8, got "
                                 f"{getattr(vectors, 'dtype', type(vectors).__name__)}")
             vectors = _check_array(vectors, "vectors", vectors.dtype, (N, quantizer.dim))
+            store_vectors = _stored_kind(quantizer, vectors, store_vectors)
+        elif store_vectors is not None:
+            raise ValueError(f"store_vectors = {store_vectors!r} needs vectors")
         self._quantizer = quantizer
         self._vectors = vectors
+        self._store_vectors = store_vectors
         self._id_lookup = None  # _search_options.IdLookup of the ids, built by the first search that filters by id
         self._codes = codes
         self._norms = norms
@@ -133,10 +154,12 @@ class Index(Closable):
             quantized norm term: they approximate the "f32" ones). "none" is the only choice for C = 1 (PQ, CKM).
             None (default) means "u8" for L2 with C >= 2 and "none" otherwise ("ip" and "cosine" need no norm
             term: "none" is their only choice).
-        store_vectors : None, "float16", "float32" or "uint8"
+        store_vectors : None, "float16", "float32", "uint8" or "sq8"
             Also keep the vectors themselves (as given, not normalised), for exact re-ranking: ``search(...,
             rerank=R)``. "uint8" only when every value is an integer in 0..255 (ValueError otherwise); "float16"
-            only when every value is within +-65504.
+            only when every value is within +-65504; "sq8": any real values at one byte per dimension, through the
+            value ranges the quantizer learned from its training vectors (values outside them are clipped to them;
+            docs/FORMAT.md, "sq8"): re-ranking then computes exact distances to that stored representation.
         n_threads : int or None
             Threads for encoding; None means all cores.
 
@@ -148,17 +171,17 @@ class Index(Closable):
             cls = _kinds.of_model(quantizer).index_class
         quantizer = check_model_for(cls, quantizer)
         norm_encoding = resolve_norm_encoding(quantizer, norm_encoding)
-        store_vectors = check_store_vectors(store_vectors)
+        store_vectors = check_store_vectors(store_vectors, quantizer)
         X, _ = as_vectors(X, "X", quantizer.dim, convert=False)
         threads = resolve_n_threads(n_threads)
         ids = None if ids is None else as_ids(ids, "ids", n=X.shape[0])
         lists, codes, norms, vectors = encode_all(quantizer, X, norm_encoding, store_vectors, threads, BUILD_CHUNK)
-        return cls._from_encoded(quantizer, lists, codes, norms, ids, norm_encoding, vectors)
+        return cls._from_encoded(quantizer, lists, codes, norms, ids, norm_encoding, vectors, store_vectors)
 
     @classmethod
-    def _from_encoded(cls, quantizer, lists, codes, norms, ids, norm_encoding, vectors):
+    def _from_encoded(cls, quantizer, lists, codes, norms, ids, norm_encoding, vectors, store_vectors):
         """The index of rows encoded by ``_index_rows.encode_all`` in the order given (``lists`` None: a flat model)."""
-        return cls(quantizer, codes, norms, ids, norm_encoding, vectors=vectors)
+        return cls(quantizer, codes, norms, ids, norm_encoding, vectors=vectors, store_vectors=store_vectors)
 
     # -------------------------------------------------------------------------------------------------- lifecycle
     def close(self):
@@ -231,17 +254,16 @@ class Index(Closable):
 
     @property
     def vectors(self):
-        """(N, P) stored vectors (float16, float32 or uint8, possibly a read-only view), or None."""
+        """(N, P) stored vectors as stored (float16, float32 or uint8; for "sq8" their uint8 codes, decoded by
+        ``ockstore._sq8.sq8_decode`` with ``quantizer.value_ranges``; possibly a read-only view), or None."""
         self._check_open()
         return self._vectors
 
     @property
     def store_vectors(self):
-        """None, "float16", "float32" or "uint8": how the vectors are stored for re-ranking."""
+        """None, "float16", "float32", "uint8" or "sq8": how the vectors are stored for re-ranking."""
         self._check_open()
-        if self._vectors is None:
-            return None
-        return {dt: name for name, dt in STORED_VECTOR_DTYPES.items()}[self._vectors.dtype.newbyteorder("<")]
+        return self._store_vectors
 
     @property
     def metric(self) -> str:
@@ -470,8 +492,10 @@ class Index(Closable):
         """The _rerank.StoredRows of the stored vectors (built on first use; damage named as verify names it)."""
         stored = self._stored
         if stored is None:
-            stored = self._stored = _rerank.StoredRows([self._vectors], [self._ids], self._quantizer.metric,
-                                                       damaged=[self._damaged])
+            stored = self._stored = _rerank.StoredRows(
+                [self._vectors], [self._ids], self._quantizer.metric,
+                sq8_ranges=self._quantizer.value_ranges if self._store_vectors == "sq8" else None,
+                damaged=[self._damaged])
         return stored
 
     def _query_tables(self):

@@ -105,6 +105,8 @@ class IVFIndex(Index):
         "none" exactly for metrics "ip" and "cosine".
     vectors : ndarray of shape (N, P), dtype float16, float32 or uint8, or None
         The stored vectors in row order, for exact re-ranking.
+    store_vectors : None, "float16", "float32", "uint8" or "sq8"
+        How ``vectors`` are stored, as for :class:`Index`.
 
     Most users build with ``Index.from_vectors(ivf, X)`` or ``IndexWriter(path, ivf)``, or open a file with
     ``open_index``. Every attribute and method of :class:`Index` applies; ``quantizer`` is the IVF.
@@ -115,18 +117,19 @@ class IVFIndex(Index):
     added (row r holds id ``ids[r]``; with the default ids, which are positions in the base X, pass ``X[index.ids]``).
     """
 
-    def __init__(self, ivf, codes, norms, ids, list_offsets, norm_encoding, *, vectors=None, _resource=None):
+    def __init__(self, ivf, codes, norms, ids, list_offsets, norm_encoding, *, vectors=None, store_vectors=None,
+                 _resource=None):
         ivf = check_model_for(type(self), ivf, "ivf")
         n_rows = codes.shape[0] if isinstance(codes, np.ndarray) and codes.ndim == 2 else None
         if ids is None and n_rows is not None:
             ids = np.arange(n_rows, dtype=np.int64)  # rows are in list order: their ids are kept explicitly
-        self._attach(ivf, codes, norms, ids, norm_encoding, vectors, _resource)
+        self._attach(ivf, codes, norms, ids, norm_encoding, vectors, store_vectors, _resource)
         self._list_offsets = check_list_offsets(list_offsets, ivf.n_lists, len(self._codes))
         self._lists = None  # the _kernels.IvfLists, built on first search
 
     # ----------------------------------------------------------------------------------------------- construction
     @classmethod
-    def _from_encoded(cls, ivf, lists, codes, norms, ids, norm_encoding, vectors):
+    def _from_encoded(cls, ivf, lists, codes, norms, ids, norm_encoding, vectors, store_vectors):
         """``Index.from_vectors`` with an IVF comes here: rows are stored list after list, in the order given within
         a list; without ids, the ids are the positions in X."""
         N = codes.shape[0]
@@ -135,7 +138,7 @@ class IVFIndex(Index):
         offsets = np.zeros(ivf.n_lists + 1, dtype=np.int64)
         np.cumsum(np.bincount(lists, minlength=ivf.n_lists), out=offsets[1:])
         return cls(ivf, codes[order], None if norms is None else norms[order], ids[order], offsets, norm_encoding,
-                   vectors=None if vectors is None else vectors[order])
+                   vectors=None if vectors is None else vectors[order], store_vectors=store_vectors)
 
     def close(self):
         """As :meth:`Index.close` (the list offsets are released with the other arrays)."""

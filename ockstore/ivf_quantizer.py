@@ -23,6 +23,7 @@ from . import _kernels
 from ._norm_levels import fit_scalar_quantizer
 from ._kmeans import PROBE_IP, PROBE_L2, CoarseTables, train_coarse
 from ._params import PARAMETERS
+from ._sq8 import learn_value_ranges
 from ._validation import (
     as_codes, as_list_ids, as_vectors, check_int, to_float32_rows,
 )
@@ -103,6 +104,7 @@ class IVF(Model):
         self._coarse = None  # CoarseTables
         self._history = None
         self._norm_levels = None
+        self._value_ranges = None
         self._rotated_centroids = None  # (L, M*S) float64, built on first use
 
     # ---------------------------------------------------------------------------------------------------- parameters
@@ -196,13 +198,15 @@ class IVF(Model):
             return True
         return all(np.array_equal(a, b) for a, b in [(self._coarse.centroids, other._coarse.centroids),
                                                      (self._history, other._history),
-                                                     (self._norm_levels, other._norm_levels)])
+                                                     (self._norm_levels, other._norm_levels)]
+                   ) and self._same_value_ranges(other)
 
     __hash__ = None
 
     # ---------------------------------------------------------------------------------------------------------- fit
     def fit(self, X):
-        """Learn the coarse centroids, then fit the fine quantizer on the residuals.
+        """Learn the coarse centroids, then fit the fine quantizer on the residuals; and the ``value_ranges`` of the
+        training vectors.
 
         Parameters
         ----------
@@ -216,6 +220,7 @@ class IVF(Model):
         """
         X, _ = as_vectors(X, "X")
         n, P = X.shape
+        ranges = learn_value_ranges(X) if n else None  # of the vectors as given (stored vectors are not normalised)
         X = self._prepare(X, "X")
         q = self.quantizer
         if n < self.n_lists:
@@ -235,6 +240,7 @@ class IVF(Model):
         self.dim = P
         self._set_learned(centroids, history, None)
         self._norm_levels = _read_only(fit_scalar_quantizer(self._norm_terms(labels, codes, threads), 256))
+        self._set_value_ranges(ranges)
         return self
 
     def _set_learned(self, centroids, history, norm_levels):
@@ -403,6 +409,8 @@ class IVF(Model):
         params = {"dim": self.dim, **self._stored_params()}
         arrays = {"coarse_centroids": self._coarse.centroids, "coarse_objective_history": self._history,
                   "ivf_norm_levels": self._norm_levels}
+        if self._value_ranges is not None:
+            arrays["value_ranges"] = self._value_ranges
         return params, arrays
 
 
@@ -418,4 +426,5 @@ def ivf_from_state(params: dict, arrays: dict, quantizer) -> IVF:
     ivf = IVF(params["n_lists"], quantizer, n_iter=params["n_iter"], seed=params["seed"])
     ivf.dim = params["dim"]
     ivf._set_learned(arrays["coarse_centroids"], arrays["coarse_objective_history"], arrays["ivf_norm_levels"])
+    ivf._set_value_ranges(arrays.get("value_ranges"))
     return ivf

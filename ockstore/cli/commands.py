@@ -32,7 +32,7 @@ __all__ = ["COMMANDS"]
 SEARCH_BATCH = 1024
 
 # Bytes per component of the vectors stored by `build --store-vectors`.
-STORED_VECTOR_BYTES = {"float16": 2, "float32": 4, "uint8": 1}
+STORED_VECTOR_BYTES = {"float16": 2, "float32": 4, "uint8": 1, "sq8": 1}
 
 
 def _check_rerank_vectors(index, args):
@@ -40,10 +40,10 @@ def _check_rerank_vectors(index, args):
     if args.rerank is not None and index.store_vectors is None:
         if isinstance(index, ockstore.Collection):
             raise CommandError(f"{args.index}: the collection stores no vectors, --rerank needs them; make one that "
-                               "does with 'ockstore create ... --store-vectors float32' (or float16, uint8) and add "
+                               "does with 'ockstore create ... --store-vectors float32' (or float16, uint8, sq8) and add "
                                "the vectors to it")
         raise CommandError(f"{args.index}: the index stores no vectors, --rerank needs them; rebuild it with "
-                           "'ockstore build ... --store-vectors float32' (or float16, uint8)")
+                           "'ockstore build ... --store-vectors float32' (or float16, uint8, sq8)")
 
 
 def _open_index(path):

@@ -24,7 +24,7 @@ VECTOR_FILES = ".fvecs, .bvecs, .ivecs (each optionally .gz) or .npy"
 ID_FILES = ".ivecs or .ivecs.gz (every value), an integer .npy of shape (N,) or (N, 1), or a text file of integers"
 
 # How `build --store-vectors` keeps the vectors for exact re-ranking (the store_vectors of ockstore.IndexWriter).
-STORE_VECTORS = ("float16", "float32", "uint8")
+STORE_VECTORS = ("float16", "float32", "uint8", "sq8")
 
 # Default rows per step when reading a base file (memory bounded by the chunk, not by N).
 DEFAULT_CHUNK = 100_000

@@ -125,8 +125,9 @@ examples:
                         "not used by pq and ckm")
     p.add_argument("--store-vectors", choices=STORE_VECTORS, default=None,
                    help="also store the vectors themselves, for exact re-ranking (search and eval --rerank): "
-                        "float16, float32, or uint8 (only for integer components 0..255, e.g. .bvecs); default: "
-                        "not stored (e.g. --store-vectors float16)")
+                        "float16, float32, uint8 (only for integer components 0..255, e.g. .bvecs), or sq8 (any "
+                        "values at one byte per component, through the ranges the quantizer learned from its "
+                        "training vectors); default: not stored (e.g. --store-vectors float16)")
     p.add_argument("--ids", default=None, metavar="IDS_FILE",
                    help="one non-negative integer id per base vector, in base order (.ivecs with dimension 1, or an "
                         "integer .npy of shape (N,) or (N, 1)); default: 0..N-1")

@@ -522,7 +522,7 @@ def create_collection(path, quantizer, *, norm_encoding=None, store_vectors=None
     folder = _folder_path(path)
     quantizer = check_fitted_model(quantizer)
     norm_encoding = resolve_norm_encoding(quantizer, norm_encoding)
-    store_vectors = check_store_vectors(store_vectors)
+    store_vectors = check_store_vectors(store_vectors, quantizer)
     user = check_user_metadata(metadata)
     merge_factor = check_int(merge_factor, "merge_factor", min_value=2, max_value=2**31 - 1)
     if os.path.exists(folder):

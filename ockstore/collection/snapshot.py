@@ -175,6 +175,7 @@ class Snapshot:
         """The _rerank.StoredRows of the segments' stored vectors, part p being views[p] (damage named by file)."""
         return _rerank.StoredRows(
             [view.index.vectors for view in views], [view.index.ids for view in views], self.spec.quantizer.metric,
+            sq8_ranges=self.spec.quantizer.value_ranges if self.spec.store_vectors == "sq8" else None,
             damaged=[lambda check, detail, path=view.segment.path: storage.format_error(path, check, detail)
                      for view in views])
 

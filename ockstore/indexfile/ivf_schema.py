@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ivf_quantizer import MAX_LISTS, ivf_from_state
-from .schema import N_NORM_LEVELS, FileSchema, _short, put_quantizer_sections, quantizer_meta
+from .schema import N_NORM_LEVELS, FileSchema, _short, format_minor_version, put_quantizer_sections, quantizer_meta
 
 __all__ = ["KIND_IVF_INDEX", "KIND_IVF_QUANTIZER", "IVF_MINOR_VERSION", "IVFFileSchema", "IVF_FILES", "ivf_meta",
            "put_ivf_sections", "read_ivf_meta", "read_ivf_model", "read_list_offsets"]
@@ -115,8 +115,8 @@ class IVFFileSchema(FileSchema):
     row_sections = ("list_offsets",)
     description = "an inverted file"
 
-    def minor_version(self, model, store_vectors):
-        return IVF_MINOR_VERSION
+    def minor_version(self, model, store_vectors, value_ranges=False):
+        return max(IVF_MINOR_VERSION, format_minor_version(model, store_vectors, value_ranges))
 
     def meta(self, file_kind, ivf):
         return {**quantizer_meta(file_kind, ivf.quantizer), "ivf": ivf_meta(ivf)}

@@ -28,8 +28,8 @@ from .._index_rows import (
 from .._validation import resolve_n_threads
 from ..ivf_quantizer import ivf_from_state
 from ..quantizers import quantizer_from_state
-from .ivf_schema import IVF_FILES, IVF_MINOR_VERSION, KIND_IVF_INDEX
-from .schema import check_user_metadata
+from .ivf_schema import IVF_FILES, KIND_IVF_INDEX
+from .schema import check_user_metadata, put_value_ranges
 from .writer import IndexWriter
 
 __all__ = ["IVFIndexWriter", "ROWS_PER_SORT"]
@@ -91,7 +91,7 @@ class IVFIndexWriter(IndexWriter):
     def __init__(self, path, quantizer, *, norm_encoding=None, store_vectors=None, metadata=None, n_threads=None):
         ivf = check_model_for(type(self), quantizer)
         self._norm_encoding = resolve_norm_encoding(ivf, norm_encoding)
-        self._store_vectors = check_store_vectors(store_vectors)
+        self._store_vectors = check_store_vectors(store_vectors, ivf)
         self._user = check_user_metadata(metadata)
         self._threads = resolve_n_threads(n_threads)
         # A private IVF over the same (read-only) arrays: a refit of the caller's objects cannot mix two models.
@@ -103,7 +103,7 @@ class IVFIndexWriter(IndexWriter):
         self._has_ids = None  # decided by the first add
         self._counts = np.zeros(self._quantizer.n_lists, dtype=np.int64)
         # checks the path; creates nothing yet
-        self._writer = storage.FileWriter(path, minor_version=IVF_MINOR_VERSION)
+        self._writer = storage.FileWriter(path, minor_version=IVF_FILES.minor_version(ivf, self._store_vectors))
         self._columns = None  # the spill files, created by the first append
 
     def __repr__(self):
@@ -185,6 +185,8 @@ class IVFIndexWriter(IndexWriter):
         try:
             writer = self._writer
             IVF_FILES.put_model(writer, ivf)
+            if self._store_vectors == "sq8":
+                put_value_ranges(writer, ivf)
             writer.put("list_offsets", offsets)
             N = self._ntotal
             writer.declare_filled("codes", "<u1", N, (ivf.code_size,))

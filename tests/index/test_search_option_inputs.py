@@ -89,14 +89,14 @@ def test_file_round_trip(tmp_path, quantizers, data, case, store):
 
 
 def test_quantizer_file_keeps_the_metric(tmp_path, quantizers):
-    """I15, I18: a quantizer file keeps its metric; it is format 1.1 exactly when the metric is not "l2"."""
+    """I15, I18, I21: a quantizer file keeps its metric; the value ranges of a fitted model make it format 1.3."""
     for (method, metric), q in quantizers.items():
         path = tmp_path / f"{method}-{metric}.ockq"
         ockstore.save_quantizer(path, q)
         loaded = ockstore.load_quantizer(path)
         assert loaded == q and loaded.metric == metric
         assert ockstore.file_info(path)["metric"] == metric
-        assert ockstore.file_info(path)["format_version"] == ("1.0" if metric == "l2" else "1.1")
+        assert ockstore.file_info(path)["format_version"] == "1.3"
 
 
 def test_empty_index_with_stored_vectors(tmp_path, quantizers, data):
