@@ -197,3 +197,19 @@ def test_build_names_a_refused_row_by_its_row_in_the_file(ip, tmp_path):
         assert_data_error(run("build", ip["q"], tmp_path / "bad.npy", "-o", out, "--store-vectors", "uint8",
                               "--chunk-size", chunk), "X row 450")
     assert not out.exists()
+
+
+def test_build_store_vectors_sq8(ip, tmp_path):
+    """--store-vectors sq8: the file stores the codes the library stores through the quantizer's value ranges, and
+    search --rerank re-ranks over them as the library does."""
+    out = tmp_path / "ip_sq8.ock"
+    proc = run("build", ip["q"], ip["base"], "-o", out, "--store-vectors", "sq8", check=0)
+    assert "stored sq8 vectors" in proc.stdout
+    q = ockstore.load_quantizer(ip["q"])
+    expected = ockstore.Index.from_vectors(q, ip["X"], store_vectors="sq8")
+    with ockstore.open_index(out) as index:
+        assert index.store_vectors == "sq8"
+        np.testing.assert_array_equal(index.vectors, expected.vectors)
+    ids = tmp_path / "ids.npy"
+    run("search", out, ip["query"], "-k", "5", "--rerank", "40", "-o", ids, check=0)
+    np.testing.assert_array_equal(np.load(ids), expected.search(ip["X"][:12], 5, rerank=40)[1])
