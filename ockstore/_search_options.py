@@ -3,7 +3,9 @@ searcher (Index, IVFIndex, a collection, a distributed search of a collection; d
 
 * ``k``, ``distance``, ``n_probe`` (the model says which values it takes), ``n_threads``.
 * ``rerank=R``: the scan keeps R candidates per query, re-ranked exactly by ``_rerank.rerank`` from the stored vectors
-  or from the caller's ``vectors`` (of one row per indexed vector, or by id on a collection).
+  or from the caller's ``vectors`` (of one row per indexed vector, or by id on a collection). ``rerank=None`` (the
+  default) is the one rule of every searcher: DEFAULT_RERANK_FACTOR * k candidates when there are vectors to re-rank
+  from (stored, or given), none otherwise; ``rerank=0``: no re-ranking (docs/ARCHITECTURE.md, "Search").
 * ``allow``: ids (any order; duplicates and unknown ids ignored) or, on an index, a boolean mask over rows; an index
   turns it into a bitmap over rows (``allow_bitmap``, ``search.rows_bitmap``) that the scan tests before any table
   lookup.
@@ -17,8 +19,14 @@ import numpy as np
 
 from ._validation import MAX_K, check_choice, check_int, check_k, resolve_n_threads
 
-__all__ = ["SearchOptions", "search_options", "check_rerank", "check_user_vectors", "check_id_vectors", "allow_ids",
+__all__ = ["DEFAULT_RERANK_FACTOR", "SearchOptions", "search_options", "check_rerank", "check_user_vectors", "check_id_vectors", "allow_ids",
            "allow_bitmap", "IdLookup"]
+
+
+# rerank=None on a searcher with vectors to re-rank from: this many candidates per result. Ten candidates per result
+# turn the scan's 0.2-0.7 10-recall@10 of 8-byte codes into 0.9+ (sift, minilm) for about twice the time of the
+# scan; ockstore.tune finds the fastest setting for a target recall on the caller's own queries.
+DEFAULT_RERANK_FACTOR = 10
 
 
 @dataclass(frozen=True)
@@ -28,7 +36,8 @@ class SearchOptions:
     k : int >= 1
     distance : "adc" or "sdc"
     rerank : int or None
-        The candidates the scan keeps for exact re-ranking (k <= R <= max(k, N)), or None: no re-ranking.
+        The candidates the scan keeps for exact re-ranking (k <= R <= max(k, N)), or None: no re-ranking (the
+        caller's rerank=0, or rerank=None without vectors to re-rank from).
     vectors : array-like or None
         The caller's vectors for re-ranking (shape and dtype checked, not read), or None: the stored ones.
     allow : ndarray or None
@@ -67,10 +76,10 @@ def search_options(model, n_rows, k, *, n_probe=None, distance="adc", rerank=Non
     what = "collection" if by_id else "index"
     k = check_k(k, n_rows)
     distance = check_choice(distance, "distance", ("adc", "sdc"))
-    rerank = check_rerank(rerank, k, n_rows)
     if vectors is not None:
         vectors = check_id_vectors(vectors, model.dim) if by_id else check_user_vectors(vectors, n_rows, model.dim)
-    elif rerank is not None and not stored_vectors:
+    rerank = check_rerank(rerank, k, n_rows, can_rerank=vectors is not None or stored_vectors)
+    if rerank is not None and vectors is None and not stored_vectors:
         how = ("create the collection with store_vectors=... or pass vectors= (indexed by id)" if by_id else
                "build the index with store_vectors=... or pass vectors=")
         raise ValueError(f"rerank needs the original vectors: {how}")
@@ -81,12 +90,18 @@ def search_options(model, n_rows, k, *, n_probe=None, distance="adc", rerank=Non
     return SearchOptions(k, distance, rerank, vectors, allow, n_probe, n_threads)
 
 
-def check_rerank(rerank, k, n_rows):
-    """None, or the number of candidates the scan keeps for ``rerank=R`` (an int, k <= R <= MAX_K): R, or
-    max(k, N) when R exceeds both (N rows give at most N candidates: a larger R would only allocate padding)."""
+def check_rerank(rerank, k, n_rows, can_rerank=False):
+    """None (no re-ranking), or the number of candidates the scan keeps for ``rerank=R`` (an int, 0 or k <= R <=
+    MAX_K): R, or max(k, N) when R exceeds both (N rows give at most N candidates: a larger R would only allocate
+    padding). ``rerank=0``: None. ``rerank=None``: the default, DEFAULT_RERANK_FACTOR * k (at most MAX_K) when
+    ``can_rerank`` (the searcher has vectors to re-rank from), else None."""
     if rerank is None:
+        if not can_rerank:
+            return None
+        rerank = max(k, min(DEFAULT_RERANK_FACTOR * k, MAX_K))
+    rerank = check_int(rerank, "rerank", min_value=0, max_value=MAX_K)
+    if rerank == 0:
         return None
-    rerank = check_int(rerank, "rerank", min_value=1, max_value=MAX_K)
     if rerank < k:
         raise ValueError(f"rerank = {rerank} must be >= k = {k}: the scan keeps rerank candidates, of which the best "
                          "k are returned")

@@ -424,10 +424,13 @@ class Index(Closable):
             "adc" (asymmetric): from the query itself to each reconstruction. "sdc" (symmetric): from the query's own
             reconstruction (the query is encoded first) to each reconstruction; for "ip" and "cosine" the score is
             then the inner product of the two reconstructions.
-        rerank : int >= k, or None
+        rerank : int >= k, 0, or None
             Keep ``rerank`` candidates per query from the scan, compute their exact distances or scores from the
             stored vectors (``store_vectors``) or from ``vectors``, and return the best k with those exact values
-            (computed in float32 from the vectors converted to float32). ValueError without vectors.
+            (computed in float64 from the stored representation, rounded once to float32). ValueError without
+            vectors. 0: no re-ranking (the values from the codes). None (default): 10 * k candidates when there are
+            vectors (stored or given), no re-ranking otherwise (docs/ARCHITECTURE.md, "Search"; ``ockstore.tune``
+            finds the fastest value for a target recall).
         vectors : array-like of shape (N, P), or None
             The original vectors in row order, for ``rerank`` when the index stores none (or to use others): an
             ndarray, np.memmap, HDF5 dataset, anything indexable by an increasing array of row numbers. Only the

@@ -110,10 +110,11 @@ def add_metadata(p):
 
 
 def add_rerank(p):
-    p.add_argument("--rerank", type=positive, default=None, metavar="R",
+    p.add_argument("--rerank", type=int_type(0, "an integer"), default=None, metavar="R",
                    help="keep R >= K candidates per query from the codes, then return the best K by their exact "
                         "distances (or scores) from the vectors stored in the index (built with --store-vectors) "
-                        "(e.g. -k 10 --rerank 100)")
+                        "(e.g. -k 10 --rerank 100); 0: no re-ranking; default: 10 x K when the index stores "
+                        "vectors, none otherwise")
 
 
 def add_probe(p):

@@ -292,7 +292,7 @@ def _check_build(sub, args):
 
 
 def _check_rerank(sub, args):
-    if args.rerank is not None and args.rerank < args.k:
+    if args.rerank and args.rerank < args.k:
         sub.error(f"argument --rerank: {args.rerank} is smaller than -k {args.k} (the best K of R candidates are "
                   "returned: R must be >= K)")
 

@@ -198,9 +198,10 @@ class Collection(Closable):
         n_probe : int in 1..n_lists, or None
             A collection of an IVF (inverted-file segments): the lists each segment's search probes per query, as for
             ``Index.search`` (None: the IVF's default_n_probe). A flat collection takes only None.
-        rerank : int >= k, or None
+        rerank : int >= k, 0, or None
             As for ``Index.search``: the best ``rerank`` candidates of the whole collection by their codes are
-            re-ranked exactly, from the vectors stored in the segments (``store_vectors``) or from ``vectors``.
+            re-ranked exactly, from the vectors stored in the segments (``store_vectors``) or from ``vectors``; 0:
+            none; None (default): 10 * k when there are vectors, none otherwise (the rule of every searcher).
         vectors : array-like of shape (n, P), or None
             For ``rerank``: row i is the vector of **id** i (on a collection rows have no fixed place; ids do). An
             ndarray, np.memmap, HDF5 dataset; only the candidates' rows are read, by increasing id.

@@ -143,7 +143,7 @@ class Snapshot:
             if opts.allow is not None and mask is None:
                 continue
             results.append(view.index.search(Q, min(width, view.segment.rows), n_probe=opts.n_probe,
-                                             distance=opts.distance, allow=mask, n_threads=threads))
+                                             distance=opts.distance, rerank=0, allow=mask, n_threads=threads))
             searched.append(view)
         D, I, part = merge_topk(results, width, descending=quantizer.metric != "l2", n_queries=Q.shape[0],
                                 return_part=True)

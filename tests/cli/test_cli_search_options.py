@@ -131,9 +131,11 @@ def test_search_allow_restricts_to_the_allowed_ids(data, rr, tmp_path):
 
 def test_eval_rerank_reports_metric_and_improves_recall(data, rr):
     args = ("eval", rr["index"], data["query"], data["gt"], "-k", "10", "--json")
-    plain = json.loads(run(*args, check=0).stdout)
+    plain = json.loads(run(*args, "--rerank", "0", check=0).stdout)
     reranked = json.loads(run(*args, "--rerank", "100", check=0).stdout)
-    assert (plain["metric"], plain["rerank"]) == ("l2", None)
+    default = json.loads(run(*args, check=0).stdout)  # an index with stored vectors re-ranks 10 * k by default
+    assert (plain["metric"], plain["rerank"], default["rerank"]) == ("l2", 0, None)
+    assert reranked["recall@10"] == default["recall@10"] and reranked["recall@1"] == default["recall@1"]
     assert (reranked["metric"], reranked["rerank"]) == ("l2", 100)
     with ockstore.open_index(rr["index"]) as index:
         _, I = index.search(data["ds"].query, 10, rerank=100)
@@ -149,7 +151,7 @@ def test_eval_rerank_reports_metric_and_improves_recall(data, rr):
 def test_search_options_usage_errors(data, rr, ip, tmp_path):
     idx, qf, gt = rr["index"], data["query"], data["gt"]
     assert_usage_error(run("search", idx, qf, "-k", "10", "--rerank", "5"), "--rerank", "smaller than -k 10")
-    assert_usage_error(run("search", idx, qf, "-k", "10", "--rerank", "0"), "--rerank")
+    assert_usage_error(run("search", idx, qf, "-k", "10", "--rerank", "-1"), "--rerank")
     assert_usage_error(run("search", idx, qf, "-k", "10", "--rerank", "many"), "--rerank")
     assert_usage_error(run("search", idx, qf, "-k", "10", "--allow"), "--allow")
     assert_usage_error(run("eval", idx, qf, gt, "-k", "20", "--rerank", "10"), "--rerank", "smaller than -k 20")

@@ -213,7 +213,7 @@ def test_verify_and_rerank_report_non_finite_stored_vectors(quantizers, data):
             index.verify()
         with pytest.raises(FormatError, match="in-memory index.*non-finite values: section 'vectors': row 42"):
             index.search(Q, 5, rerank=100)  # the index's own vectors: not an argument of the caller's
-        index.search(Q, 5)  # the scan does not read the vectors
+        index.search(Q, 5, rerank=0)  # the scan does not read the vectors
     ints = Index(q, good.codes, None, None, "none", vectors=np.full((100, P), 255, dtype=np.uint8))
     ints.verify()
     bad_given = base.astype(np.float64)
@@ -360,7 +360,7 @@ def test_search_option_errors(indexes, data):
     with pytest.raises(ValueError, match="rerank"):
         index.search(Q, 10, rerank=9)
     with pytest.raises(ValueError, match="rerank"):
-        index.search(Q, 10, rerank=0)
+        index.search(Q, 10, rerank=-1)
     for bad in (20.0, "20", True):
         with pytest.raises(TypeError, match="rerank"):
             index.search(Q, 10, rerank=bad)

@@ -179,7 +179,7 @@ def test_opening_does_not_read_the_vectors_I16_I17(tmp_path, stored):
     path = write_parts(tmp_path / "nan.ock", *edited(stored, sections={"vectors": vectors}))
     Q = stored[2]["vectors"][:NQ]
     with open_index(path) as index:
-        D, I = index.search(Q, 5)
+        D, I = index.search(Q, 5, rerank=0)
         assert (I >= 0).all() and np.isfinite(D).all()
         with pytest.raises(FormatError, match=f"{path.name}.*non-finite values: section 'vectors': row 37"):
             index.search(Q, 5, rerank=N)  # the file's section, not the caller's argument
@@ -281,7 +281,7 @@ def test_metric_meaning_from_a_file_I19(tmp_path, quantizers, data, metric):
     Qv = Q / np.linalg.norm(Q, axis=1, keepdims=True) if metric == "cosine" else Q.astype(np.float64)
     with open_index(path) as index:
         for distance, queries in (("adc", Qv), ("sdc", q.decode(q.encode(Q)).astype(np.float64))):
-            D, I = index.search(Q, N + 3, distance=distance)
+            D, I = index.search(Q, N + 3, distance=distance, rerank=0)
             assert (I[:, N:] == -1).all() and (D[:, N:] == -np.inf).all()
             scores = queries @ Xh.T
             np.testing.assert_allclose(D[:, :N], np.take_along_axis(scores, I[:, :N], axis=1), rtol=1e-4, atol=1e-4)
