@@ -25,7 +25,7 @@ from . import _kernels
 from ._sq8 import sq8_decode
 from ._validation import MAX_ABS_VALUE, resolve_n_threads, rows_beyond_limits
 
-__all__ = ["RERANK_STEP_BYTES", "StoredRows", "rerank_stored", "rerank", "gather_rows", "check_vector_rows",
+__all__ = ["RERANK_STEP_BYTES", "StoredRows", "rerank_stored", "exact_search", "rerank", "gather_rows", "check_vector_rows",
            "raise_zero_vector"]
 
 # Bytes of candidates' vectors gathered per step by ``rerank`` (the fetched block): bounds its memory whatever nq.
@@ -117,6 +117,20 @@ def rerank_stored(Q, rows, parts, stored, k, n_threads=None):
     if flags.any():
         bad = flags != 0
         stored.raise_bad(rows[bad], None if parts is None else parts[bad])
+    return D, I
+
+
+def exact_search(Q, stored, k, n_threads=None):
+    """The exact k best rows of ``stored`` (a StoredRows of one part) for each prepared query ``Q`` (nq, P) float32, by
+    the values re-ranking computes (brute force: every row a candidate). Returns (values, ids) as ``rerank_stored``;
+    a bad row raises as re-ranking raises."""
+    nq, n_rows = Q.shape[0], stored.arrays[0].shape[0]
+    D = np.empty((nq, k), dtype=np.float32)
+    I = np.empty((nq, k), dtype=np.int64)
+    flags = np.empty(nq, dtype=np.int32)
+    _kernels.exact_search(stored.source, Q, n_rows, D, I, flags, resolve_n_threads(n_threads))
+    if flags.any():
+        stored.raise_bad(np.arange(n_rows, dtype=np.int64)[None, :])
     return D, I
 
 

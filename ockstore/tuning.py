@@ -16,6 +16,7 @@ import time
 
 import numpy as np
 
+from ._rerank import exact_search
 from ._validation import MAX_K, as_vectors, check_float, check_k, resolve_n_threads
 
 __all__ = ["tune", "TuneResult"]
@@ -76,8 +77,9 @@ def tune(index, queries, *, k=10, target_recall=0.95, ground_truth=None, n_threa
     -------
     TuneResult
         A dict of search keywords only: ``{"n_probe": p, "rerank": R}`` for an inverted file, ``{"rerank": R}`` for a
-        flat index (``rerank=0``: no re-ranking reaches the target already); its ``measurements`` attribute, and the
-        log ``ockstore.tune`` (INFO), hold every setting measured.
+        flat index (``rerank=0``: no re-ranking, which reaches the target already or is all an index without stored
+        vectors can do); its ``measurements`` attribute, and the log ``ockstore.tune`` (INFO), hold every setting
+        measured.
 
     Raises ValueError when no setting reaches the target (the message gives the best recall measured).
     """
@@ -138,8 +140,7 @@ def tune(index, queries, *, k=10, target_recall=0.95, ground_truth=None, n_threa
                          f"measured is {best_recall:.4f}" + (f" (n_probe={probes[-1]}" if is_ivf else " (")
                          + f"{', ' if is_ivf else ''}rerank={max_rerank if stored else 'none: no stored vectors'})")
     keywords = {"n_probe": best["n_probe"]} if is_ivf else {}
-    if stored:
-        keywords["rerank"] = best["rerank"]
+    keywords["rerank"] = best["rerank"]  # explicit: without it a search would take the default
     return TuneResult(keywords, measurements, best["recall"], best["seconds_per_query"])
 
 
@@ -175,10 +176,10 @@ def _check_ground_truth(ground_truth, nq, k):
 
 
 def _exact_neighbours(index, Q, k, n_threads):
-    """The ids of the k nearest stored vectors of each query by exact value (the order of re-ranking)."""
-    from . import _search_options
-
-    return _search_options.exact_neighbours(index, Q, k, n_threads)
+    """The ids of the k nearest stored vectors of each query by exact value (the order of re-ranking): brute force
+    over the stored representation, as re-ranking every row would give."""
+    prepared = index.quantizer._prepare(Q, "queries")
+    return exact_search(prepared, index._stored_rows(), k, n_threads)[1]
 
 
 def _in_truth(ids, truth):

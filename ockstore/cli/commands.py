@@ -336,5 +336,27 @@ def evaluate(args, out):
 
 
 # The subcommands by name (argparse's ``args.command``).
+def tune(args, out):
+    """`ockstore tune`: ockstore.tune on the queries, its keywords printed as the search options that set them."""
+    with _open_index(args.index) as index:
+        if isinstance(index, ockstore.Collection):
+            raise CommandError(f"{args.index}: tune takes an index file, not a collection folder")
+        Q = _load_queries(args, index, args.queries)
+        gt = None if args.groundtruth is None else read_vectors(args.groundtruth, "ground truth", args.limit)
+        try:
+            found = ockstore.tune(index, Q, k=args.k, target_recall=args.target, ground_truth=gt,
+                                  n_threads=args.threads)
+        except (ValueError, TypeError) as exc:
+            raise CommandError(f"{args.index}: {exc}") from None
+    if args.json:
+        print(json.dumps({"options": dict(found), "recall": found.recall, "seconds_per_query": found.seconds_per_query,
+                          "measurements": found.measurements}, indent=2), file=out)
+        return 0
+    flags = " ".join(f"--{'probe' if key == 'n_probe' else key} {value}" for key, value in found.items())
+    print(f"{flags}    (mean {args.k}-recall@{args.k} {found.recall:.4f} on {Q.shape[0]:,} queries, "
+          f"{found.seconds_per_query * 1e6:.1f} us per query)", file=out)
+    return 0
+
+
 COMMANDS = {"train": train, "build": build, "search": search, "info": info, "verify": verify, "eval": evaluate,
-            **COLLECTION_COMMANDS}
+            "tune": tune, **COLLECTION_COMMANDS}

@@ -215,3 +215,20 @@ def test_build_store_vectors_sq8(ip, tmp_path):
     ids = tmp_path / "ids.npy"
     run("search", out, ip["query"], "-k", "5", "--rerank", "40", "-o", ids, check=0)
     np.testing.assert_array_equal(np.load(ids), expected.search(ip["X"][:12], 5, rerank=40)[1])
+
+
+def test_tune_prints_the_options_of_the_library(data, rr, tmp_path):
+    """ockstore tune INDEX QUERIES --target: the options ockstore.tune finds (rerank only: a flat index), printed as
+    search flags and as JSON with the measurements; an impossible target is a data error (exit 1)."""
+    proc = run("tune", rr["index"], data["query"], "--target", "0.9", "--threads", "1", check=0)
+    assert proc.stdout.startswith("--rerank ") and "recall@10" in proc.stdout
+    found = json.loads(run("tune", rr["index"], data["query"], "--target", "0.9", "--json", check=0).stdout)
+    assert set(found["options"]) == {"rerank"} and found["recall"] >= 0.9 and found["measurements"]
+    with ockstore.open_index(rr["index"]) as index:
+        truth = ockstore.tuning._exact_neighbours(index, data["ds"].query, 10, 1)
+        _, I = index.search(data["ds"].query, 10, **found["options"])
+    assert np.mean([np.isin(truth[q], I[q]).mean() for q in range(len(I))]) == pytest.approx(found["recall"])
+    absent = tmp_path / "absent.npy"  # neighbours the index does not hold: no setting finds them
+    np.save(absent, data["ds"].groundtruth[:, :10].astype(np.int64) + 10**9)
+    assert_data_error(run("tune", rr["index"], data["query"], "--groundtruth", absent, "--target", "0.5"),
+                      "cannot be reached")
