@@ -170,3 +170,25 @@ def test_collection_and_compaction_keep_the_same_codes(quantizers, data, tmp_pat
     c.close()
     with ockstore.open_collection(tmp_path / "c") as reader:
         np.testing.assert_array_equal(reader.quantizer.value_ranges, q.value_ranges)
+
+
+@pytest.mark.parametrize("store", ["sq8", "float16", "uint8"])
+def test_one_query_per_call_equals_its_row_of_a_batch(ivfs, data, store):
+    """IVF + rerank: a 1-D query (searched on one thread, without a parallel region) gets exactly its row of a batch
+    searched on 1 or 2 threads, with or without a filter, and so does a batch split in two."""
+    _, base, Q, ids = data
+    X = np.clip(np.round(base * 8 + 128), 0, 255) if store == "uint8" else base
+    Qs = np.clip(np.round(Q * 8 + 128), 0, 255) if store == "uint8" else Q
+    index = Index.from_vectors(ivfs["l2"], X, ids, store_vectors=store)
+    allow, _ = make_allow("ids", index.ids, N, seed=8)
+    for options in ({}, {"allow": allow}):
+        for threads in (1, 2):
+            D, I = index.search(Qs, 10, n_probe=3, rerank=60, n_threads=threads, **options)
+            for q in range(Qs.shape[0]):
+                d, i = index.search(Qs[q], 10, n_probe=3, rerank=60, n_threads=threads, **options)
+                np.testing.assert_array_equal(d, D[q])
+                np.testing.assert_array_equal(i, I[q])
+            D1, I1 = index.search(Qs[:2], 10, n_probe=3, rerank=60, n_threads=threads, **options)
+            D2, I2 = index.search(Qs[2:], 10, n_probe=3, rerank=60, n_threads=threads, **options)
+            np.testing.assert_array_equal(np.vstack([D1, D2]), D)
+            np.testing.assert_array_equal(np.vstack([I1, I2]), I)
