@@ -476,3 +476,31 @@ def test_allow_serves_every_query_and_one_dimensional_queries(indexes, data):
         np.testing.assert_array_equal(d, D[q])
         np.testing.assert_array_equal(i, I[q])
     assert np.isin(I, ids[allow]).all()
+
+
+def test_default_rerank_is_one_rule_for_indexes_and_collections(quantizers, data, tmp_path):
+    """rerank=None: 10 * k candidates (at most max(k, N)) when the searcher has vectors to re-rank from (stored, or
+    given by the caller), none otherwise; rerank=0: none. The same rule for Index, IVFIndex and Collection."""
+    _, base, Q, ids = data
+    q = quantizers["ockm", "l2"]
+    ivf = ockstore.IVF(4, ockstore.OCKM(4, 2, 3, n_codewords=16, n_iter=2, seed=0), seed=0).fit(data[0])
+    stored = Index.from_vectors(q, base, ids, store_vectors="float16")
+    plain = Index.from_vectors(q, base, ids)
+    stored_ivf = Index.from_vectors(ivf, base, ids, store_vectors="float32")
+    for index, extra in ((stored, {}), (stored_ivf, {"n_probe": 2})):
+        for k in (1, 7, 300):
+            same(index.search(Q, k, **extra), index.search(Q, k, rerank=min(10 * k, N), **extra))
+        assert not np.array_equal(index.search(Q, 7, **extra)[0], index.search(Q, 7, rerank=0, **extra)[0])
+    for k in (1, 7):
+        same(plain.search(Q, k), plain.search(Q, k, rerank=0))
+        same(plain.search(Q, k, vectors=base.astype(np.float16)), stored.search(Q, k))  # given vectors re-rank
+    c = ockstore.create_collection(tmp_path / "c", q, store_vectors="float16")
+    c.add(base, ids)
+    same(c.search(Q, 7), c.search(Q, 7, rerank=70))
+    same(c.search(Q, 7), stored.search(Q, 7))
+    c.close()
+
+
+def same(a, b):
+    np.testing.assert_array_equal(a[0], b[0])
+    np.testing.assert_array_equal(a[1], b[1])
