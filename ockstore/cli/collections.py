@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 
 import numpy as np
 
 import ockstore
 from ockstore import vecfiles
-from ockstore.collection import SegmentWriter
+from ockstore.collection import SegmentWriter, names
 
 from .parser import DEFAULT_CHUNK, ID_FILES, STORE_VECTORS, VECTOR_FILES, _Formatter, _add_metadata, _add_progress
 from .parser import _add_threads, _int_type, _positive, _wrap
@@ -83,14 +84,19 @@ example:
     p = sub.add_parser(
         "compact", formatter_class=_Formatter, help="merge a collection's segments into one, dropping deleted rows",
         description=_wrap("Merge every segment of the collection FOLDER into one holding the live vectors (codes are "
-                          "copied, not re-encoded), in one commit, then remove the files that no recent generation "
-                          "uses (vacuum). Readers that have the collection open keep their generation."),
+                          "copied, not re-encoded), in one commit, then remove the files that neither this generation "
+                          "nor the one before uses (vacuum). The generation before the compaction stays on disk as the "
+                          "fallback (should the newest manifest ever be damaged) until the next commit: the folder holds "
+                          "its segments too, about twice the data; --no-fallback removes it at once. Readers that have "
+                          "the collection open keep their generation."),
         epilog="""\
 example:
   ockstore compact photos/""",
     )
     p.add_argument("folder", metavar="FOLDER", help="a collection folder")
     p.add_argument("--no-vacuum", action="store_true", help="keep the files of older generations")
+    p.add_argument("--no-fallback", action="store_true",
+                   help="also remove the generation before the compaction (no fallback until the next commit)")
     p.set_defaults(subparser=p)
 
 
@@ -174,17 +180,37 @@ def delete(args, out):
 
 
 def compact(args, out):
+    from .commands import CommandError  # noqa: PLC0415 - commands imports this module
+
+    if args.no_vacuum and args.no_fallback:
+        raise CommandError("--no-fallback removes files, --no-vacuum keeps them: give one of them")
     with ockstore.open_collection(args.folder, "a") as c:
         before = c.info()
         t0 = time.perf_counter()
         c.compact()
         elapsed = time.perf_counter() - t0
-        removed = [] if args.no_vacuum else c.vacuum()
+        removed = [] if args.no_vacuum else c.vacuum(keep_generations=1 if args.no_fallback else 2)
         after = c.info()
-    print(f"compacted {args.folder}: {before['segments']} segments ({before['rows']:,} rows, {before['deleted']:,} "
-          f"deleted) -> {after['segments']} ({after['N']:,} vectors) in {elapsed:.2f} s, generation "
-          f"{after['generation']}" + ("" if args.no_vacuum else f"; removed {len(removed)} old files"), file=out)
+        fallback = _fallback_bytes(c.path, after)
+    text = (f"compacted {args.folder}: {before['segments']} segments ({before['rows']:,} rows, {before['deleted']:,} "
+            f"deleted) -> {after['segments']} ({after['N']:,} vectors) in {elapsed:.2f} s, generation "
+            f"{after['generation']}" + ("" if args.no_vacuum else f"; removed {len(removed)} old files"))
+    if after["generation"] != before["generation"] and not args.no_fallback:
+        text += (f"; generation {before['generation']} is kept as the fallback ({fallback / 1e6:.1f} MB in files only "
+                 "it uses) until the next commit ('ockstore compact --no-fallback' removes it at once)")
+    print(text, file=out)
     return 0
+
+
+def _fallback_bytes(folder, info):
+    """Bytes of the collection's files in ``folder`` that the generation of ``info`` does not use (the fallback's own
+    files, and any leftover): the folder's regular files less the live generation's and the lock file."""
+    live = {names.QUANTIZER_NAME, names.LOCK_NAME, names.manifest_name(info["generation"])}
+    for entry in info["segment_files"]:
+        live.add(entry["file"])
+        if entry["deletions"] is not None:
+            live.add(entry["deletions"])
+    return sum(e.stat().st_size for e in os.scandir(folder) if e.is_file() and e.name not in live)
 
 
 def build_distributed(args, out):

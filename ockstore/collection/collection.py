@@ -56,7 +56,6 @@ class Collection:
         self._snap = snapshot
         self._lock = lock
         self._cache = cache
-        self._previous = None  # a writer's generation before the current one (its files are kept)
         self._next_generation = None
         if mode == "a":
             self._next_generation = max(manifest_generations(folder)[0], snapshot.generation) + 1
@@ -292,7 +291,11 @@ class Collection:
     def compact(self):
         """Merge every segment into one holding the live rows (codes, norm terms, ids and stored vectors copied, not
         re-encoded; memory bounded by a step of COPY_ROWS rows), in one commit. Readers of older generations are not
-        affected. Nothing to do (no commit) when there is at most one segment and nothing deleted."""
+        affected. Nothing to do (no commit) when there is at most one segment and nothing deleted.
+
+        The generation before the compaction is kept as the fallback, like the generation before any commit (should
+        the newest manifest ever be damaged, readers open it): until the next commit the folder holds its segments
+        too, about twice the live data. ``vacuum(keep_generations=1)`` removes it at once."""
         self._check_writer("compact")
         snap = self._snap
         if len(snap.views) > 1 or any(v.entry.deleted for v in snap.views):
@@ -435,7 +438,8 @@ class Collection:
         return generation
 
     def _apply(self, **changes):
-        """One commit of the next generation; then the files of the generation before last are removed."""
+        """One commit of the next generation; then the files only older generations than the one before it referenced
+        are removed (also those earlier writers left: commit.remove_older_generations)."""
         generation = self._generation_to_commit()
         try:
             new = _commit.commit(self._snap, generation, check=self._lock.check, **changes)
@@ -449,10 +453,8 @@ class Collection:
             raise
         self._next_generation = generation + 1
         remember(self._cache, new)
-        dropped, self._previous = self._previous, self._snap.manifest
-        self._snap = new
-        if dropped is not None:
-            _commit.remove_generation(self._folder, dropped, [new.manifest, self._previous])
+        previous, self._snap = self._snap.manifest, new
+        _commit.remove_older_generations(self._folder, [new.manifest, previous])
 
 
 def _generation_of(pending):

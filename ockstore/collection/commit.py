@@ -14,8 +14,8 @@ A commit of generation G, in this order:
 A crash anywhere before the rename leaves generation G - 1 (or whichever was newest) intact and readable; the files of
 the failed attempt are unreferenced, removed by ``vacuum`` (or overwritten by the next commit of generation G). An
 exception (not a crash) before the commit point removes them at once. After the commit point the files that only the
-generation before last referenced are deleted (the previous generation stays complete: a fallback if the newest
-manifest is ever damaged, and readers on it keep working).
+generations before the previous one referenced are deleted, whichever writer made them (the previous generation stays
+complete: a fallback if the newest manifest is ever damaged, and readers on it keep working).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from .policy import plan_merges
 from .segments import Segment, SegmentView, copy_live_rows
 from .snapshot import Snapshot, manifest_generations
 
-__all__ = ["GenerationTaken", "commit", "remove_generation", "vacuum"]
+__all__ = ["GenerationTaken", "commit", "remove_older_generations", "vacuum"]
 
 
 def _remove(folder, name):
@@ -182,16 +182,29 @@ def _is_regular(path):
         return False
 
 
-def remove_generation(folder, dropped, kept):
-    """Remove manifest ``dropped`` (a Manifest), then the files it references that no manifest of ``kept``
-    references. The manifest goes first, so that no manifest ever references a missing file."""
-    _remove(folder, names.manifest_name(dropped.generation))
-    keep = set()
+def remove_older_generations(folder, kept):
+    """Remove every manifest of the folder that is not one of ``kept`` (Manifests: the writer's current generation
+    and its fallback) and older than the newest of them, then every segment and deletion file that none of ``kept``
+    references (C12: manifests first, so that no manifest ever references a removed file). Run by the writer after
+    each commit, it removes whatever older generations left, also those of earlier writers of the folder (a writer
+    starts with no memory of them): after any number of writer launches the folder holds the current generation and
+    one fallback. Pending segments and temporary files are left alone (a distributed build's workers may be writing
+    them for a later commit; ``vacuum`` removes leftovers), as are foreign files (C1)."""
+    newest = max(m.generation for m in kept)
+    keep_manifests = {names.manifest_name(m.generation) for m in kept}
+    referenced = set()
     for manifest in kept:
-        keep |= manifest.referenced()
-    for file in sorted(dropped.referenced() - keep):
-        if file != dropped.quantizer:
-            _remove(folder, file)
+        referenced |= manifest.referenced()
+    listing = sorted(os.listdir(folder))
+    for name in listing:
+        generation = names.parse_manifest(name)
+        if generation is not None and generation < newest and name not in keep_manifests and \
+                _is_regular(os.path.join(folder, name)):
+            _remove(folder, name)
+    for name in listing:
+        if (names.is_segment(name) or names.is_deletions(name)) and name not in referenced and \
+                _is_regular(os.path.join(folder, name)):
+            _remove(folder, name)
 
 
 def vacuum(folder, current, keep):

@@ -5,6 +5,7 @@ against the Python API, failures against the exit-status rules (docs/ARCHITECTUR
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -58,11 +59,21 @@ def test_create_add_delete_compact_and_read(files, tmp_path):
     run("search", folder, files["query"], "-k", "5", "--rerank", "30", "-o", tmp_path / "rr.npy", check=0)
     out = run("compact", folder, check=0).stdout
     assert "2 segments" in out and "-> 1" in out and "removed" in out
+    assert "generation 3 is kept as the fallback" in out and "ockstore compact --no-fallback" in out
+    manifests = sorted(n for n in os.listdir(folder) if n.startswith("manifest."))
+    assert manifests == ["manifest.0000000003", "manifest.0000000004"]
     with ockstore.open_collection(folder) as c:
         assert c.info()["segments"] == 1 and c.info()["deleted"] == 0
         D, I = c.search(np.asarray(files["ds"].query), 10)
     assert np.array_equal(I, expected[1]) and np.array_equal(D, expected[0])
     assert "ok: 2,771 vectors" in run("verify", folder, check=0).stdout
+    run("delete", folder, files["dir"] / "doomed.txt", check=0)  # nothing left to delete: no commit
+    run("add", folder, files["dir"] / "more.npy", check=0)
+    out = run("compact", folder, "--no-fallback", check=0).stdout
+    assert "fallback" not in out
+    manifests = sorted(n for n in os.listdir(folder) if n.startswith("manifest."))
+    assert manifests == ["manifest.0000000006"]
+    assert "ok: 2,971 vectors" in run("verify", folder, check=0).stdout
 
 
 def test_eval_of_a_collection_equals_the_api(files, tmp_path):
