@@ -12,7 +12,8 @@ import numpy as np
 
 from ._validation import MAX_ABS_VALUE, MAX_K, check_int, rows_beyond_limits
 
-__all__ = ["check_rerank", "check_user_vectors", "check_vector_rows", "allow_bitmap", "allow_ids", "IdLookup", "rerank_exact"]
+__all__ = ["check_rerank", "check_user_vectors", "check_vector_rows", "allow_bitmap", "allow_ids", "IdLookup",
+           "gather_vectors", "rerank_exact", "unknown_ids_error"]
 
 # Bytes of the float32 temporaries of one step of re-ranking (the gathered candidates, and as much again for the
 # repeated queries and their differences): a step of queries x R x P floats is bounded by this, so that it stays in L2
@@ -65,6 +66,26 @@ class IdLookup:
         # positions left[j], left[j] + 1, ..., right[j] - 1 for every j, concatenated
         starts = np.repeat(left - (np.cumsum(counts) - counts), counts)
         return self.order[starts + np.arange(total)]
+
+    def first_rows(self, wanted):
+        """(found, rows): ``found`` a bool mask over ``wanted`` (int64, any order, repeats allowed), ``rows`` the
+        smallest row holding each found id (the sort is stable), -1 for the others."""
+        n = self.sorted_ids.shape[0]
+        rows = np.full(wanted.shape, -1, dtype=np.int64)
+        if n == 0:
+            return np.zeros(wanted.shape, dtype=bool), rows
+        pos = np.minimum(np.searchsorted(self.sorted_ids, wanted, side="left"), n - 1)
+        found = self.sorted_ids[pos] == wanted
+        rows[found] = self.order[pos[found]]
+        return found, rows
+
+
+def unknown_ids_error(ids, found, where):
+    """The ValueError of a look-up by id that found not every id: names the first unknown ids (in the order given)
+    and how many there are; ``where`` says what was searched ("the index", "the collection's live vectors")."""
+    missing = ids[~found]
+    shown = ", ".join(str(int(i)) for i in missing[:5]) + (", ..." if missing.size > 5 else "")
+    return ValueError(f"ids: {missing.size} of {ids.size} ids are not in {where}: {shown}")
 
 
 def allow_ids(arr, expected="an array of integer ids"):
@@ -121,7 +142,7 @@ def check_vector_rows(block, rows, source=None):
     raise source("non-finite values", f"section 'vectors': row {row} holds NaN or infinite values")
 
 
-def _candidate_vectors(vectors, rows, source):
+def gather_vectors(vectors, rows, source=None):
     """float32 copies of vectors[rows] (rows: the candidates' rows, in any order, a row possibly repeated across
     queries), checked by check_vector_rows. An ndarray (the stored section, a memory map) is indexed directly; any
     other array-like (an HDF5 dataset) is read once per distinct row, in increasing order, as h5py requires. Either
@@ -166,7 +187,7 @@ def rerank_exact(Q, rows, vectors, metric, ids, k, source=None):
         flat = cand.reshape(-1) if every else cand[valid]
         if flat.size == 0:
             continue
-        V = _candidate_vectors(vectors, flat, source)
+        V = gather_vectors(vectors, flat, source)
         Qv = np.repeat(Q[start:stop], R, axis=0) if every else Q[start:stop][np.nonzero(valid)[0]]
         if metric == "l2":
             diff = Qv - V

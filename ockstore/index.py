@@ -301,6 +301,38 @@ class Index:
         """The part of info() that describes the model (IVFIndex adds its lists)."""
         return _quantizer_summary(self._quantizer)
 
+    def get(self, ids):
+        """The stored vectors of ``ids``, in the order given.
+
+        Parameters
+        ----------
+        ids : array-like of shape (n,) of integer ids, or one id
+            Any order; an id given twice gives its row twice. Every id must be stored in the index (ValueError naming
+            the unknown ones otherwise); an id stored in several rows gives its first row.
+
+        Returns
+        -------
+        V : ndarray of shape (n, P), or (P,) for one id, dtype float32
+            The vectors as stored (``store_vectors``), converted to float32, which holds float16 and uint8 values
+            exactly: the vectors as given to the index (for "float16" rounded to float16), not normalised for
+            cosine. ValueError when the index stores no vectors.
+        """
+        self._check_open()
+        ids, was_scalar = _ids_to_get(ids)
+        if self._vectors is None:
+            raise ValueError("get: this index stores no vectors: build it with store_vectors='float32' (or 'float16', "
+                             "'uint8') to read vectors back")
+        N = len(self)
+        if self._ids is None:
+            found = (ids >= 0) & (ids < N)
+            rows = np.where(found, ids, -1)
+        else:
+            found, rows = self._ids_lookup().first_rows(ids)
+        if not found.all():
+            raise _search_options.unknown_ids_error(ids, found, "the index")
+        V = _search_options.gather_vectors(self._vectors, rows, self._damaged)
+        return V[0] if was_scalar else V
+
     # ------------------------------------------------------------------------------------------------ files
     def save(self, path, metadata=None):
         """Write this index to an index file, atomically (the same writer as IndexWriter: same content, same bytes).
@@ -498,3 +530,13 @@ def _quantizer_summary(q):
         return {**_quantizer_summary(q.quantizer), "n_lists": int(q.n_lists)}
     return {"P": int(q.dim), "method": q.method, "metric": q.metric, "M": int(q.n_subspaces), "C": int(q.n_codebooks),
             "K": int(q.n_codewords), "T": int(q.beam_width), "bits": int(q.bits)}
+
+
+def _ids_to_get(ids):
+    """The ids of a ``get`` (``Index.get``, ``Collection.get``): (int64 1-D, was one id). Integers >= 0 (TypeError or
+    ValueError naming ``ids``); an empty list is no ids."""
+    arr = ids if isinstance(ids, np.ndarray) else np.asarray(ids)
+    if arr.size == 0 and arr.dtype.kind == "f":
+        arr = arr.astype(np.int64)  # an empty list has no integer dtype of its own
+    was_scalar = arr.ndim == 0
+    return as_ids(arr.reshape(1) if was_scalar else arr, "ids"), was_scalar

@@ -13,7 +13,7 @@ from .. import storage
 from .._encoding import check_fitted_model, check_store_vectors, resolve_norm_encoding
 from .._validation import as_ids, as_vectors, check_bool, check_choice, check_int
 from ..errors import FormatError
-from ..index import _quantizer_summary
+from ..index import _ids_to_get, _quantizer_summary
 from ..indexfile.schema import check_user_metadata
 from ..indexfile.writer import save_quantizer
 from ..paths import _as_str
@@ -172,6 +172,27 @@ class Collection:
         worker of a distributed build needs for ``write_pending_segment``."""
         self._check_open()
         return self._snap.spec
+
+    def get(self, ids):
+        """The stored vectors of live ``ids``, in the order given.
+
+        Parameters
+        ----------
+        ids : array-like of shape (n,) of integer ids, or one id
+            Any order; an id given twice gives its vector twice. Every id must be live (ValueError naming the
+            unknown and deleted ones otherwise).
+
+        Returns
+        -------
+        V : ndarray of shape (n, P), or (P,) for one id, dtype float32
+            The vectors as stored (``store_vectors``), converted to float32, which holds float16 and uint8 values
+            exactly: the vectors as added (for "float16" rounded to float16), not normalised for cosine; an upserted
+            id gives its newest vector. ValueError when the collection stores no vectors.
+        """
+        self._check_open()
+        ids, was_scalar = _ids_to_get(ids)
+        V = self._snap.get(ids)
+        return V[0] if was_scalar else V
 
     def ids(self):
         """Every live id, sorted ascending (int64)."""

@@ -81,6 +81,25 @@ class Snapshot:
                 live |= hit
         return live, found
 
+    def get(self, ids):
+        """The stored vectors of the live ``ids`` (int64, checked >= 0; any order, repeats allowed), float32 of shape
+        (n, P) in the order given (Collection.get's docstring says everything)."""
+        if self.spec.store_vectors is None:
+            raise ValueError("get: this collection stores no vectors: create it with store_vectors='float32' (or "
+                             "'float16', 'uint8') to read vectors back")
+        unique, where = np.unique(ids, return_inverse=True)
+        live, found = self.find_live(unique)
+        if not live.all():
+            raise _search_options.unknown_ids_error(ids, live[where], "the collection (they were never added, or "
+                                                                      "were deleted)")
+        out = np.empty((unique.size, self.spec.quantizer.dim), dtype=np.float32)
+        for number, hit, rows in found:
+            view = self.views[number]
+            path = view.segment.path
+            out[hit] = _search_options.gather_vectors(
+                view.index.vectors, rows, lambda check, detail: storage.format_error(path, check, detail))
+        return out[where.reshape(-1)]
+
     def live_ids(self):
         """Every live id, sorted (int64)."""
         if not self.views:
