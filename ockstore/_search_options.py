@@ -12,13 +12,24 @@ import numpy as np
 
 from ._validation import MAX_ABS_VALUE, MAX_K, check_int, rows_beyond_limits
 
-__all__ = ["check_rerank", "check_user_vectors", "check_vector_rows", "allow_bitmap", "allow_ids", "IdLookup",
+__all__ = ["check_metric", "check_rerank", "check_user_vectors", "check_vector_rows", "allow_bitmap", "allow_ids", "IdLookup",
            "gather_vectors", "rerank_exact", "unknown_ids_error"]
 
 # Bytes of the float32 temporaries of one step of re-ranking (the gathered candidates, and as much again for the
 # repeated queries and their differences): a step of queries x R x P floats is bounded by this, so that it stays in L2
 # (measured on sift 1M, R = 100, P = 128, 1,000 queries: 16 us per query with steps of 20-60 queries, 27 with 256).
 RERANK_STEP_BYTES = 2 << 20
+
+
+def check_metric(metric, model_metric, what="index"):
+    """``metric`` given to a search: None, or the metric the model already has (accepted, changes nothing). The metric
+    is fixed when the quantizer is fitted (its codebooks, and for cosine the normalised vectors, are trained for it):
+    any other value is a ValueError saying so and how to get an index of that metric."""
+    if metric is None or (isinstance(metric, str) and metric == model_metric):
+        return
+    raise ValueError(f"metric: this {what} ranks by {model_metric!r}, fixed when its quantizer was fitted; a search "
+                     f"cannot change it. To rank by {metric!r}, fit a quantizer with metric={metric!r} and build a new "
+                     f"{what} with it (leave metric out of search)")
 
 
 def check_rerank(rerank, k, n_rows):

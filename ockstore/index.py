@@ -160,6 +160,7 @@ class Index:
         if self._closed:
             return
         self._closed = True
+        self._closed_path = None if self._file is None else self._file.path  # for the advice of _check_open
         self._codes = self._norms = self._ids = self._norm_levels = self._vectors = self._id_lookup = None
         self._tables = None
         self._file = None
@@ -181,7 +182,11 @@ class Index:
 
     def _check_open(self):
         if self._closed:
-            raise ValueError("I/O operation on a closed index")
+            path = getattr(self, "_closed_path", None)
+            if path is not None:
+                raise ValueError(f"I/O operation on a closed index: reopen it with ockstore.open_index({path!r})")
+            raise ValueError("I/O operation on a closed index (built in memory: nothing to reopen; save() an index "
+                             "before closing it to open it again with ockstore.open_index)")
 
     def __repr__(self):
         if self._closed:
@@ -407,7 +412,8 @@ class Index:
                                         f"section 'ids': row {start + row} holds {int(block[row])}, ids must be >= 0")
 
     # ----------------------------------------------------------------------------------------------------- search
-    def search(self, Q, k, *, distance="adc", rerank=None, vectors=None, allow=None, n_threads=None, n_probe=None):
+    def search(self, Q, k, *, distance="adc", rerank=None, vectors=None, allow=None, n_threads=None, n_probe=None,
+               metric=None):
         """The k best base vectors of each query, by an exhaustive scan of the codes.
 
         Parameters
@@ -440,6 +446,9 @@ class Index:
         n_probe : None
             Only inverted-file indexes (``IVFIndex.search``) probe lists; a flat index scans every code, and any
             other value raises ValueError.
+        metric : None
+            The metric is the quantizer's (``index.metric``), fixed when it was fitted: None or that metric; any other
+            value raises ValueError saying so.
 
         Returns
         -------
@@ -453,6 +462,7 @@ class Index:
         """
         self._check_open()
         check_n_probe(n_probe, self._quantizer)  # a flat index: only None
+        _search_options.check_metric(metric, self._quantizer.metric)
         Q, was_1d, k, distance, rerank, vectors, bitmap, threads = self._search_arguments(
             Q, k, distance, rerank, vectors, allow, n_threads)
         tables = self._tables

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _ivf_kernels
+from . import _ivf_kernels, _search_options
 from . import search as _search
 from ._encoding import check_fitted_model, check_store_vectors, encode_all, resolve_norm_encoding
 from ._validation import as_ids, as_vectors, check_int, resolve_n_threads
@@ -237,7 +237,8 @@ class IVFIndex(Index):
                 )
 
     # ----------------------------------------------------------------------------------------------------- search
-    def search(self, Q, k, *, n_probe=None, distance="adc", rerank=None, vectors=None, allow=None, n_threads=None):
+    def search(self, Q, k, *, n_probe=None, distance="adc", rerank=None, vectors=None, allow=None, n_threads=None,
+               metric=None):
         """The k best base vectors of each query among the lists it probes.
 
         Parameters
@@ -246,7 +247,7 @@ class IVFIndex(Index):
             The lists each query scans: those whose centroids are nearest to it (metric "ip": of the largest inner
             product), best first. None means ``ivf.default_n_probe`` (n_lists / 64 rounded up: 16 of 1,024).
             n_probe = n_lists scans every list and gives exactly the exhaustive ADC result over these codes.
-        Q, k, distance, rerank, vectors, allow, n_threads
+        Q, k, distance, rerank, vectors, allow, n_threads, metric
             As for :meth:`Index.search`. ``distance="sdc"`` replaces each query by its own reconstruction
             c_l + R z_hat (the query encoded by the IVF) before the coarse step and the scan. ``allow`` is a set of
             ids or a boolean mask over the rows of this index, and ``vectors`` (for ``rerank``) holds one vector per
@@ -262,6 +263,7 @@ class IVFIndex(Index):
         self._check_open()
         ivf = self._quantizer
         n_probe = min(check_n_probe(n_probe, ivf), ivf.n_lists)
+        _search_options.check_metric(metric, ivf.metric)
         Q, was_1d, k, distance, rerank, vectors, bitmap, threads = self._search_arguments(
             Q, k, distance, rerank, vectors, allow, n_threads)
         threads = resolve_n_threads(threads)  # None: every core

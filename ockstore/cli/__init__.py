@@ -12,6 +12,7 @@ one line ``ockstore: error: <message>`` on stderr (``--debug`` adds the tracebac
     commands.py   one function per subcommand, over ockstore's public API only
     collections.py  the subcommands of collections (create, add, delete, compact)
     output.py     printed results and info, result files
+    advice.py     the library's advice in error messages rewritten as the command line's (commands, options, files)
     progress.py   the progress bar of long work (stderr, only on a terminal unless --progress)
 
 Results go to stdout or to output files, which are written atomically (a temporary sibling, fsynced, renamed).
@@ -24,6 +25,7 @@ import sys
 import traceback
 import warnings
 
+from .advice import command_line_message
 from .commands import COMMANDS, CommandError
 from .output import one_line
 from .parser import PROG, build_parser, check_args
@@ -88,6 +90,8 @@ def _main(argv):
             message = one_line(exc)
             if message.startswith("path: "):  # the library names its parameter; here the file name says it all
                 message = message[len("path: "):]
+            if not isinstance(exc, CommandError):  # the library's advice names Python calls: the command's instead
+                message = command_line_message(message, args)
         _error(message)
         return 1
 

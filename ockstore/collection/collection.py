@@ -9,7 +9,7 @@ import os
 
 import numpy as np
 
-from .. import storage
+from .. import _search_options, storage
 from .._encoding import check_fitted_model, check_store_vectors, resolve_norm_encoding
 from .._validation import as_ids, as_vectors, check_bool, check_choice, check_int
 from ..errors import FormatError
@@ -99,7 +99,9 @@ class Collection:
 
     def _check_open(self):
         if self._closed:
-            raise ValueError(f"I/O operation on a closed collection ({self._folder!r})")
+            how = "" if self._mode == "r" else ", 'a'"
+            raise ValueError(f"I/O operation on a closed collection: reopen it with "
+                             f"ockstore.open_collection({self._folder!r}{how})")
 
     def _check_writer(self, what):
         self._check_open()
@@ -219,7 +221,8 @@ class Collection:
         }
 
     # ------------------------------------------------------------------------------------------------------ search
-    def search(self, Q, k, *, distance="adc", rerank=None, vectors=None, allow=None, n_threads=None, **options):
+    def search(self, Q, k, *, distance="adc", rerank=None, vectors=None, allow=None, n_threads=None, metric=None,
+               **options):
         """The k best live vectors of each query, over every segment: equal to one ``Index.search`` over an index
         holding the live rows (same values, same ids, same order).
 
@@ -236,6 +239,8 @@ class Collection:
         allow : array-like of int ids, or None
             Search only the vectors with these ids (any order; duplicates and unknown ids ignored). A boolean mask
             over rows is refused (TypeError): rows have no meaning across segments.
+        metric : None
+            The quantizer's metric (``collection.metric``), fixed when it was fitted: None or that metric.
         **options
             Passed to every segment's search (e.g. ``n_probe`` of IVF segments); TypeError for a keyword the
             segments do not take.
@@ -246,6 +251,7 @@ class Collection:
             equal values by the smaller id; padding +inf or -inf with id -1).
         """
         self._check_open()
+        _search_options.check_metric(metric, self.metric, "collection")
         return self._snap.search(Q, k, distance=distance, rerank=rerank, vectors=vectors, allow=allow,
                                  n_threads=n_threads, **options)
 

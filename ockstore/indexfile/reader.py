@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import os
+
 from .. import storage
 from ..index import Index, _quantizer_summary
 from .schema import INDEX_KINDS, KIND_IVF_QUANTIZER, KINDS, read_file
@@ -34,6 +36,7 @@ def open_index(path):
         The file breaks a rule of docs/FORMAT.md (container or index layer), or is a quantizer file; the message
         names the file, the check and the section. Values of the large sections are checked by ``Index.verify()``.
     """
+    _refuse_collection_folder(path)
     mf = storage.open_file(path)
     try:
         _kind, model, arrays = read_file(mf, INDEX_KINDS)
@@ -44,6 +47,25 @@ def open_index(path):
     index._file = mf
     index._metadata = mf.user
     return index
+
+
+def _refuse_collection_folder(path):
+    """ValueError naming open_collection when ``path`` is a collection folder (a folder is refused anyway; this one
+    says what to call instead)."""
+    try:
+        folder = os.path.isdir(path)
+    except (TypeError, ValueError):
+        return  # not a path: the container's check names the parameter
+    if not folder:
+        return
+    from ..collection.names import parse_manifest  # the collection layer builds on this one: imported on error only
+
+    try:
+        entries = os.listdir(path)
+    except OSError:
+        return
+    if any(parse_manifest(name) is not None for name in entries):
+        raise ValueError(f"path: {os.fspath(path)!r} is a collection folder: use ockstore.open_collection")
 
 
 def _make_index(model, arrays, resource=None):

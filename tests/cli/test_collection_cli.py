@@ -131,7 +131,8 @@ def test_add_names_a_refused_row_by_its_row_in_the_file(files, tmp_path):
     X[450, 1] = 1e6  # beyond float16
     np.save(tmp_path / "bad.npy", X)
     for chunk in ("100", "1000"):
-        assert_data_error(run("add", folder, tmp_path / "bad.npy", "--chunk-size", chunk), "X row 450")
+        assert_data_error(run("add", folder, tmp_path / "bad.npy", "--chunk-size", chunk),
+                          f"{tmp_path / 'bad.npy'} row 450")
     with ockstore.open_collection(folder) as c:
         assert len(c) == 0
 
