@@ -13,7 +13,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..ivf import MAX_LISTS, ivf_from_state
-from .schema import KIND_IVF_INDEX, KIND_IVF_QUANTIZER, N_NORM_LEVELS, _short
+from .schema import (
+    KIND_IVF_INDEX, KIND_IVF_QUANTIZER, N_NORM_LEVELS, _short, check_bounded, model_value_bounds,
+)
 
 __all__ = ["KIND_IVF_INDEX", "KIND_IVF_QUANTIZER", "IVF_KINDS", "IVF_MINOR_VERSION", "ivf_meta", "put_ivf_sections",
            "read_ivf_meta", "read_ivf_model", "read_list_offsets"]
@@ -79,6 +81,9 @@ def read_ivf_model(reader, ivf_params, p, quantizer):
     for name, arr in arrays.items():
         if not np.isfinite(arr).all():
             raise reader.fail("non-finite values", f"section {name!r} holds NaN or infinite values")
+    bounds = model_value_bounds(P)
+    check_bounded(reader, "coarse_centroids", arrays["coarse_centroids"], bounds["centroids"])
+    check_bounded(reader, "ivf_norm_levels", arrays["ivf_norm_levels"], bounds["levels"], non_negative=True)
     if (np.diff(arrays["ivf_norm_levels"]) < 0).any():
         raise reader.fail("unsorted norm levels", "section 'ivf_norm_levels' is not in ascending order")
     return ivf_from_state({"dim": P, **ivf_params}, arrays, quantizer)

@@ -9,12 +9,15 @@ early returns, each failure a FormatError naming the check and the meta key or s
 
 from __future__ import annotations
 
+import math
+
 import msgpack
 import numpy as np
 
 from .. import storage
 from .._blas import blas_single_thread
 from .._codec import SubspaceLayout
+from .._validation import MAX_ABS_VALUE
 from .._encoding import NORM_DTYPES, NORM_ENCODINGS, STORE_VECTORS, STORED_VECTOR_DTYPES
 from .._version import __version__
 from .._params import STORED_PARAMETERS
@@ -38,6 +41,29 @@ INDEX_KINDS = (KIND_INDEX, KIND_IVF_INDEX)
 # 6e-8 (every method with a rotation, flat and IVF, on sift and minilm, and the golden files), the float32 product at
 # open adds well under 1e-5: the margin is wide, and a rotation this far from orthogonal would distort every distance.
 ROTATION_TOLERANCE = 1e-3
+
+# docs/FORMAT.md rules I6 and V3: bounds on the values of a model, so that every distance a search computes stays finite
+# in float32, as the bound on every vector input (|v| <= MAX_ABS_VALUE = 1e15) makes it for the vectors. Codebook words
+# live in the rotated space, where a vector within +-1e15 has coordinates up to sqrt(P) * 1e15; coarse centroids are
+# means of input vectors (within +-1e15); norm levels are squared norms of reconstructions, 0 <= level <= 4 P 1e30
+# (reconstructions within +-2e15 per coordinate). A file whose model breaks them (e.g. centroids rewritten to 1e20 with
+# the CRCs recomputed) would otherwise open, verify, and answer every search with padding only.
+def model_value_bounds(P):
+    """{"words": bound on |codebooks|, "centroids": bound on |coarse_centroids|, "levels": bound on norm levels}."""
+    return {"words": MAX_ABS_VALUE * math.sqrt(P), "centroids": MAX_ABS_VALUE, "levels": 4.0 * P * MAX_ABS_VALUE ** 2}
+
+
+def check_bounded(reader, name, arr, bound, non_negative=False):
+    """FormatError "value out of range" naming the section when a value of ``arr`` (finite) is beyond +-bound, or
+    negative with ``non_negative`` (I6, V3)."""
+    largest = float(np.abs(arr).max()) if arr.size else 0.0
+    if largest > bound:
+        raise reader.fail("value out of range", f"section {name!r} holds values of magnitude up to {largest:.3g}, "
+                                                f"beyond {bound:.3g}")
+    if non_negative and arr.size and float(arr.min()) < 0:
+        raise reader.fail("value out of range", f"section {name!r} holds {float(arr.min()):.3g}: squared norms are "
+                                                ">= 0")
+
 
 # The header holds the user metadata plus the index's own meta and section list, which take well under 1 KiB (eight
 # params, seven section entries, every int at most 9 bytes packed). User metadata is refused up front when it leaves
@@ -229,6 +255,10 @@ class _Reader:
         for name, arr in arrays.items():
             if not np.isfinite(arr).all():
                 raise self.fail("non-finite values", f"section {name!r} holds NaN or infinite values")
+        bounds = model_value_bounds(P)
+        check_bounded(self, "codebooks", arrays["codebooks"], bounds["words"])
+        if C > 1:
+            check_bounded(self, "norm_levels", arrays["norm_levels"], bounds["levels"], non_negative=True)
         if "rotation" in arrays:
             R = arrays["rotation"]
             # One BLAS thread: a multi-threaded product would leave OpenBLAS's threads spinning for a while after
