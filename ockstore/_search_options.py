@@ -12,7 +12,7 @@ import numpy as np
 
 from ._validation import MAX_ABS_VALUE, MAX_K, check_int, rows_beyond_limits
 
-__all__ = ["check_metric", "check_rerank", "check_user_vectors", "check_vector_rows", "allow_bitmap", "allow_ids", "IdLookup",
+__all__ = ["check_metric", "check_rerank", "default_rerank", "DEFAULT_RERANK_FACTOR", "check_user_vectors", "check_vector_rows", "allow_bitmap", "allow_ids", "IdLookup",
            "gather_vectors", "rerank_exact", "unknown_ids_error"]
 
 # Bytes of the float32 temporaries of one step of re-ranking (the gathered candidates, and as much again for the
@@ -32,12 +32,27 @@ def check_metric(metric, model_metric, what="index"):
                      f"{what} with it (leave metric out of search)")
 
 
+# The re-ranking a collection's search does by default when it stores vectors (``rerank=None``): the best
+# DEFAULT_RERANK_FACTOR * k candidates by code are re-ranked exactly. Measured on minilm-real (tools/
+# bench_app_collection.py; docs/results.md, "Collections that train themselves"), see default_rerank.
+DEFAULT_RERANK_FACTOR = 10
+
+
+def default_rerank(k, n_rows):
+    """The candidates a collection that stores vectors re-ranks when a search gives no ``rerank``:
+    DEFAULT_RERANK_FACTOR * k (at most the rows there are, at least k)."""
+    return max(k, min(DEFAULT_RERANK_FACTOR * k, MAX_K, n_rows))
+
+
 def check_rerank(rerank, k, n_rows):
-    """None, or the number of candidates the scan keeps for ``rerank=R`` (an int, k <= R <= MAX_K): R, or
-    max(k, N) when R exceeds both (N rows give at most N candidates: a larger R would only allocate padding)."""
+    """None (no re-ranking: ``rerank`` None or 0), or the number of candidates the scan keeps for ``rerank=R`` (an
+    int, k <= R <= MAX_K): R, or max(k, N) when R exceeds both (N rows give at most N candidates: a larger R would
+    only allocate padding)."""
     if rerank is None:
         return None
-    rerank = check_int(rerank, "rerank", min_value=1, max_value=MAX_K)
+    rerank = check_int(rerank, "rerank", min_value=0, max_value=MAX_K)
+    if rerank == 0:
+        return None
     if rerank < k:
         raise ValueError(f"rerank = {rerank} must be >= k = {k}: the scan keeps rerank candidates, of which the best "
                          "k are returned")

@@ -1,7 +1,7 @@
 """The ``ockstore`` command: train a quantizer, build an index file, search it, inspect, verify and evaluate it; create
 a collection folder and change it (add, delete, compact).
 
-    ockstore [--debug] [--version] {train,build,search,info,verify,eval,create,add,delete,compact} ...
+    ockstore [--debug] [--version] {train,build,search,info,verify,eval,create,add,delete,compact,retrain} ...
 
 Exit status (docs/ARCHITECTURE.md, "Command line"): 0 on success; 2 for a usage error (argparse prints the usage
 line and the message); 1 for a data or format error, including a missing or unreadable input file, reported as exactly
@@ -10,7 +10,7 @@ one line ``ockstore: error: <message>`` on stderr (``--debug`` adds the tracebac
 
     parser.py     the argument parser and the checks that need several options (usage errors)
     commands.py   one function per subcommand, over ockstore's public API only
-    collections.py  the subcommands of collections (create, add, delete, compact)
+    collections.py  the subcommands of collections (create, add, delete, compact, retrain)
     output.py     printed results and info, result files
     advice.py     the library's advice in error messages rewritten as the command line's (commands, options, files)
     progress.py   the progress bar of long work (stderr, only on a terminal unless --progress)

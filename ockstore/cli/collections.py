@@ -13,7 +13,10 @@ import ockstore
 from ockstore import vecfiles
 from ockstore.collection import SegmentWriter, names
 
-from .parser import DEFAULT_CHUNK, ID_FILES, STORE_VECTORS, VECTOR_FILES, _Formatter, _add_metadata, _add_progress
+from ockstore.quantizers import METHODS
+
+from .parser import DEFAULT_CHUNK, ID_FILES, QUANTIZER_OPTIONS, STORE_VECTORS, VECTOR_FILES, _Formatter, _add_metadata
+from .parser import _add_progress, add_quantizer_options
 from .parser import _add_threads, _int_type, _positive, _wrap
 from .progress import Progress, progress_enabled, rate_text
 
@@ -27,13 +30,21 @@ def add_parsers(sub):
         description=_wrap("Create the collection folder FOLDER (it must not exist, or be empty) holding the quantizer of "
                           "QUANTIZER_FILE (a quantizer file or an index file). A collection changes by commits: "
                           "'ockstore add' and 'ockstore delete' change it, 'ockstore compact' merges its segments; "
-                          "info, verify, search and eval read it like an index file."),
+                          "info, verify, search and eval read it like an index file.") + "\n\n" + _wrap(
+                          "Without QUANTIZER_FILE, --method and --subspaces (and the other options of 'ockstore "
+                          "train') describe a quantizer the collection trains itself: it keeps the vectors it is given "
+                          "(--store-vectors is required) and searches them exactly until it holds --train-size of "
+                          "them; the add that reaches it trains the quantizer and encodes every vector. 'ockstore "
+                          "retrain' trains it again later."),
         epilog="""\
 examples:
   ockstore create sift.ockq photos/
-  ockstore create sift.ockq photos/ --store-vectors uint8 --metadata source=camera""",
+  ockstore create sift.ockq photos/ --store-vectors uint8 --metadata source=camera
+  # an app's collection: starts empty, trains a 256-bit cosine OCKM once it holds 10,240 vectors
+  ockstore create notes/ --method ockm --subspaces 16 --codebooks 2 --metric cosine --store-vectors float16""",
     )
-    p.add_argument("quantizer", metavar="QUANTIZER_FILE", help="a quantizer file (ockstore train) or an index file")
+    p.add_argument("quantizer", metavar="QUANTIZER_FILE", nargs="?", default=None,
+                   help="a quantizer file (ockstore train) or an index file; leave it out to give --method instead")
     p.add_argument("folder", metavar="FOLDER", help="the collection folder to create")
     p.add_argument("--norm-encoding", choices=("u8", "f32"), default=None,
                    help="how the norm term of C >= 2 codes is stored: u8 (the default) or f32")
@@ -42,6 +53,10 @@ examples:
     p.add_argument("--merge-factor", type=_int_type(2, "an integer"), default=ockstore.collection.DEFAULT_MERGE_FACTOR,
                    metavar="F", help="segments of similar size are merged when F of them accumulate (default "
                                      f"{ockstore.collection.DEFAULT_MERGE_FACTOR})")
+    add_quantizer_options(p, required=False)
+    p.add_argument("--train-size", type=_int_type(1, "a positive integer"), default=None, metavar="N",
+                   help="without QUANTIZER_FILE: the number of vectors whose add trains the quantizer (default: 40 per "
+                        "word of a codebook, 10,240 for K = 256)")
     _add_metadata(p)
     p.set_defaults(subparser=p)
 
@@ -99,18 +114,62 @@ example:
                    help="also remove the generation before the compaction (no fallback until the next commit)")
     p.set_defaults(subparser=p)
 
+    p = sub.add_parser(
+        "retrain", formatter_class=_Formatter, help="train a collection's quantizer again on its stored vectors",
+        description=_wrap("Fit a fresh copy of the quantizer of the collection FOLDER on a sample of its stored vectors "
+                          "and encode every vector again, in one commit (ids, deletions and stored vectors are kept; "
+                          "readers keep their generation). For a collection whose quantizer was trained on few vectors, "
+                          "or that has not trained it yet (it trains now). Needs a collection that stores vectors."),
+        epilog="""\
+example:
+  ockstore retrain notes/ --sample 50000""",
+    )
+    p.add_argument("folder", metavar="FOLDER", help="a collection folder that stores vectors")
+    p.add_argument("--sample", type=_positive, default=None, metavar="N",
+                   help="fit on a uniform sample of N stored vectors (default 131,072, or all of them when fewer)")
+    _add_threads(p)
+    p.set_defaults(subparser=p)
+
+
+def make_quantizer(args):
+    """The unfitted quantizer of --method, --subspaces, the QUANTIZER_OPTIONS given and --lists (train, create)."""
+    given = {parameter: getattr(args, dest) for dest, (_flag, parameter) in QUANTIZER_OPTIONS.items()
+             if getattr(args, dest) is not None}  # the others: the class's own defaults
+    threads = getattr(args, "threads", None)
+    q = METHODS[args.method](args.subspaces, **given, n_threads=threads, verbose=getattr(args, "verbose", False))
+    if args.lists is not None:
+        return ockstore.IVF(args.lists, q, seed=0 if args.seed is None else args.seed, n_threads=threads)
+    return q
+
 
 def create(args, out):
-    q = ockstore.load_quantizer(args.quantizer)
+    q = ockstore.load_quantizer(args.quantizer) if args.quantizer is not None else make_quantizer(args)
     meta = dict(args.metadata)
     with ockstore.create_collection(args.folder, q, norm_encoding=args.norm_encoding,
                                     store_vectors=args.store_vectors, metadata=meta or None,
-                                    merge_factor=args.merge_factor) as c:
+                                    merge_factor=args.merge_factor, train_size=args.train_size) as c:
         info = c.info()
     lists = f"IVF of {info['n_lists']:,} lists over " if "n_lists" in info else ""
+    trains = "" if info["trained"] else f" (not trained yet: trained by the add that reaches {info['train_size']:,} " \
+                                        "vectors; searched exactly until then)"
     print(f"created collection {info['path']}: {lists}{info['method'].upper()} {info['bits']} bits, metric "
-          f"{info['metric']}, norm encoding {info['norm_encoding']}, stored vectors {info['store_vectors'] or 'none'}",
-          file=out)
+          f"{info['metric']}, norm encoding {info['norm_encoding']}, stored vectors {info['store_vectors'] or 'none'}"
+          f"{trains}", file=out)
+    return 0
+
+
+def retrain(args, out):
+    with ockstore.open_collection(args.folder, "a") as c:
+        before = c.info()
+        t0 = time.perf_counter()
+        c.retrain(sample=args.sample, n_threads=args.threads)
+        elapsed = time.perf_counter() - t0
+        after = c.info()
+    sample = after["N"] if args.sample is None else min(args.sample, after["N"])
+    print(f"retrained {args.folder}: {after['method'].upper()} {after['bits']} bits fitted on "
+          f"{min(sample, 131072):,} of {after['N']:,} stored vectors, every vector encoded again in {elapsed:.1f} s: "
+          f"generation {after['generation']} (was {before['generation']}, "
+          f"{'trained' if before['trained'] else 'not trained'})", file=out)
     return 0
 
 
@@ -123,17 +182,20 @@ def add(args, out):
         total = None
         if show or ids is not None:
             total, dim = vecfiles.count_vecs(args.base)
-            _check_dim(args.base, "base vectors", dim, c.dim, f"the collection {args.folder}")
+            if c.dim is not None:  # None: a collection without vectors yet (the file sets its dimension)
+                _check_dim(args.base, "base vectors", dim, c.dim, f"the collection {args.folder}")
             if ids is not None and len(ids) != total:
                 raise CommandError(f"{args.ids}: {len(ids):,} ids for {total:,} vectors in {args.base}")
         first = c.next_id
         t0 = time.perf_counter()
         bar = Progress(total, "add", enabled=show)
         done = 0
-        writer = SegmentWriter(c.path, c.segment_spec, n_threads=args.threads)
+        writer = None
         try:
             for chunk in vecfiles.iter_vecs(args.base, chunk_size=args.chunk_size):
-                if chunk.shape[1] != c.dim:
+                if writer is None:  # (the first chunk gives the dimension to a collection without vectors yet)
+                    writer = SegmentWriter(c.path, c.segment_spec, n_threads=args.threads, dim=chunk.shape[1])
+                if c.dim is not None and chunk.shape[1] != c.dim:
                     _check_dim(args.base, "base vectors", chunk.shape[1], c.dim, f"the collection {args.folder}")
                 stop = done + chunk.shape[0]
                 if ids is not None and stop > len(ids):
@@ -146,11 +208,12 @@ def add(args, out):
                 raise CommandError(f"{args.ids}: {len(ids):,} ids for {done:,} vectors in {args.base}")
             if done:
                 c.commit_segments([writer.close()], operation="add")
-            else:
+            elif writer is not None:
                 writer.abort()
         except BaseException:
             bar.abort()
-            writer.abort()
+            if writer is not None:
+                writer.abort()
             raise
         bar.close()
         elapsed = time.perf_counter() - t0
@@ -260,4 +323,4 @@ def build_distributed(args, out):
     return 0
 
 
-COMMANDS = {"create": create, "add": add, "delete": delete, "compact": compact}
+COMMANDS = {"create": create, "add": add, "delete": delete, "compact": compact, "retrain": retrain}

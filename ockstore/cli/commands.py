@@ -15,13 +15,12 @@ import numpy as np
 import ockstore
 from ockstore import evaluation, paths, vecfiles
 from ockstore.errors import FormatError
-from ockstore.quantizers import METHODS
 
-from .collections import COMMANDS as COLLECTION_COMMANDS, build_distributed
+from .collections import COMMANDS as COLLECTION_COMMANDS, build_distributed, make_quantizer
 from .output import (
     distances_path, fmt_bytes, jsonable, print_info, print_results, write_distances, write_ids,
 )
-from .parser import DEFAULT_CHUNK, ID_FILES, QUANTIZER_OPTIONS
+from .parser import DEFAULT_CHUNK, ID_FILES
 from .progress import Progress, progress_enabled, rate_text
 
 __all__ = ["CommandError", "COMMANDS", "read_allowed_ids"]
@@ -147,13 +146,8 @@ def _open_index(path):
 # -------------------------------------------------------------------------------------------------------- commands
 def train(args, out):
     _check_output(args.output, "-o/--output")
-    cls = METHODS[args.method]
-    given = {parameter: getattr(args, dest) for dest, (_flag, parameter) in QUANTIZER_OPTIONS.items()
-             if getattr(args, dest) is not None}  # the others: the class's own defaults
-    q = cls(args.subspaces, **given, n_threads=args.threads, verbose=args.verbose)
-    fine = q
-    if args.lists is not None:
-        q = ockstore.IVF(args.lists, fine, seed=0 if args.seed is None else args.seed, n_threads=args.threads)
+    q = make_quantizer(args)
+    fine = q.quantizer if args.lists is not None else q
 
     t0 = time.perf_counter()
     X = _read_vectors(args.learn, "learn vectors", args.limit)

@@ -179,28 +179,7 @@ Code size: M*C bytes per vector (C = 1 for pq and ckm). Default iterations: """ 
     )
     p.add_argument("learn", metavar="LEARN_FILE", help=f"training vectors ({VECTOR_FILES})")
     p.add_argument("-o", "--output", required=True, metavar="QUANTIZER_FILE", help="the quantizer file to write")
-    p.add_argument("--method", required=True, choices=tuple(METHODS), help="the quantizer")
-    p.add_argument("--subspaces", "-M", required=True, type=_param_type("n_subspaces"), metavar="M",
-                   help="M, subspaces (1..dim)")
-    p.add_argument("--codebooks", "-C", type=_param_type("n_codebooks"), default=None, metavar="C",
-                   help=f"C, codebooks per subspace (default: {_defaults('n_codebooks')}; pq and ckm use 1)")
-    p.add_argument("--beam", "-T", type=_param_type("beam_width"), default=None, metavar="T",
-                   help=f"T, beam width of the encoder (default: {_defaults('beam_width')})")
-    p.add_argument("--codewords", "-K", type=_param_type("n_codewords"), default=None, metavar="K",
-                   help="K, words per codebook, 2..256 (default 256)")
-    p.add_argument("--iterations", type=_param_type("n_iter"), default=None, metavar="N",
-                   help="maximum training iterations (default: the method's own, see below)")
-    p.add_argument("--tol", type=_param_type("tol", float), default=None,
-                   help="stop when an iteration lowers the objective by less than this fraction (default 1e-4)")
-    p.add_argument("--seed", type=_param_type("seed"), default=None, help="random seed (default 0)")
-    p.add_argument("--metric", choices=PARAMETERS["metric"].choices, default=None,
-                   help="what searches rank by: l2, squared L2 distance, ascending (the default); ip, inner product, "
-                        "or cosine, cosine similarity, both descending (e.g. --metric ip)")
-    p.add_argument("--lists", type=_int_type(1, "a positive integer"), default=None, metavar="N",
-                   help="make an inverted file (IVF) of N coarse lists: vectors go to the list of their nearest "
-                        "k-means centroid and the quantizer encodes their residuals; searches then scan the lists "
-                        "nearest each query only (search/eval --probe). Needs at least N training vectors "
-                        "(e.g. --lists 1024 for a million vectors); default: a flat index")
+    add_quantizer_options(p, required=True)
     p.add_argument("--limit", type=_positive, default=None, metavar="N", help="train on the first N vectors only")
     _add_metadata(p)
     p.add_argument("-v", "--verbose", action="store_true", help="print the objective of every iteration on stderr")
@@ -367,16 +346,14 @@ def check_args(args):
     """Checks that need several arguments together; failures are usage errors (exit 2)."""
     sub = args.subparser  # the subcommand's parser: its usage line goes with the message
     if args.command == "train":
-        accepted = inspect.signature(METHODS[args.method]).parameters
-        for dest, (flag, parameter) in QUANTIZER_OPTIONS.items():
-            if getattr(args, dest) is not None and parameter not in accepted:
-                sub.error(f"argument {flag}: method {args.method} has no {parameter} "
-                          f"({METHODS[args.method].__name__} takes {', '.join(accepted)})")
+        check_quantizer_options(sub, args)
         _check_metadata(sub, args.metadata)
     elif args.command in ("build", "create"):
         _check_metadata(sub, args.metadata)
         if args.command == "build":
             _check_build(sub, args)
+        else:
+            _check_create(sub, args)
     elif args.command == "search":
         if args.output is not None and output.output_kind(args.output) is None:
             sub.error(f"argument -o/--output: {args.output!r} must end in .ivecs, .ivecs.gz or .npy")
@@ -392,6 +369,42 @@ def check_args(args):
         if args.base is not None and args.k < 10:
             sub.error(f"argument --base: the mean overall ratio at 10 needs -k >= 10, got -k {args.k}")
         _check_rerank(sub, args)
+
+
+def add_quantizer_options(p, required):
+    """The options that make a quantizer (train; create without QUANTIZER_FILE): --method, --subspaces, the
+    parameters of QUANTIZER_OPTIONS, --lists (an IVF). ``required``: --method and --subspaces must be given."""
+    p.add_argument("--method", required=required, choices=tuple(METHODS), help="the quantizer")
+    p.add_argument("--subspaces", "-M", required=required, type=_param_type("n_subspaces"), metavar="M",
+                   help="M, subspaces (1..dim)")
+    p.add_argument("--codebooks", "-C", type=_param_type("n_codebooks"), default=None, metavar="C",
+                   help=f"C, codebooks per subspace (default: {_defaults('n_codebooks')}; pq and ckm use 1)")
+    p.add_argument("--beam", "-T", type=_param_type("beam_width"), default=None, metavar="T",
+                   help=f"T, beam width of the encoder (default: {_defaults('beam_width')})")
+    p.add_argument("--codewords", "-K", type=_param_type("n_codewords"), default=None, metavar="K",
+                   help="K, words per codebook, 2..256 (default 256)")
+    p.add_argument("--iterations", type=_param_type("n_iter"), default=None, metavar="N",
+                   help="maximum training iterations (default: the method's own, see below)")
+    p.add_argument("--tol", type=_param_type("tol", float), default=None,
+                   help="stop when an iteration lowers the objective by less than this fraction (default 1e-4)")
+    p.add_argument("--seed", type=_param_type("seed"), default=None, help="random seed (default 0)")
+    p.add_argument("--metric", choices=PARAMETERS["metric"].choices, default=None,
+                   help="what searches rank by: l2, squared L2 distance, ascending (the default); ip, inner product, "
+                        "or cosine, cosine similarity, both descending (e.g. --metric ip)")
+    p.add_argument("--lists", type=_int_type(1, "a positive integer"), default=None, metavar="N",
+                   help="make an inverted file (IVF) of N coarse lists: vectors go to the list of their nearest "
+                        "k-means centroid and the quantizer encodes their residuals; searches then scan the lists "
+                        "nearest each query only (search/eval --probe). Needs at least N training vectors "
+                        "(e.g. --lists 1024 for a million vectors); default: a flat index")
+
+
+def check_quantizer_options(sub, args):
+    """Each option of QUANTIZER_OPTIONS must be a parameter of the method (usage error otherwise)."""
+    accepted = inspect.signature(METHODS[args.method]).parameters
+    for dest, (flag, parameter) in QUANTIZER_OPTIONS.items():
+        if getattr(args, dest) is not None and parameter not in accepted:
+            sub.error(f"argument {flag}: method {args.method} has no {parameter} "
+                      f"({METHODS[args.method].__name__} takes {', '.join(accepted)})")
 
 
 def _check_build(sub, args):
@@ -410,6 +423,27 @@ def _check_build(sub, args):
         if given is not None:
             sub.error(f"argument {flag}: not with --workers or --scheduler (each task encodes on one thread, 65,536 "
                       "rows at a time; the cluster's workers set the parallelism)")
+
+
+def _check_create(sub, args):
+    """create takes QUANTIZER_FILE (a fitted quantizer), or --method and --subspaces (a quantizer the collection
+    trains itself: --store-vectors required), not both."""
+    if args.quantizer is not None:
+        given = [flag for flag, dest in (("--method", "method"), ("--subspaces", "subspaces"), ("--lists", "lists"),
+                                         ("--train-size", "train_size"))
+                 if getattr(args, dest) is not None]
+        given += [flag for dest, (flag, _p) in QUANTIZER_OPTIONS.items() if getattr(args, dest) is not None]
+        if given:
+            sub.error(f"argument {given[0]}: not with QUANTIZER_FILE (the collection takes that file's quantizer); "
+                      "leave QUANTIZER_FILE out to have the collection train one itself")
+        return
+    if args.method is None or args.subspaces is None:
+        sub.error("give QUANTIZER_FILE (a trained quantizer), or --method and --subspaces (a quantizer the "
+                  "collection trains itself once it holds --train-size vectors)")
+    if args.store_vectors is None:
+        sub.error("argument --store-vectors: required without QUANTIZER_FILE (the collection keeps its vectors until "
+                  "it trains the quantizer on them)")
+    check_quantizer_options(sub, args)
 
 
 def _check_rerank(sub, args):

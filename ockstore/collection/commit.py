@@ -34,7 +34,7 @@ from .policy import plan_merges
 from .segments import Segment, SegmentView, copy_live_rows
 from .snapshot import Snapshot, manifest_generations
 
-__all__ = ["GenerationTaken", "commit", "remove_older_generations", "vacuum"]
+__all__ = ["GenerationTaken", "commit", "write_checked_manifest", "remove_older_generations", "vacuum"]
 
 
 def _remove(folder, name):
@@ -53,7 +53,7 @@ class GenerationTaken(CollectionLockedError):
 
 
 def commit(snapshot, generation, *, operation, pending=(), deletes=None, compact=False, merge=True, next_id=None,
-           check=None):
+           check=None, spec=None, training=None):
     """Write generation ``generation`` from ``snapshot`` and return its Snapshot (no input validation: the collection
     checked ids and pending segments).
 
@@ -77,10 +77,15 @@ def commit(snapshot, generation, *, operation, pending=(), deletes=None, compact
         The new ``next_id`` (None: unchanged).
     check : callable or None
         Called just before the manifest is written (the writer's lock check); its exception aborts the commit.
+    spec, training : SegmentSpec and manifest.Training, or None (unchanged)
+        A collection that has not trained its quantizer learns the dimension of its vectors from its first add:
+        the spec and the training map with that dimension.
 
     GenerationTaken when ``manifest.<generation>`` exists already (it is never replaced).
     """
-    folder, spec, old = snapshot.folder, snapshot.spec, snapshot.manifest
+    folder, old = snapshot.folder, snapshot.manifest
+    spec = snapshot.spec if spec is None else spec
+    training = old.training if training is None else training
     written, opened = [], []
     counters = {"segment": 0, "deletions": 0}
     manifest_path = os.path.join(folder, names.manifest_name(generation))
@@ -141,16 +146,8 @@ def commit(snapshot, generation, *, operation, pending=(), deletes=None, compact
             _atomic.fsync_folder(folder)  # the renames of pending segments (files written atomically are synced)
         manifest = Manifest(generation, old.quantizer, old.norm_encoding, old.store_vectors,
                             old.next_id if next_id is None else next_id, old.merge_factor, old.max_merge_rows,
-                            tuple(v.entry for v in views), operation)
-        if check is not None:
-            check()  # the writer still holds the folder's lock
-        try:
-            write_manifest(folder, manifest, snapshot.user)
-        except FileExistsError:
-            raise GenerationTaken(
-                f"collection {folder!r}: {names.manifest_name(generation)} already exists: generation {generation} "
-                "was made by someone else (another writer, if the folder's lock file was removed); nothing was "
-                "committed. Close this writer and open the collection again") from None
+                            tuple(v.entry for v in views), operation, training)
+        write_checked_manifest(folder, manifest, snapshot.user, check)
     except GenerationTaken:
         for segment in opened:
             segment.close()
@@ -175,6 +172,21 @@ def commit(snapshot, generation, *, operation, pending=(), deletes=None, compact
     return Snapshot(folder, manifest, snapshot.user, spec, views, [], snapshot._tables, snapshot._cache)
 
 
+def write_checked_manifest(folder, manifest, user, check):
+    """The commit point (C10, C11): ``check()`` (the writer's lock), then the manifest written atomically, never over
+    an existing one (GenerationTaken then: nothing committed)."""
+    if check is not None:
+        check()  # the writer still holds the folder's lock
+    try:
+        write_manifest(folder, manifest, user)
+    except FileExistsError:
+        generation = manifest.generation
+        raise GenerationTaken(
+            f"collection {folder!r}: {names.manifest_name(generation)} already exists: generation {generation} "
+            "was made by someone else (another writer, if the folder's lock file was removed); nothing was "
+            "committed. Close this writer and open the collection again") from None
+
+
 def _is_regular(path):
     try:
         return stat.S_ISREG(os.lstat(path).st_mode)
@@ -184,8 +196,8 @@ def _is_regular(path):
 
 def remove_older_generations(folder, kept):
     """Remove every manifest of the folder that is not one of ``kept`` (Manifests: the writer's current generation
-    and its fallback) and older than the newest of them, then every segment and deletion file that none of ``kept``
-    references (C12: manifests first, so that no manifest ever references a removed file). Run by the writer after
+    and its fallback) and older than the newest of them, then every segment, deletion and quantizer file that none of
+    ``kept`` references (C12: manifests first, so that no manifest ever references a removed file). Run by the writer after
     each commit, it removes whatever older generations left, also those of earlier writers of the folder (a writer
     starts with no memory of them): after any number of writer launches the folder holds the current generation and
     one fallback. Pending segments and temporary files are left alone (a distributed build's workers may be writing
@@ -202,8 +214,8 @@ def remove_older_generations(folder, kept):
                 _is_regular(os.path.join(folder, name)):
             _remove(folder, name)
     for name in listing:
-        if (names.is_segment(name) or names.is_deletions(name)) and name not in referenced and \
-                _is_regular(os.path.join(folder, name)):
+        if (names.is_segment(name) or names.is_deletions(name) or names.is_quantizer(name)) and \
+                name not in referenced and _is_regular(os.path.join(folder, name)):
             _remove(folder, name)
 
 

@@ -17,6 +17,7 @@ import numpy as np
 from .. import _search_options, storage
 from .._validation import as_vectors, check_choice, check_k, resolve_n_threads
 from ..errors import FormatError
+from ..exact_index import exact_search
 from ..index import Index
 from ..ivf import IVF, check_n_probe
 from ..search import QueryTables, rows_bitmap
@@ -92,7 +93,7 @@ class Snapshot:
         if not live.all():
             raise _search_options.unknown_ids_error(ids, live[where], "the collection (they were never added, or "
                                                                       "were deleted)")
-        out = np.empty((unique.size, self.spec.quantizer.dim), dtype=np.float32)
+        out = np.empty((unique.size, self.spec.vector_dim or 0), dtype=np.float32)
         for number, hit, rows in found:
             view = self.views[number]
             path = view.segment.path
@@ -114,7 +115,9 @@ class Snapshot:
         N = self.live
         k = check_k(k, N)
         distance = check_choice(distance, "distance", ("adc", "sdc"))
-        rerank = _search_options.check_rerank(rerank, k, N)
+        rerank = self.resolve_rerank(rerank, k)
+        if not self.spec.trained:
+            return self._search_exact(Q, k, vectors, allow, n_threads, segment_options)
         if vectors is not None:
             vectors = _check_id_vectors(vectors, quantizer.dim)
         elif rerank is not None and self.spec.store_vectors is None:
@@ -161,6 +164,43 @@ class Snapshot:
         if was_1d:
             return D[0], I[0]
         return D, I
+
+    def resolve_rerank(self, rerank, k):
+        """The candidates a search re-ranks (None: none): ``rerank`` checked; None means the default re-ranking when
+        the collection stores vectors and has trained its quantizer (``_search_options.default_rerank``), none
+        otherwise; 0 means none. Before training every result is exact: None."""
+        N = self.live
+        if rerank is None and self.spec.store_vectors is not None and self.spec.trained:
+            return _search_options.check_rerank(_search_options.default_rerank(k, N), k, N)
+        rerank = _search_options.check_rerank(rerank, k, N)
+        return rerank if self.spec.trained else None
+
+    def _search_exact(self, Q, k, vectors, allow, n_threads, segment_options):
+        """The search of a collection that has not trained its quantizer: every live row by brute force over the
+        stored vectors (exact_index.exact_search, per segment), merged exactly. ``distance`` and ``rerank`` were
+        checked and change nothing (the results are exact); ``n_probe`` is checked as it will be once trained."""
+        quantizer = self.spec.quantizer
+        self._check_segment_options(segment_options)
+        if "n_probe" in segment_options:
+            check_n_probe(segment_options["n_probe"], quantizer, "collection")
+        if vectors is not None:
+            raise ValueError("vectors: this collection has not trained its quantizer yet; it searches its stored "
+                             "vectors exactly and takes no other vectors")
+        threads = resolve_n_threads(n_threads)
+        Q, was_1d = as_vectors(Q, "Q", self.spec.dim)
+        allowed = None if allow is None else _allowed_ids(allow)
+        Qp = quantizer._prepare(Q, "Q")
+        results = []
+        for view in self.views:
+            mask = view.live_mask() if allowed is None else view.allowed_mask(allowed)
+            if allowed is not None and mask is None:
+                continue
+            index = view.index
+            results.append(exact_search(Qp, min(k, view.segment.rows), index.vectors, index.ids, quantizer.metric,
+                                        allow=mask, n_threads=threads, source=index._damaged,
+                                        screen=index._screen_arrays()))
+        D, I = merge_topk(results, k, descending=quantizer.metric != "l2", n_queries=Q.shape[0])
+        return (D[0], I[0]) if was_1d else (D, I)
 
     @property
     def tables(self):
@@ -294,11 +334,14 @@ def _open_generation(folder, manifest, user, cache, problems, files=None):
     """The Snapshot of a verified manifest; ``cache`` (a dict kept by the caller) holds the quantizer, the Segments and
     SegmentViews already opened, reused when the files are the same. FileNotFoundError when a file is missing.
     ``files``: open only the segments of these names (a share of the generation; see open_generation)."""
-    quantizer_key = ("quantizer", manifest.quantizer)
-    quantizer = cache.get(quantizer_key)
-    if quantizer is None:
-        quantizer = load_quantizer(check_regular_file(os.path.join(folder, manifest.quantizer)))
-    spec = SegmentSpec(quantizer, manifest.norm_encoding, manifest.store_vectors)
+    if manifest.training is not None:  # not trained yet: the quantizer's parameters, segments of stored vectors
+        spec = SegmentSpec(manifest.training.quantizer(), manifest.norm_encoding, manifest.store_vectors,
+                           manifest.training.dim)
+    else:
+        quantizer = cache.get(("quantizer", manifest.quantizer))
+        if quantizer is None:
+            quantizer = load_quantizer(check_regular_file(os.path.join(folder, manifest.quantizer)))
+        spec = SegmentSpec(quantizer, manifest.norm_encoding, manifest.store_vectors)
     views, opened = [], []
     try:
         for entry in manifest.segments:
@@ -341,7 +384,8 @@ def remember(cache, snapshot):
     """Make ``cache`` hold what ``snapshot`` opened (and nothing of older generations): its quantizer, segments,
     views and query tables, for the next generation to reuse."""
     cache.clear()
-    cache[("quantizer", snapshot.manifest.quantizer)] = snapshot.spec.quantizer
+    if snapshot.spec.trained:
+        cache[("quantizer", snapshot.manifest.quantizer)] = snapshot.spec.quantizer
     if snapshot._tables is not None:
         cache[("tables", snapshot.manifest.quantizer)] = snapshot._tables
     for view in snapshot.views:

@@ -16,7 +16,6 @@ import os
 
 import numpy as np
 
-from .. import _search_options
 from .._validation import as_vectors
 from ..collection import merge_topk, open_collection
 from ..paths import _as_str
@@ -76,8 +75,9 @@ def _fan_out(cl, collection, Q, k, options):
     folder, generation = collection.path, info["generation"]
     segments = [(s["file"], s["rows"] - s["deleted"]) for s in info["segment_files"]]
     shares = list(assign(segments, workers_of(cl)).items())
-    rerank = _search_options.check_rerank(options.pop("rerank", None), k, info["N"])
+    rerank = collection._snap.resolve_rerank(options.pop("rerank", None), k)  # None: the collection's default
     vectors = options.pop("vectors", None)
+    options["rerank"] = 0  # workers return candidates by code: the re-ranking (the default's too) happens here
     width = k if rerank is None else rerank
     queries = Q if Q.nbytes <= INLINE_QUERY_BYTES else cl.scatter(Q, broadcast=True, hash=False)
     futures = [cl.submit(tasks.search_share, folder, generation, files, queries, width, options, workers=[worker],

@@ -8,6 +8,7 @@ import os
 from .. import storage
 from ..index import Index, _quantizer_summary
 from .schema import INDEX_KINDS, KIND_IVF_QUANTIZER, KINDS, read_file
+from .vectors_file import KIND_VECTORS, read_vectors_file
 
 __all__ = ["open_index", "load_quantizer", "file_info"]
 
@@ -22,8 +23,9 @@ def open_index(path):
 
     Returns
     -------
-    Index
-        Searchable at once; close it (or use ``with``) to release the file. Its arrays are read-only. The file may
+    Index, IVFIndex or ExactIndex
+        An IVFIndex for an inverted file, an ExactIndex (stored vectors searched by brute force) for a file of kind
+        "vectors" (a collection's segment before its quantizer is trained). Searchable at once; close it (or use ``with``) to release the file. Its arrays are read-only. The file may
         be replaced while open (the index keeps reading the old contents).
 
     Raises
@@ -39,8 +41,11 @@ def open_index(path):
     _refuse_collection_folder(path)
     mf = storage.open_file(path)
     try:
-        _kind, model, arrays = read_file(mf, INDEX_KINDS)
-        index = _make_index(model, arrays, mf)
+        if mf.meta.get("kind") == KIND_VECTORS:  # stored vectors without codes (a collection before training)
+            index = _make_exact_index(mf, mf)
+        else:
+            _kind, model, arrays = read_file(mf, INDEX_KINDS)
+            index = _make_index(model, arrays, mf)
     except BaseException:
         mf.close()
         raise
@@ -66,6 +71,14 @@ def _refuse_collection_folder(path):
         return
     if any(parse_manifest(name) is not None for name in entries):
         raise ValueError(f"path: {os.fspath(path)!r} is a collection folder: use ockstore.open_collection")
+
+
+def _make_exact_index(mf, resource=None):
+    """The ExactIndex of an opened file of kind "vectors" (docs/FORMAT.md section 15)."""
+    from ..exact_index import ExactIndex
+
+    vectors, ids, metric = read_vectors_file(mf)
+    return ExactIndex(vectors, ids, metric, _resource=resource)
 
 
 def _make_index(model, arrays, resource=None):
@@ -100,9 +113,15 @@ def file_info(path) -> dict:
     :func:`open_index`.
     """
     with storage.open_file(path) as mf:
-        kind, model, arrays = read_file(mf, KINDS)
         major, minor = mf.version
         common = {"format_version": f"{major}.{minor}", "metadata": storage.canonical_metadata(mf.user), "path": mf.path}
+        if mf.meta.get("kind") == KIND_VECTORS:
+            index = _make_exact_index(mf)
+            try:
+                return {"kind": KIND_VECTORS, **index.info(), "has_ids": index.has_ids, **common}
+            finally:
+                index.close()
+        kind, model, arrays = read_file(mf, KINDS)
         if kind in INDEX_KINDS:
             index = _make_index(model, arrays)
             try:

@@ -597,8 +597,14 @@ def test_paths_that_are_not_collections(q, tmp_path):
         ockstore.create_collection(tmp_path / "a" / "b", q)
     with pytest.raises(ValueError, match="merge_factor must be >= 2"):
         ockstore.create_collection(tmp_path / "m", q, merge_factor=1)
-    with pytest.raises(ockstore.NotFittedError):
+    with pytest.raises(ValueError, match="store_vectors is required with an unfitted quantizer"):
         ockstore.create_collection(tmp_path / "m", ockstore.PQ(2))
+    with pytest.raises(ValueError, match="train_size applies to an unfitted quantizer"):
+        ockstore.create_collection(tmp_path / "m", q, train_size=1000)
+    with pytest.raises(ValueError, match="train_size must be >= 256"):
+        ockstore.create_collection(tmp_path / "m", ockstore.PQ(2), store_vectors="float16", train_size=255)
+    with pytest.raises(TypeError, match="quantizer must be a PQ, CKM, ECKM, OCKM or IVF"):
+        ockstore.create_collection(tmp_path / "m", "OCKM(16, 2)", store_vectors="float16")
     with pytest.raises(ValueError, match="norm_encoding"):
         ockstore.create_collection(tmp_path / "m", q, norm_encoding="none")
     assert not (tmp_path / "m").exists()  # arguments are checked before anything is made

@@ -359,8 +359,11 @@ def test_search_option_errors(indexes, data):
     # rerank
     with pytest.raises(ValueError, match="rerank"):
         index.search(Q, 10, rerank=9)
+    D0, I0 = index.search(Q, 10, rerank=0)  # 0: no re-ranking, as None on an index
+    D1, I1 = index.search(Q, 10)
+    assert np.array_equal(I0, I1) and np.array_equal(D0, D1)
     with pytest.raises(ValueError, match="rerank"):
-        index.search(Q, 10, rerank=0)
+        index.search(Q, 10, rerank=-1)
     for bad in (20.0, "20", True):
         with pytest.raises(TypeError, match="rerank"):
             index.search(Q, 10, rerank=bad)
