@@ -37,7 +37,8 @@ FLOAT16_MAX = float(np.finfo(np.float16).max)
 # The norm encoding of quantizers with C >= 2 when none is asked for. "u8" keeps 64-bit OCKM codes at 9 bytes per
 # vector instead of 12. Measured with tools/bench_search.py --bits 64 (sift-real, 100K learn, 1M base, first 1000
 # queries, OCKM M=4 C=2 T=10, ADC): recall@1/10/100 = 0.208/0.679/0.965 with "u8" against 0.211/0.678/0.963 with
-# "f32" -- within the 0.5-point budget on recall@10 that the default was held to.
+# "f32" -- within the 0.5-point budget on recall@10 (the nearest neighbour among the first 10) that the default was
+# held to.
 DEFAULT_NORM_ENCODING = "u8"
 
 # Rows encoded per step by Index.from_vectors (and copied per step by Index.save): the memory of a build beyond its

@@ -307,7 +307,8 @@ example:
         description=_wrap("Search INDEX_FILE with the queries of QUERY_FILE and compare with the exact neighbours of "
                     "GROUNDTRUTH_FILE (.ivecs: row i holds the base row numbers of query i's neighbours, nearest "
                     "first; for an ip or cosine index, the best by that metric). recall@R is the fraction of "
-                    "queries whose true nearest neighbour is among the first R results. With --base, also the mean "
+                    "queries whose true nearest neighbour is among the first R results; 10-recall@10 (with K >= 10) "
+                    "the mean fraction of the true 10 nearest neighbours among the first 10. With --base, also the mean "
                     "overall ratio at 10 (1.0 is perfect; l2 indexes only). With --rerank, the K results are the "
                     "best of R candidates re-ranked exactly. The index's ids must be base row numbers (indexes built "
                     "without --ids)."),
