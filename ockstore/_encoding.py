@@ -6,8 +6,10 @@ encode the same vectors into the same bytes.
     norms   (n,) float32     ||x_hat||^2 of each code, when norm_encoding == "f32" (for an inverted file the norm of
                              the whole reconstruction c_l + R z_hat)
             (n,) uint8       its one-byte code, when norm_encoding == "u8": the term used is quantizer.norm_levels[code]
-            absent           when norm_encoding == "none" (C = 1: PQ and CKM need no norm term; metrics "ip" and
-                             "cosine" need none either; an inverted file with metric "l2" always needs one)
+            absent           when norm_encoding == "none" (C = 1 with L2: PQ and CKM need no norm term; metric "ip" needs
+                             none either; "cosine" uses it as the scale 1 / ||x_hat|| of its scores, and without it
+                             scores <q, x_hat> as before format 1.3; an inverted file with metric "l2" always needs
+                             one)
     vectors (n, P) float16, float32 or uint8: the vectors themselves, as given, when the index stores them for
             exact re-ranking (``store_vectors``)
 """
@@ -22,7 +24,7 @@ from .errors import NotFittedError
 from .ivf import IVF
 from .quantizers import Quantizer
 
-__all__ = ["NORM_ENCODINGS", "NORM_DTYPES", "DEFAULT_NORM_ENCODING", "BUILD_CHUNK", "STORE_VECTORS",
+__all__ = ["norm_scales", "NORM_ENCODINGS", "NORM_DTYPES", "DEFAULT_NORM_ENCODING", "BUILD_CHUNK", "STORE_VECTORS",
            "STORED_VECTOR_DTYPES", "check_fitted_quantizer", "check_fitted_model", "resolve_norm_encoding",
            "check_store_vectors", "vectors_for_storage", "encode_rows", "encode_ivf_rows", "encode_step", "encode_all"]
 
@@ -72,15 +74,25 @@ def check_fitted_model(quantizer):
 
 
 def resolve_norm_encoding(quantizer, norm_encoding):
-    """None means the default for the quantizer: DEFAULT_NORM_ENCODING for L2 with C >= 2, "none" otherwise (C = 1,
-    or metric "ip" / "cosine", whose scores need no norm term). An IVF with metric "l2" always needs the norm term
-    (that of the whole reconstruction c_l + R z_hat, whatever C): "u8" by default, "none" refused."""
+    """None means the default for the quantizer: DEFAULT_NORM_ENCODING for L2 with C >= 2, and for cosine (its scores
+    are <q, x_hat> / ||x_hat||, the norm term scaling them; "none" when a quantizer fitted before format 1.3 has no
+    norm levels for the one-byte term), "none" otherwise (C = 1 with L2, or metric "ip", whose scores need no norm
+    term). An IVF with metric "l2" always needs the norm term (that of the whole reconstruction c_l + R z_hat,
+    whatever C): "u8" by default, "none" refused. Cosine accepts "none" (scores <q, x_hat>, as before 1.3)."""
     is_ivf = isinstance(quantizer, IVF)
     C = 2 if is_ivf else quantizer.n_codebooks
     needs_norm = C > 1 and quantizer.metric == "l2"
+    has_levels = is_ivf or C > 1 or not quantizer.is_fitted or quantizer.norm_levels is not None
     if norm_encoding is None:
+        if quantizer.metric == "cosine":
+            return DEFAULT_NORM_ENCODING if has_levels else "none"
         return DEFAULT_NORM_ENCODING if needs_norm else "none"
     check_choice(norm_encoding, "norm_encoding", NORM_ENCODINGS)
+    if quantizer.metric == "cosine":
+        if norm_encoding == "u8" and not has_levels:
+            raise ValueError("norm_encoding 'u8' needs the quantizer's norm levels, which a cosine quantizer with one "
+                             "codebook per subspace fitted before format 1.3 lacks: use 'f32', 'none', or fit it again")
+        return norm_encoding
     if quantizer.metric != "l2" and norm_encoding != "none":
         raise ValueError(f"norm_encoding must be 'none' (or None) for metric {quantizer.metric!r}: inner products "
                          f"need no norm term, got {norm_encoding!r}")
@@ -178,3 +190,13 @@ def encode_all(model, X, norm_encoding, store_vectors, n_threads, step):
             if out is not None:
                 out[start:stop] = part
     return lists, codes, norms, vectors
+
+
+def norm_scales(norms):
+    """1 / ||x_hat|| of float32 norm terms ||x_hat||^2 (or of the 256 norm levels): what the scan multiplies a cosine
+    score by (docs/FORMAT.md 11.3). A zero norm (a reconstruction that is 0: its score is 0 whatever the scale) gets
+    scale 1. float32."""
+    n = np.asarray(norms, dtype=np.float64)
+    with np.errstate(divide="ignore"):
+        out = np.where(n > 0, 1.0 / np.sqrt(np.maximum(n, 0.0)), 1.0)
+    return np.ascontiguousarray(out, dtype=np.float32)

@@ -23,5 +23,5 @@ def probe(
 def ivf_scan(
     rot: F32, words: F32, sqnorms: F64, n_codebooks: int, sub_dim: int, kind: int, queries: F32, codes: U8,
     norms_f32: F32, norm_codes: U8, norm_levels: F32, ids: I64, allow: U64, list_offsets: I64, lists: I32,
-    terms: F32, out_dist: F32, out_rows: I64, n_threads: int,
+    terms: F32, out_dist: F32, out_rows: I64, n_threads: int, norm_scales: bool = False,
 ) -> None: ...

@@ -347,7 +347,8 @@ def probe(const float[:, ::1] queries,      # IN (nq, P)
 # For a query with tables lut[w, k], constant term qconst, and a probed list l with term t_l, the distance to code b
 # of the list with norm term n_b is
 #     dist = (qconst + t_l) + n_b + sum_w lut[w, b_w]
-# accumulated in exactly this order whatever the threading. Each query collects its k best (dist, id) pairs in a
+# accumulated in exactly this order whatever the threading; with a norm scale s_b instead (metric "cosine":
+# 1 / ||c_l + R z_hat_b||, the list term -q.c_l and the tables -z.d), dist = ((qconst + t_l) + sum_w lut[w, b_w]) * s_b. Each query collects its k best (dist, id) pairs in a
 # TopK buffer (_topk.pxd; a smaller id wins a tie): a query scans only thousands of codes, too few for a heap to pay.
 
 cdef struct ListBase:
@@ -360,14 +361,27 @@ cdef struct ListBase:
     const int64_t *ids          # (N,)
     const uint64_t *allow       # (ceil(N / 64),) bitmap of the rows to scan (bit r % 64 of word r // 64), or NULL
     const int64_t *offsets      # (L + 1,): list l holds rows offsets[l] .. offsets[l+1] - 1
+    bint norm_scales            # the norm terms multiply each code's sum (s_b) instead of being added to it
 
 
 cdef inline float _norm_term(const ListBase *base, Py_ssize_t row) noexcept nogil:
+    """The norm term added to the sum of row `row` (0 when the norm terms are scales, or absent)."""
+    if base.norm_scales:
+        return 0
     if base.norms_f32 != NULL:
         return base.norms_f32[row]
     if base.norm_codes != NULL:
         return base.norm_levels[base.norm_codes[row]]
     return 0
+
+
+cdef inline float _scaled(const ListBase *base, float d, Py_ssize_t row) noexcept nogil:
+    """The sum d of row `row` times its norm scale (d itself when the norm terms are not scales)."""
+    if not base.norm_scales:
+        return d
+    if base.norms_f32 != NULL:
+        return d * base.norms_f32[row]
+    return d * base.norm_levels[base.norm_codes[row]]
 
 
 cdef void _scan_list(const ListBase *base, const float *lut, float start_term, Py_ssize_t start, Py_ssize_t stop,
@@ -398,17 +412,17 @@ cdef void _scan_list(const ListBase *base, const float *lut, float start_term, P
             d1 = d1 + l[c1[w]]
             d2 = d2 + l[c2[w]]
             d3 = d3 + l[c3[w]]
-        _topk_offer(t, d0, i)
-        _topk_offer(t, d1, i + 1)
-        _topk_offer(t, d2, i + 2)
-        _topk_offer(t, d3, i + 3)
+        _topk_offer(t, _scaled(base, d0, i), i)
+        _topk_offer(t, _scaled(base, d1, i + 1), i + 1)
+        _topk_offer(t, _scaled(base, d2, i + 2), i + 2)
+        _topk_offer(t, _scaled(base, d3, i + 3), i + 3)
         i += 4
     while i < stop:
         c0 = base.codes + <size_t>i * W
         d0 = start_term + _norm_term(base, i)
         for w in range(W):
             d0 = d0 + lut[<size_t>w * SLOTS + c0[w]]
-        _topk_offer(t, d0, i)
+        _topk_offer(t, _scaled(base, d0, i), i)
         i += 1
 
 
@@ -435,7 +449,7 @@ cdef void _scan_list_allowed(const ListBase *base, const float *lut, float start
             d = start_term + _norm_term(base, row)
             for w in range(base.W):
                 d = d + lut[<size_t>w * SLOTS + c[w]]
-            _topk_offer(t, d, row)
+            _topk_offer(t, _scaled(base, d, row), row)
         first += 64
         if first >= stop:
             return
@@ -470,7 +484,8 @@ def ivf_scan(const float[::1] rot,              # IN (P * M*S,) the fine quantiz
              const float[:, ::1] terms,         # IN (nq, n_probe): their list terms
              float[:, ::1] out_dist,            # OUT (nq, k) ascending
              int64_t[:, ::1] out_rows,          # OUT (nq, k) the rows of the results; (inf, -1) past the last
-             int n_threads):
+             int n_threads,
+             bint norm_scales=False):           # IN the norm terms multiply each code's sum (cosine: 1/||x_hat||)
     """For each query: its one table (_tables.h, the same arithmetic as the exhaustive scan's), then its probed lists
     scanned, keeping its k best (dist, id) among the allowed rows; writes their distances and row numbers. Queries
     run in parallel, each on one thread from start to end, so results do not depend on the number of threads."""
@@ -516,6 +531,7 @@ def ivf_scan(const float[::1] rot,              # IN (P * M*S,) the fine quantiz
     base.ids = &ids[0] if ids.shape[0] > 0 else NULL
     base.allow = &allow[0] if allow.shape[0] > 0 else NULL
     base.offsets = &list_offsets[0]
+    base.norm_scales = norm_scales and (base.norms_f32 != NULL or base.norm_codes != NULL)
     lut_stride = _slice_items(<Py_ssize_t>base.W * SLOTS)
     work_stride = _slice_items(<Py_ssize_t>tb.D + <Py_ssize_t>tb.C * tb.K + tb.P)
     try:

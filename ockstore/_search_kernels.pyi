@@ -21,5 +21,5 @@ class TableModel:
 def scan(
     model: TableModel, queries: F32 | None, rotated: F64 | None, codes: U8, norms_f32: F32 | None,
     norm_codes: U8 | None, norm_levels: F32 | None, ids: I64 | None, allow: U64 | None, out_dist: F32,
-    out_rows: I64, n_threads: int, bound: F32 | None = None,
+    out_rows: I64, n_threads: int, bound: F32 | None = None, norm_scales: bool = False,
 ) -> None: ...

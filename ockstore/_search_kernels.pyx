@@ -50,7 +50,10 @@ cdef enum:
 #
 # For a query with tables lut[w, k] (w = m*C + c) and a constant term, the distance to code b with norm term n_b is
 #     dist = qconst + n_b + sum_w lut[w, b_w]
-# accumulated in exactly this order whatever the threading, so results never depend on the number of threads.
+# accumulated in exactly this order whatever the threading, so results never depend on the number of threads. With a
+# norm *scale* instead (metric "cosine": s_b = 1 / ||x_hat_b||, the tables holding -z.d), the value is
+#     dist = (qconst + sum_w lut[w, b_w]) * s_b            = -<q, x_hat_b> / ||x_hat_b||
+# one multiply per code after its sum (the same order of adds).
 # Each query keeps a max-heap of its k best (dist, id) pairs, ordered lexicographically: a smaller id wins a tie.
 
 cdef extern from *:
@@ -137,7 +140,7 @@ cdef void _heap_sort_into(float *hd, int64_t *hr, int k, const int64_t *ids, flo
 
 
 cdef void _scan_range(const uint8_t *codes, int W, const float *lut, float qconst,
-                      const float *norm_term, const int64_t *ids, const uint64_t *allow, Py_ssize_t start,
+                      const float *norm_term, bint scale, const int64_t *ids, const uint64_t *allow, Py_ssize_t start,
                       Py_ssize_t stop, float *hd, int64_t *hr, int k) noexcept nogil:
     """Scan codes[start:stop] for one query (byte w of a code indexes lut + w * SLOTS). norm_term is indexed
     from `start` (NULL when there is none). With a bitmap `allow`, every distance is computed and only the allowed
@@ -159,7 +162,7 @@ cdef void _scan_range(const uint8_t *codes, int W, const float *lut, float qcons
         c1 = c0 + W
         c2 = c1 + W
         c3 = c2 + W
-        if norm_term != NULL:
+        if norm_term != NULL and not scale:
             d0 = qconst + norm_term[i - start]
             d1 = qconst + norm_term[i - start + 1]
             d2 = qconst + norm_term[i - start + 2]
@@ -194,6 +197,11 @@ cdef void _scan_range(const uint8_t *codes, int W, const float *lut, float qcons
             d3 = d3 + l[c3[w]]
             l = l + SLOTS
             w += 1
+        if scale:
+            d0 = d0 * norm_term[i - start]
+            d1 = d1 * norm_term[i - start + 1]
+            d2 = d2 * norm_term[i - start + 2]
+            d3 = d3 * norm_term[i - start + 3]
         _consider(hd, hr, k, d0, ids, i, allow)
         _consider(hd, hr, k, d1, ids, i + 1, allow)
         _consider(hd, hr, k, d2, ids, i + 2, allow)
@@ -201,9 +209,11 @@ cdef void _scan_range(const uint8_t *codes, int W, const float *lut, float qcons
         i += 4
     while i < stop:
         c0 = codes + <size_t>i * W
-        d0 = qconst + norm_term[i - start] if norm_term != NULL else qconst
+        d0 = qconst + norm_term[i - start] if norm_term != NULL and not scale else qconst
         for w in range(W):
             d0 = d0 + lut[<size_t>w * SLOTS + c0[w]]
+        if scale:
+            d0 = d0 * norm_term[i - start]
         _consider(hd, hr, k, d0, ids, i, allow)
         i += 1
 
@@ -218,6 +228,7 @@ cdef struct CodeBase:
     const float *norm_levels    # (256,) the levels of norm_codes (NULL with them)
     const int64_t *ids          # (N,), or NULL: the id of a code is then its row number
     const uint64_t *allow       # (ceil(N / 64),) bitmap of the rows to scan (bit r % 64 of word r // 64), or NULL
+    bint norm_scales            # the norm terms (norms_f32, or norm_levels[norm_codes]) multiply the sum: s_b
 
 
 cdef struct TableSource:
@@ -369,12 +380,15 @@ cdef void _scan_allowed(const CodeBase *base, const float *lut, float qconst, Py
                 break
             c = base.codes + <size_t>row * base.W
             d = qconst
-            if base.norms_f32 != NULL:
-                d = d + base.norms_f32[row]
-            elif base.norm_codes != NULL:
-                d = d + base.norm_levels[base.norm_codes[row]]
+            if not base.norm_scales:
+                if base.norms_f32 != NULL:
+                    d = d + base.norms_f32[row]
+                elif base.norm_codes != NULL:
+                    d = d + base.norm_levels[base.norm_codes[row]]
             for w in range(base.W):
                 d = d + lut[<size_t>w * SLOTS + c[w]]
+            if base.norm_scales:
+                d = d * (base.norms_f32[row] if base.norms_f32 != NULL else base.norm_levels[base.norm_codes[row]])
             _consider(hd, hr, k, d, base.ids, row, NULL)
         first += 64
 
@@ -387,7 +401,8 @@ cdef inline void _scan_query(const CodeBase *base, const float *lut, float qcons
     if not dense:
         _scan_allowed(base, lut, qconst, start, stop, hd, hi, k)
     else:
-        _scan_range(base.codes, base.W, lut, qconst, norm_terms, base.ids, base.allow, start, stop, hd, hi, k)
+        _scan_range(base.codes, base.W, lut, qconst, norm_terms, base.norm_scales, base.ids, base.allow, start, stop,
+                    hd, hi, k)
 
 
 cdef inline float _bound(const QueryBatch *batch, int q) noexcept nogil:
@@ -544,10 +559,12 @@ def scan(TableModel model,                   # IN the quantizer's table arrays
          float[:, ::1] out_dist,             # OUT (nq, k) ascending
          int64_t[:, ::1] out_rows,           # OUT (nq, k) the rows of the results; (inf, -1) past the last
          int n_threads,
-         const float[::1] bound=None):       # IN (nq,) or None: only codes at a distance below bound[q] may
+         const float[::1] bound=None,        # IN (nq,) or None: only codes at a distance below bound[q] may
                                              #    enter the results of query q; slots left empty come out as
                                              #    (bound[q], -1). For scanning the parts of one base in turn (the
                                              #    segments of a collection): the k-th best so far, just above.
+         bint norm_scales=False):            # IN the norm terms are scales s_b that multiply each code's sum
+                                             #    (metric "cosine": 1 / ||x_hat_b||) instead of terms added to it
     """The tables of each query, then an exhaustive ADC scan keeping the k best (dist, id) of each query among the
     allowed rows; writes their distances and row numbers (the caller maps rows to ids; a row keeps the stored vector
     reachable for re-ranking). Arguments that are None are passed as None (no conversion).
@@ -585,6 +602,7 @@ def scan(TableModel model,                   # IN the quantizer's table arrays
     base.norm_levels = &norm_levels[0] if base.norm_codes != NULL else NULL
     base.ids = &ids[0] if ids is not None and ids.shape[0] > 0 else NULL
     base.allow = &allow[0] if allow is not None and allow.shape[0] > 0 else NULL
+    base.norm_scales = norm_scales and (base.norms_f32 != NULL or base.norm_codes != NULL)
     batch.tables = &source
     batch.lut_row = <Py_ssize_t>base.W * SLOTS
     batch.nq = out_dist.shape[0]

@@ -17,6 +17,7 @@ from ._encoding import (
     BUILD_CHUNK, NORM_ENCODINGS, STORED_VECTOR_DTYPES, check_fitted_quantizer, check_store_vectors, encode_all,
     resolve_norm_encoding,
 )
+from ._encoding import norm_scales as _encoding_norm_scales
 from ._validation import as_ids, as_vectors, check_choice, check_k, resolve_n_threads
 from .ivf import check_n_probe
 
@@ -105,6 +106,7 @@ class Index:
         self._norm_levels = (np.ascontiguousarray(quantizer.norm_levels, dtype=np.float32)
                              if norm_encoding == "u8" else None)
         self._tables = None  # the QueryTables, built on first search: opening a file stays cheap
+        self._norm_scales = None  # cosine: 1 / ||x_hat|| per row ("f32") or per level ("u8"), built on first search
         self._resource = _resource
         self._file = None  # the storage.MappedFile of an index opened by open_index
         self._metadata = {}  # user metadata (the file's "user" map); written again by save()
@@ -162,6 +164,7 @@ class Index:
         self._closed = True
         self._closed_path = None if self._file is None else self._file.path  # for the advice of _check_open
         self._codes = self._norms = self._ids = self._norm_levels = self._vectors = self._id_lookup = None
+        self._norm_scales = None
         self._tables = None
         self._file = None
         resource, self._resource = self._resource, None
@@ -468,14 +471,33 @@ class Index:
         tables = self._tables
         if tables is None:  # first search: two threads may both build them; one is kept
             tables = self._tables = _search.QueryTables(self._quantizer)
-        norm_term = tables.uses_norm_term
+        norms, norm_codes, levels, scales = self._scan_norms(tables)
         D, rows = _search.search_codes(
-            tables, Q, k if rerank is None else rerank, self._codes, self._ids, distance=distance,
-            norms=self._norms if norm_term and self._norm_encoding == "f32" else None,
-            norm_codes=self._norms if norm_term and self._norm_encoding == "u8" else None,
-            norm_levels=self._norm_levels, allow=bitmap, n_threads=threads,
+            tables, Q, k if rerank is None else rerank, self._codes, self._ids, distance=distance, norms=norms,
+            norm_codes=norm_codes, norm_levels=levels, allow=bitmap, n_threads=threads, norm_scales=scales,
         )
         return self._search_results(Q, was_1d, k, D, rows, rerank, vectors)
+
+    def _scan_norms(self, tables):
+        """What the scan reads of the norm terms: (float32 per row or None, uint8 codes per row or None, their 256
+        levels or None, whether they scale the sums). L2 with a norm term: the stored terms, added. Cosine with one:
+        1 / ||x_hat|| (docs/FORMAT.md 11.3), from the "f32" terms (a float32 array made once per index, N values)
+        or through a table of the 256 "u8" levels. Otherwise nothing."""
+        if self._norm_encoding == "none":
+            return None, None, None, False
+        if tables.uses_norm_term:
+            if self._norm_encoding == "f32":
+                return self._norms, None, None, False
+            return None, self._norms, self._norm_levels, False
+        if not tables.uses_norm_scale:
+            return None, None, None, False
+        scales = self._norm_scales
+        if scales is None:  # two threads may both make it; one is kept
+            source = self._norms if self._norm_encoding == "f32" else self._norm_levels
+            scales = self._norm_scales = _encoding_norm_scales(source)
+        if self._norm_encoding == "f32":
+            return scales, None, None, True
+        return None, self._norms, scales, True
 
     def _search_arguments(self, Q, k, distance, rerank, vectors, allow, n_threads):
         """The checked arguments of a search (shared with IVFIndex.search): (Q prepared float32 (nq, P), was_1d, k,

@@ -48,7 +48,7 @@ PROBE_QUERIES_PER_STEP = 8192
 
 
 def search_lists(tables, ivf, Q, k, codes, ids, list_offsets, n_probe, *, norms=None, norm_codes=None,
-                 norm_levels=None, allow=None, n_threads=1):
+                 norm_levels=None, allow=None, n_threads=1, norm_scales=False):
     """The k best rows of each query among its n_probe best lists (no input validation).
 
     Parameters
@@ -59,7 +59,7 @@ def search_lists(tables, ivf, Q, k, codes, ids, list_offsets, n_probe, *, norms=
     k : int >= 1
     codes, ids, list_offsets : the rows of the index, list after list (ids (N,) int64)
     n_probe : int in 1..n_lists
-    norms, norm_codes, norm_levels, allow : as for ``search.search_codes``
+    norms, norm_codes, norm_levels, allow, norm_scales : as for ``search.search_codes``
     n_threads : int >= 1, or None (every core)
 
     Returns (D (nq, k) float32 ascending, rows (nq, k) int64; (inf, -1) past the last result).
@@ -81,7 +81,7 @@ def search_lists(tables, ivf, Q, k, codes, ids, list_offsets, n_probe, *, norms=
         lists, terms = ivf._probe(batch, n_probe, threads)
         _ivf_kernels.ivf_scan(tables.rot_panels, tables.word_panels, tables.word_sqnorms, tables.n_codebooks,
                               tables.sub_dim, tables.kind, batch, codes, nf, nc, nl, ids, bitmap, list_offsets,
-                              lists, terms, D[start:stop], rows[start:stop], threads)
+                              lists, terms, D[start:stop], rows[start:stop], threads, norm_scales)
     return D, rows
 
 
@@ -271,16 +271,18 @@ class IVFIndex(Index):
         if distance == "sdc":
             lists, codes = ivf._encode_prepared(Q, threads)
             scan_Q = np.ascontiguousarray(ivf._reconstruct(lists, codes, threads))
+            if ivf.metric == "cosine":  # the query's reconstruction at unit length: scores estimate cosines
+                lengths = np.sqrt(np.einsum("ij,ij->i", scan_Q, scan_Q, dtype=np.float64))
+                scan_Q = np.ascontiguousarray(scan_Q / np.where(lengths > 0, lengths, 1.0)[:, None], dtype=np.float32)
         tables = self._tables
         if tables is None:  # first search: two threads may both build them; one is kept
             kind = _search.TABLE_L2_NORM_TERM if ivf.metric == "l2" else _search.TABLE_NEG_DOT
             tables = self._tables = _search.QueryTables(ivf.quantizer, kind=kind)
-        norm_term = tables.uses_norm_term
+        norms, norm_codes, levels, scales = self._scan_norms(tables)
         D, rows = search_lists(
             tables, ivf, scan_Q, k if rerank is None else rerank, self._codes, self._ids, self._list_offsets,
-            n_probe, norms=self._norms if norm_term and self._norm_encoding == "f32" else None,
-            norm_codes=self._norms if norm_term and self._norm_encoding == "u8" else None,
-            norm_levels=self._norm_levels, allow=bitmap, n_threads=threads,
+            n_probe, norms=norms, norm_codes=norm_codes, norm_levels=levels, allow=bitmap, n_threads=threads,
+            norm_scales=scales,
         )
         return self._search_results(Q, was_1d, k, D, rows, rerank, vectors)
 

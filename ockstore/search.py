@@ -123,6 +123,12 @@ class QueryTables:
         """True when distances add the stored norm term ||x_hat||^2 of each code (L2 with C >= 2)."""
         return self.kind == TABLE_L2_NORM_TERM
 
+    @property
+    def uses_norm_scale(self) -> bool:
+        """True when scores are divided by ||x_hat|| (metric "cosine", from the stored norm term when there is one:
+        docs/FORMAT.md 11.3, I20): the scan multiplies each code's sum by 1 / ||x_hat||."""
+        return self.metric == "cosine"
+
     def sdc_rotated(self, Q, n_threads):
         """The (nq, M*S) float64 reconstructions z_hat_q of the queries' own codes, sum_c d[m, c, b_mc] per subspace,
         in the decoder's order. Q : (nq, P) float32, C-contiguous, finite (normalised for cosine)."""
@@ -134,11 +140,15 @@ class QueryTables:
         z = picked[:, :, 0]
         for c in range(1, C):  # the decoder's order: d[m, 0] + d[m, 1] + ...
             z = z + picked[:, :, c]
-        return np.ascontiguousarray(z.reshape(nq, M * self.sub_dim))
+        z = z.reshape(nq, M * self.sub_dim)
+        if self.metric == "cosine":  # the query's reconstruction at unit length: scores estimate cosines
+            lengths = np.sqrt(np.einsum("ij,ij->i", z, z))
+            z = z / np.where(lengths > 0, lengths, 1.0)[:, None]
+        return np.ascontiguousarray(z)
 
 
 def search_codes(tables, Q, k, codes, ids, *, distance="adc", norms=None, norm_codes=None, norm_levels=None,
-                 allow=None, n_threads=1):
+                 allow=None, n_threads=1, norm_scales=False):
     """The k best codes of each query by ADC or SDC, scanning the codes exhaustively (no input validation).
 
     Parameters
@@ -155,7 +165,11 @@ def search_codes(tables, Q, k, codes, ids, *, distance="adc", norms=None, norm_c
         The float32 norm term ||x_hat||^2 of each code (L2 with C >= 2).
     norm_codes : ndarray of shape (N,), dtype uint8, or None
         The one-byte norm term of each code, decoded through ``norm_levels`` (256,) float32.
-        At most one of norms / norm_codes, and only when ``tables.uses_norm_term``.
+        At most one of norms / norm_codes, and only when ``tables.uses_norm_term`` or (``norm_scales``)
+        ``tables.uses_norm_scale``.
+    norm_scales : bool
+        The norms (or the levels of norm_codes) are scales 1 / ||x_hat|| that multiply each code's sum (cosine)
+        instead of norm terms added to it.
     allow : ndarray of shape (ceil(N / 64),), dtype uint64, or None
         Bitmap of the rows to scan (``rows_bitmap``); None scans every row.
     n_threads : int >= 1, or None (every core, resolved only when the scan is large enough to use them)
@@ -187,12 +201,13 @@ def search_codes(tables, Q, k, codes, ids, *, distance="adc", norms=None, norm_c
         norm_levels = None
     if distance == "adc":
         _search_kernels.scan(tables.model, Q, None, codes, norms, norm_codes, norm_levels, ids, allow, out_d, out_r,
-                             n_threads)
+                             n_threads, None, norm_scales)
     else:
         for start in range(0, nq, SDC_QUERIES_PER_STEP):
             stop = min(nq, start + SDC_QUERIES_PER_STEP)
             _search_kernels.scan(tables.model, None, tables.sdc_rotated(Q[start:stop], n_threads), codes, norms,
-                                 norm_codes, norm_levels, ids, allow, out_d[start:stop], out_r[start:stop], n_threads)
+                                 norm_codes, norm_levels, ids, allow, out_d[start:stop], out_r[start:stop], n_threads,
+                                 None, norm_scales)
     if kk != k:
         D[:, :kk] = out_d
         rows[:, :kk] = out_r

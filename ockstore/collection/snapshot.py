@@ -59,7 +59,6 @@ class Snapshot:
         self.problems = problems
         self._tables = tables  # QueryTables, built on first search
         self._cache = cache  # the collection's cache (see remember), which keeps the tables for later generations
-        self._norm_levels = None
 
     @property
     def generation(self) -> int:
@@ -213,17 +212,11 @@ class Snapshot:
         return tables
 
     def _part(self, view, bitmap):
+        """The Part of a segment: its codes, ids and norm terms as the scan reads them (Index._scan_norms: added
+        for L2, 1 / ||x_hat|| scales for cosine), and the row bitmap."""
         index = view.index
-        norm_term = self.tables.uses_norm_term
-        f32 = norm_term and index.norm_encoding == "f32"
-        u8 = norm_term and index.norm_encoding == "u8"
-        levels = None
-        if u8:
-            levels = self._norm_levels
-            if levels is None:
-                levels = self._norm_levels = np.ascontiguousarray(self.spec.quantizer.norm_levels, dtype=np.float32)
-        return Part(index.codes, index.ids, index.norms if f32 else None, index.norms if u8 else None, levels,
-                    bitmap)
+        norms, norm_codes, levels, scales = index._scan_norms(self.tables)
+        return Part(index.codes, index.ids, norms, norm_codes, levels, bitmap, scales)
 
     def _check_segment_options(self, options):
         if not options:

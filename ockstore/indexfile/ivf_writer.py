@@ -30,7 +30,7 @@ from .._validation import resolve_n_threads
 from ..ivf import ivf_from_state
 from ..quantizers import quantizer_from_state
 from .ivf_schema import IVF_MINOR_VERSION, ivf_meta, put_ivf_sections
-from .schema import KIND_IVF_INDEX, check_user_metadata, put_quantizer_sections, quantizer_meta
+from .schema import KIND_IVF_INDEX, check_user_metadata, format_minor_version, put_quantizer_sections, quantizer_meta
 from .writer import IndexWriter
 
 __all__ = ["IVFIndexWriter", "ROWS_PER_SORT"]
@@ -104,7 +104,8 @@ class IVFIndexWriter(IndexWriter):
         self._has_ids = None  # decided by the first add
         self._counts = np.zeros(self._quantizer.n_lists, dtype=np.int64)
         # checks the path; creates nothing yet
-        self._writer = storage.FileWriter(path, minor_version=IVF_MINOR_VERSION)
+        self._writer = storage.FileWriter(path, minor_version=max(IVF_MINOR_VERSION, format_minor_version(
+            self._quantizer.quantizer, self._store_vectors, self._norm_encoding)))
         self._columns = None  # the spill files, created by the first append
 
     def __repr__(self):

@@ -99,9 +99,18 @@ def quantizer_meta(kind, quantizer):
     return {"kind": kind, "library": LIBRARY, "method": quantizer.method, "params": params}
 
 
-def format_minor_version(quantizer, store_vectors):
-    """The format minor version a file needs (docs/FORMAT.md, "Versions"): 1 for a metric other than "l2" or stored
-    vectors (format 1.1), 0 otherwise, so that files using neither are exactly what format 1.0 writers wrote."""
+# The format minor version of the norm term of cosine indexes and of the norm levels of cosine quantizers with C = 1
+# (docs/FORMAT.md I20).
+COSINE_NORM_MINOR_VERSION = 3
+
+
+def format_minor_version(quantizer, store_vectors, norm_encoding="none"):
+    """The format minor version a file needs (docs/FORMAT.md, "Versions"): 3 for the norm term of a cosine index or
+    the norm levels of a cosine quantizer with one codebook per subspace (I20), 1 for a metric other than "l2" or
+    stored vectors (format 1.1), 0 otherwise, so that files using none are exactly what earlier writers wrote."""
+    if quantizer.metric == "cosine" and (norm_encoding != "none" or (quantizer.n_codebooks == 1
+                                                                      and quantizer.norm_levels is not None)):
+        return COSINE_NORM_MINOR_VERSION
     return 1 if quantizer.metric != "l2" or store_vectors is not None else 0
 
 
@@ -197,7 +206,11 @@ class _Reader:
         if type(encoding) is not str or encoding not in NORM_ENCODINGS:
             raise self.fail("bad meta", f"meta 'norm_encoding' = {_short(encoding)}, expected 'f32', 'u8' or 'none'")
         needs_norm = (ivf or p["n_codebooks"] > 1) and p["metric"] == "l2"
-        if needs_norm == (encoding == "none"):
+        if p["metric"] == "cosine" and encoding != "none" and self.mf.version < (1, COSINE_NORM_MINOR_VERSION):
+            raise self.fail("bad meta", f"meta 'norm_encoding' = {encoding!r} with metric 'cosine' exists from format "
+                                        f"1.{COSINE_NORM_MINOR_VERSION}, but the file says "
+                                        f"{self.mf.version[0]}.{self.mf.version[1]}")
+        if p["metric"] != "cosine" and needs_norm == (encoding == "none"):  # I3; cosine: any of the three (I20)
             expected = "'f32' or 'u8'" if needs_norm else "'none'"
             what = "an inverted file" if ivf else f"n_codebooks = {p['n_codebooks']}"
             raise self.fail("bad meta", f"meta 'norm_encoding' = {encoding!r} with {what} and metric "
@@ -246,10 +259,13 @@ class _Reader:
             views["rotation"] = self.section("rotation", "<f4", (P, P))
         views["codebooks"] = self.section("codebooks", "<f4", (M, C, K, S))
         views["objective_history"] = self.section("objective_history", "<f8", (None,))
-        if C == 1:
-            self.absent("norm_levels", "n_codebooks = 1 has no norm term")
-        else:
+        if C > 1:
             views["norm_levels"] = self.section("norm_levels", "<f4", (N_NORM_LEVELS,))
+        elif p["metric"] == "cosine" and "norm_levels" in self.mf.sections:  # I20: since 1.3, optional
+            views["norm_levels"] = self.section("norm_levels", "<f4", (N_NORM_LEVELS,))
+        else:
+            self.absent("norm_levels", "n_codebooks = 1 has no norm term" + (
+                "" if p["metric"] != "cosine" else " (a cosine quantizer may hold its norm levels)"))
         arrays = {name: np.array(view) for name, view in views.items()}  # copies: the model outlives the mapping
         # I6: values of the small sections.
         for name, arr in arrays.items():
@@ -257,7 +273,7 @@ class _Reader:
                 raise self.fail("non-finite values", f"section {name!r} holds NaN or infinite values")
         bounds = model_value_bounds(P)
         check_bounded(self, "codebooks", arrays["codebooks"], bounds["words"])
-        if C > 1:
+        if "norm_levels" in arrays:
             check_bounded(self, "norm_levels", arrays["norm_levels"], bounds["levels"], non_negative=True)
         if "rotation" in arrays:
             R = arrays["rotation"]
@@ -277,7 +293,7 @@ class _Reader:
                 raise self.fail("non-zero codebook padding",
                                 f"section 'codebooks': subspace {m} has {sizes[m]} dimensions, but its words have "
                                 f"non-zero values in columns {sizes[m]}..{S - 1}")
-        if C > 1 and (np.diff(arrays["norm_levels"]) < 0).any():
+        if "norm_levels" in arrays and (np.diff(arrays["norm_levels"]) < 0).any():
             raise self.fail("unsorted norm levels", "section 'norm_levels' is not in ascending order")
         return arrays
 
@@ -329,6 +345,9 @@ def read_file(mf, accepted):
         model = ivf_schema.read_ivf_model(reader, ivf_params, p, model)
     if kind in INDEX_KINDS:
         ntotal, encoding, has_ids, store_vectors = index_meta
+        if encoding == "u8" and not is_ivf and model.norm_levels is None:  # I20: a cosine index with C = 1
+            raise reader.fail("missing section", "section 'norm_levels' is required in this file (meta "
+                                                 "'norm_encoding' is 'u8')")
         offsets = ivf_schema.read_list_offsets(reader, ivf_params["n_lists"], ntotal) if is_ivf else None
         codes, norms, ids, stored = reader.index_sections(p, ntotal, encoding, has_ids, store_vectors)
         vectors = (codes, norms, ids, encoding, stored, offsets)

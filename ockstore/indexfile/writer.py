@@ -82,7 +82,8 @@ class IndexWriter:
         self._ntotal = 0
         self._has_ids = None  # decided by the first add
         # checks the path; creates nothing yet
-        writer = storage.FileWriter(path, minor_version=format_minor_version(self._quantizer, self._store_vectors))
+        writer = storage.FileWriter(path, minor_version=format_minor_version(self._quantizer, self._store_vectors,
+                                                                             self._norm_encoding))
         put_quantizer_sections(writer, self._quantizer)
         writer.declare_growing("codes", "<u1", (self._quantizer.code_size,))
         if self._norm_encoding != "none":
@@ -283,7 +284,8 @@ def save_quantizer(path, quantizer, *, metadata=None):
     if isinstance(quantizer, IVF):
         from .ivf_schema import IVF_MINOR_VERSION, ivf_meta, put_ivf_sections
 
-        with storage.FileWriter(path, minor_version=IVF_MINOR_VERSION) as writer:
+        minor = max(IVF_MINOR_VERSION, format_minor_version(quantizer.quantizer, None))
+        with storage.FileWriter(path, minor_version=minor) as writer:
             put_quantizer_sections(writer, quantizer.quantizer)
             put_ivf_sections(writer, quantizer)
             writer.commit({**quantizer_meta(KIND_IVF_QUANTIZER, quantizer.quantizer), "ivf": ivf_meta(quantizer)},
