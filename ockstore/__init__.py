@@ -6,11 +6,12 @@ any of them searches large bases in sublinear time.
 """
 
 try:
-    from . import _codec_kernels, _ivf_kernels, _search_kernels  # noqa: F401  (the compiled loops)
+    from . import _kernels  # noqa: F401  (the compiled loops)
 except ImportError as exc:  # pragma: no cover - exercised by hand on broken installs
+    if "OCKSTORE_SIMD" in str(exc):  # a bad setting, not a broken build: its own message says what to do
+        raise
     raise ImportError(
-        "ockstore's compiled extensions (ockstore._codec_kernels, ockstore._search_kernels, ockstore._ivf_kernels) "
-        "are missing or broken: "
+        "ockstore's compiled extension ockstore._kernels is missing or broken: "
         f"{exc}. "
         "Rebuild them with `pip install -e .` (or `python setup.py build_ext --inplace`) from the source folder."
     ) from exc
@@ -20,9 +21,10 @@ from .errors import CollectionLockedError, FormatError, NotFittedError
 from .index import Index
 from .indexfile.reader import file_info, load_quantizer, open_index
 from .indexfile.writer import IndexWriter, build_index, save_quantizer
-from .ivf import IVF
+from .ivf_quantizer import IVF
 from .ivf_index import IVFIndex
 from .quantizers import CKM, ECKM, OCKM, PQ, Quantizer
+from .indexfile import kinds as _index_kinds  # noqa: F401  (registers the kinds of index: flat, inverted file)
 from .collection import Collection, CollectionWarning, create_collection, open_collection
 from . import datasets, evaluation, paths
 

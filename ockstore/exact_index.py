@@ -2,7 +2,7 @@
 quantizer; docs/ARCHITECTURE.md, "Collections for apps"). Files of kind "vectors" (docs/FORMAT.md section 15) open as
 one, through ``open_index``.
 
-A search is exact: its values are those re-ranking computes (``_search_options.rerank_exact``, float32 from the
+A search is exact: its values are those re-ranking computes (``_rerank.rerank``, float32 from the
 stored vectors converted to float32), for every row, ranked by (value, id). Computing them for every row costs N
 reductions of P values per query; instead one matrix product per block of rows (BLAS) screens the rows, and only the
 rows that can be among the k best are computed exactly:
@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _search_options, storage
+from . import _rerank, _search_options, storage
+from ._closable import Closable
 from ._blas import blas_threads
-from ._encoding import STORED_VECTOR_DTYPES
+from ._index_rows import STORED_VECTOR_DTYPES
 from ._validation import as_vectors, check_choice, check_k, normalize_rows, resolve_n_threads
 
 __all__ = ["ExactIndex", "exact_search"]
@@ -55,7 +56,7 @@ def exact_search(Q, k, vectors, ids, metric, *, allow=None, n_threads=None, sour
     metric : "l2", "ip" or "cosine"
     allow : bool ndarray of shape (N,), or None: only these rows
     n_threads : int or None (BLAS threads of the products)
-    source : as for ``_search_options.rerank_exact`` (damage of stored vectors is a FormatError naming the file)
+    source : as for ``_rerank.gather_rows`` (damage of stored vectors is a FormatError naming the file)
     screen : (float32 (N, P) copy of ``vectors`` or None, float64 (N,) norms) or None: what the screening products read
         (None: ``vectors`` converted block by block, norms computed each time)
 
@@ -63,6 +64,10 @@ def exact_search(Q, k, vectors, ids, metric, *, allow=None, n_threads=None, sour
     the smaller id, padding (+inf or -inf, -1); I holds ids.
     """
     nq, P = Q.shape
+
+    def fetch(keys):  # the candidates' stored vectors, checked (damage: a FormatError naming the file), and ids
+        return _rerank.gather_rows(vectors, keys, source), (keys if ids is None else ids[keys])
+
     pad = np.inf if metric == "l2" else -np.inf
     D = np.full((nq, k), pad, dtype=np.float32)
     I = np.full((nq, k), -1, dtype=np.int64)
@@ -108,11 +113,11 @@ def exact_search(Q, k, vectors, ids, metric, *, allow=None, n_threads=None, sour
         qi, col = np.nonzero(chosen)
         position = np.arange(qi.size) - np.repeat(np.cumsum(counts) - counts, counts)
         cand[qi, position] = rows[col]
-        D[start:stop], I[start:stop] = _search_options.rerank_exact(Qs, cand, vectors, metric, ids, k, source)
+        D[start:stop], I[start:stop] = _rerank.rerank(Qs, cand, fetch, metric, k)
     return D, I
 
 
-class ExactIndex:
+class ExactIndex(Closable):
     """Stored vectors (with their ids), searched by brute force: exact results, no codes, no model to train.
 
     Parameters
@@ -159,18 +164,6 @@ class ExactIndex:
         resource, self._resource = self._resource, None
         if resource is not None:
             resource.close()
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    def __enter__(self):
-        self._check_open()
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        self.close()
-        return False
 
     def _check_open(self):
         if self._closed:
@@ -274,10 +267,10 @@ class ExactIndex:
     # ------------------------------------------------------------------------------------------------------ reads
     def get(self, ids):
         """The stored vectors of ``ids`` as float32, in the order given (as :meth:`ockstore.Index.get`)."""
-        from .index import _ids_to_get
+        from .index import ids_to_get
 
         self._check_open()
-        ids, was_scalar = _ids_to_get(ids)
+        ids, was_scalar = ids_to_get(ids)
         if self._ids is None:
             found = (ids >= 0) & (ids < len(self))
             rows = np.where(found, ids, -1)
@@ -285,8 +278,16 @@ class ExactIndex:
             found, rows = self._ids_lookup().first_rows(ids)
         if not found.all():
             raise _search_options.unknown_ids_error(ids, found, "the index")
-        V = _search_options.gather_vectors(self._vectors, rows, self._damaged)
+        V = _rerank.gather_rows(self._vectors, rows, self._damaged)
         return V[0] if was_scalar else V
+
+    def _copy_rows(self, writer, start, stop, keep=None):
+        """Append rows start..stop-1 (those ``keep`` selects; all when None) to ``writer`` (a VectorsWriter) as they
+        are stored: the merges of a collection's segments before it trains its quantizer. Returns the ids appended."""
+        select = slice(None) if keep is None else keep
+        ids = np.ascontiguousarray(self.ids[start:stop][select])
+        writer._append(np.ascontiguousarray(self._vectors[start:stop][select]), ids)
+        return ids
 
     def verify(self):
         """The file's CRCs (from a file), every stored float value finite, every id >= 0; None or FormatError."""
@@ -322,9 +323,8 @@ class ExactIndex:
         if vectors is not None:
             raise ValueError("vectors: this index searches its stored vectors exactly; it takes no other vectors")
         if n_probe is not None:
-            from .ivf import check_n_probe
-
-            check_n_probe(n_probe, None)  # no lists: only None, as a flat index
+            raise ValueError("n_probe applies to inverted-file (IVF) indexes only: this index is flat and scans "
+                             "every vector; leave n_probe out")
         Q, was_1d = as_vectors(Q, "Q", self.dim)
         if self._metric == "cosine":
             Q = normalize_rows(Q, "Q")

@@ -16,7 +16,7 @@ R is orthogonal, so for a query q with z = R^T q (computed as z = q @ rot_pad):
   -z_m . d[m, c, k] so that the scan, which keeps the smallest sums, keeps the largest scores, and the caller negates
   the sums back into scores. For cosine the queries and the base were normalised to unit length first.
 
-The scan (``_search_kernels.scan``) computes the tables of each query (``_tables.h``), adds qconst + n_b + the W = M*C
+The scan (``_kernels.scan``) computes the tables of each query (``_tables.h``), adds qconst + n_b + the W = M*C
 table entries of each code and keeps the k best (distance, row) pairs of each query, a smaller id winning a tie; rows
 map to ids (and to stored vectors, for re-ranking) afterwards. A row bitmap restricts the scan to allowed rows, tested
 before any table lookup. SDC (symmetric distance) encodes the queries, and uses their reconstructions z_hat_q in place
@@ -36,16 +36,18 @@ returned, instead of reading outside the table.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from . import _search_kernels
+from . import _kernels
 from ._validation import resolve_n_threads
 
-__all__ = ["QueryTables", "search_codes", "rows_bitmap", "panels", "LUT_SLOTS", "TABLE_L2_NORM_TERM", "TABLE_L2_WHOLE",
-           "TABLE_NEG_DOT"]
+__all__ = ["QueryTables", "CodeRows", "search_codes", "rows_bitmap", "panels", "LUT_SLOTS", "TABLE_L2_NORM_TERM",
+           "TABLE_L2_WHOLE", "TABLE_NEG_DOT"]
 
 # Table slots per code byte, whatever K is: a byte can only index 0..255, so the scan never reads past a table.
-LUT_SLOTS = _search_kernels.TABLE_SLOTS
+LUT_SLOTS = _kernels.TABLE_SLOTS
 
 # Queries whose SDC reconstructions are computed per call of the scan: bounds the (queries x M*S) float64 vectors of
 # a batch. ADC needs none: the kernel computes each group's tables in its own bounded scratch.
@@ -60,7 +62,7 @@ SMALL_SCAN_CODES = 1 << 17
 MODEL_ALIGN = 64
 
 
-def panels(matrix, width=_search_kernels.TABLE_PANEL):
+def panels(matrix, width=_kernels.TABLE_PANEL):
     """The (R, n) matrix in the table kernel's panel layout, as a 1-D float32 array aligned to MODEL_ALIGN bytes:
     columns i0..i0+w-1 (w = width, or what is left for the last panel) as R rows of w values, panel after panel
     (_tables.h, ock_vecmat). Each panel is then one sequential read."""
@@ -75,9 +77,11 @@ def panels(matrix, width=_search_kernels.TABLE_PANEL):
 
 
 # The kinds of table (_tables.h): what each code byte's table entry holds.
-TABLE_L2_NORM_TERM = 0  # -2 z_m.d: L2 with C >= 2; qconst = ||z||^2, the stored norm term completes the distance
-TABLE_L2_WHOLE = 1      # ||z_m - d||^2: L2 with C = 1, the whole distance
-TABLE_NEG_DOT = 2       # -z_m.d: inner product and cosine (scores are the negated sums; no norm term)
+TABLE_L2_NORM_TERM = _kernels.TABLE_L2_NORM_TERM  # -2 z_m.d: L2 with C >= 2; qconst = ||z||^2, the stored norm
+#                                                  term completes the distance
+TABLE_L2_WHOLE = _kernels.TABLE_L2_WHOLE  # ||z_m - d||^2: L2 with C = 1, the whole distance
+TABLE_NEG_DOT = _kernels.TABLE_NEG_DOT    # -z_m.d: inner product and cosine (scores are the negated sums; cosine
+#                                          divides them by ||x_hat|| with a norm term: CodeRows.norm_scales)
 
 
 class QueryTables:
@@ -116,7 +120,7 @@ class QueryTables:
         # The arrays of the table kernel (also read by the inverted file's kernel, which computes its tables itself).
         self.rot_panels = panels(tables.rot_pad)                                                   # (P * M*S,)
         self.word_panels = np.stack([panels(w) for w in np.asarray(tables.words_t, dtype=np.float32)])  # (M, S*C*K)
-        self.model = _search_kernels.TableModel(self.rot_panels, self.word_panels, self.word_sqnorms, C, S, self.kind)
+        self.model = _kernels.TableModel(self.rot_panels, self.word_panels, self.word_sqnorms, C, S, self.kind)
 
     @property
     def uses_norm_term(self) -> bool:
@@ -147,8 +151,37 @@ class QueryTables:
         return np.ascontiguousarray(z)
 
 
-def search_codes(tables, Q, k, codes, ids, *, distance="adc", norms=None, norm_codes=None, norm_levels=None,
-                 allow=None, n_threads=1, norm_scales=False):
+@dataclass(frozen=True)
+class CodeRows:
+    """The rows of an index as a scan reads them (an index, or one segment of a collection). Arrays may be read-only
+    (views of a read-only memory map): a scan only reads them, never copies them.
+
+    codes : ndarray of shape (N, M*C), dtype uint8, C-contiguous
+    ids : ndarray of shape (N,), dtype int64, C-contiguous, or None
+        The id of each row, which breaks ties; None: the row number.
+    norms : ndarray of shape (N,), dtype float32, or None
+        The float32 norm term ||x_hat||^2 of each code (L2 with C >= 2).
+    norm_codes : ndarray of shape (N,), dtype uint8, or None
+        The one-byte norm term of each code, decoded through ``norm_levels``. At most one of norms / norm_codes, and
+        only when the tables use the norm term (``QueryTables.uses_norm_term``) or scale by it (``norm_scales``).
+    norm_levels : ndarray of shape (256,), dtype float32, or None (with norm_codes only)
+    allow : ndarray of shape (ceil(N / 64),), dtype uint64, or None
+        Bitmap of the rows to scan (``rows_bitmap``); None scans every row.
+    norm_scales : bool
+        The norms (or the levels of norm_codes) are scales 1 / ||x_hat|| that multiply each code's sum (metric
+        "cosine", ``QueryTables.uses_norm_scale``) instead of norm terms added to it.
+    """
+
+    codes: np.ndarray
+    ids: np.ndarray | None
+    norms: np.ndarray | None
+    norm_codes: np.ndarray | None
+    norm_levels: np.ndarray | None
+    allow: np.ndarray | None
+    norm_scales: bool = False
+
+
+def search_codes(tables, Q, k, rows, *, distance="adc", n_threads=1):
     """The k best codes of each query by ADC or SDC, scanning the codes exhaustively (no input validation).
 
     Parameters
@@ -156,22 +189,8 @@ def search_codes(tables, Q, k, codes, ids, *, distance="adc", norms=None, norm_c
     tables : QueryTables
     Q : ndarray of shape (nq, P), dtype float32, C-contiguous, finite (unit rows for cosine)
     k : int >= 1
-    codes : ndarray of shape (N, M*C), dtype uint8, C-contiguous
-        May be read-only (e.g. a view of a read-only memory map): it is only read, never copied.
-    ids : ndarray of shape (N,), dtype int64, C-contiguous, or None
-        The id of each code, which breaks ties (read-only arrays welcome); None: the row number.
+    rows : CodeRows
     distance : "adc" or "sdc"
-    norms : ndarray of shape (N,), dtype float32, or None
-        The float32 norm term ||x_hat||^2 of each code (L2 with C >= 2).
-    norm_codes : ndarray of shape (N,), dtype uint8, or None
-        The one-byte norm term of each code, decoded through ``norm_levels`` (256,) float32.
-        At most one of norms / norm_codes, and only when ``tables.uses_norm_term`` or (``norm_scales``)
-        ``tables.uses_norm_scale``.
-    norm_scales : bool
-        The norms (or the levels of norm_codes) are scales 1 / ||x_hat|| that multiply each code's sum (cosine)
-        instead of norm terms added to it.
-    allow : ndarray of shape (ceil(N / 64),), dtype uint64, or None
-        Bitmap of the rows to scan (``rows_bitmap``); None scans every row.
     n_threads : int >= 1, or None (every core, resolved only when the scan is large enough to use them)
 
     Returns
@@ -181,37 +200,37 @@ def search_codes(tables, Q, k, codes, ids, *, distance="adc", norms=None, norm_c
     rows : ndarray of shape (nq, k), dtype int64
         The row numbers of the results; -1 past the last result. Equal values are ordered by id.
     """
+    codes, ids, norms, norm_codes, allow = rows.codes, rows.ids, rows.norms, rows.norm_codes, rows.allow
+    norm_levels = rows.norm_levels if norm_codes is not None else None
     nq = Q.shape[0]
     N = codes.shape[0]
     kk = min(k, N)
     if kk == k and nq > 0:  # the kernel writes every entry
         D = np.empty((nq, k), dtype=np.float32)
-        rows = np.empty((nq, k), dtype=np.int64)
+        found = np.empty((nq, k), dtype=np.int64)
     else:
         D = np.full((nq, k), np.inf, dtype=np.float32)
-        rows = np.full((nq, k), -1, dtype=np.int64)
+        found = np.full((nq, k), -1, dtype=np.int64)
     if nq == 0 or kk == 0:
-        return D, rows
+        return D, found
     if nq * N < SMALL_SCAN_CODES:
         n_threads = 1  # waking other threads costs more than scanning this few codes (results are the same)
     elif n_threads is None:
         n_threads = resolve_n_threads(None)
-    out_d, out_r = (D, rows) if kk == k else (D[:, :kk].copy(), rows[:, :kk].copy())
-    if norm_codes is None:
-        norm_levels = None
+    out_d, out_r = (D, found) if kk == k else (D[:, :kk].copy(), found[:, :kk].copy())
     if distance == "adc":
-        _search_kernels.scan(tables.model, Q, None, codes, norms, norm_codes, norm_levels, ids, allow, out_d, out_r,
-                             n_threads, None, norm_scales)
+        _kernels.scan(tables.model, Q, None, codes, norms, norm_codes, norm_levels, ids, allow, out_d, out_r,
+                      n_threads, None, rows.norm_scales)
     else:
         for start in range(0, nq, SDC_QUERIES_PER_STEP):
             stop = min(nq, start + SDC_QUERIES_PER_STEP)
-            _search_kernels.scan(tables.model, None, tables.sdc_rotated(Q[start:stop], n_threads), codes, norms,
-                                 norm_codes, norm_levels, ids, allow, out_d[start:stop], out_r[start:stop], n_threads,
-                                 None, norm_scales)
+            _kernels.scan(tables.model, None, tables.sdc_rotated(Q[start:stop], n_threads), codes, norms,
+                          norm_codes, norm_levels, ids, allow, out_d[start:stop], out_r[start:stop], n_threads, None,
+                          rows.norm_scales)
     if kk != k:
         D[:, :kk] = out_d
-        rows[:, :kk] = out_r
-    return D, rows
+        found[:, :kk] = out_r
+    return D, found
 
 
 def rows_bitmap(mask):

@@ -1,4 +1,4 @@
-"""The collection subcommands of ``ockstore``: create, add, delete, compact (a collection folder changed by commits;
+"""The collection subcommands of ``ockstore``: create, add, delete, compact, retrain (a collection folder changed by commits;
 ``info``, ``verify``, ``search`` and ``eval`` take a folder too, see commands.py). Over the public API only."""
 
 from __future__ import annotations
@@ -13,36 +13,35 @@ import ockstore
 from ockstore import vecfiles
 from ockstore.collection import SegmentWriter, names
 
-from ockstore.quantizers import METHODS
-
-from .parser import DEFAULT_CHUNK, ID_FILES, QUANTIZER_OPTIONS, STORE_VECTORS, VECTOR_FILES, _Formatter, _add_metadata
-from .parser import _add_progress, add_quantizer_options
-from .parser import _add_threads, _int_type, _positive, _wrap
+from .inputs import CommandError, base_ids, iter_base, read_allowed_ids
+from .options import (
+    DEFAULT_CHUNK, ID_FILES, STORE_VECTORS, VECTOR_FILES, add_command, add_metadata, add_progress,
+    add_quantizer_options, add_threads, int_type, make_quantizer, positive,
+)
 from .progress import Progress, progress_enabled, rate_text
 
 __all__ = ["add_parsers", "COMMANDS"]
 
 
 def add_parsers(sub):
-    """The parsers of create, add, delete and compact, on the subparsers action ``sub``."""
-    p = sub.add_parser(
-        "create", formatter_class=_Formatter, help="create an empty collection folder with a quantizer",
-        description=_wrap("Create the collection folder FOLDER (it must not exist, or be empty) holding the quantizer of "
-                          "QUANTIZER_FILE (a quantizer file or an index file). A collection changes by commits: "
-                          "'ockstore add' and 'ockstore delete' change it, 'ockstore compact' merges its segments; "
-                          "info, verify, search and eval read it like an index file.") + "\n\n" + _wrap(
-                          "Without QUANTIZER_FILE, --method and --subspaces (and the other options of 'ockstore "
-                          "train') describe a quantizer the collection trains itself: it keeps the vectors it is given "
-                          "(--store-vectors is required) and searches them exactly until it holds --train-size of "
-                          "them; the add that reaches it trains the quantizer and encodes every vector. 'ockstore "
-                          "retrain' trains it again later."),
-        epilog="""\
+    """The parsers of create, add, delete, compact and retrain, on the subparsers action ``sub``."""
+    p = add_command(sub, "create", """\
+create an empty collection folder with a quantizer
+
+Create the collection folder FOLDER (it must not exist, or be empty) holding the quantizer of QUANTIZER_FILE (a
+quantizer file or an index file). A collection changes by commits: 'ockstore add' and 'ockstore delete' change it,
+'ockstore compact' merges its segments; info, verify, search and eval read it like an index file.
+
+Without QUANTIZER_FILE, --method and --subspaces (and the other options of 'ockstore train') describe a quantizer the
+collection trains itself: it keeps the vectors it is given (--store-vectors is required) and searches them exactly
+until it holds --train-size of them; the add that reaches it trains the quantizer and encodes every vector. 'ockstore
+retrain' trains it again later.
+
 examples:
   ockstore create sift.ockq photos/
   ockstore create sift.ockq photos/ --store-vectors uint8 --metadata source=camera
   # an app's collection: starts empty, trains a 256-bit cosine OCKM once it holds 10,240 vectors
-  ockstore create notes/ --method ockm --subspaces 16 --codebooks 2 --metric cosine --store-vectors float16""",
-    )
+  ockstore create notes/ --method ockm --subspaces 16 --codebooks 2 --metric cosine --store-vectors float16""")
     p.add_argument("quantizer", metavar="QUANTIZER_FILE", nargs="?", default=None,
                    help="a quantizer file (ockstore train) or an index file; leave it out to give --method instead")
     p.add_argument("folder", metavar="FOLDER", help="the collection folder to create")
@@ -50,96 +49,77 @@ examples:
                    help="how the norm term of C >= 2 codes is stored: u8 (the default) or f32")
     p.add_argument("--store-vectors", choices=STORE_VECTORS, default=None,
                    help="also store the vectors, for exact re-ranking (search --rerank); default: not stored")
-    p.add_argument("--merge-factor", type=_int_type(2, "an integer"), default=ockstore.collection.DEFAULT_MERGE_FACTOR,
+    p.add_argument("--merge-factor", type=int_type(2, "an integer"), default=ockstore.collection.DEFAULT_MERGE_FACTOR,
                    metavar="F", help="segments of similar size are merged when F of them accumulate (default "
                                      f"{ockstore.collection.DEFAULT_MERGE_FACTOR})")
     add_quantizer_options(p, required=False)
-    p.add_argument("--train-size", type=_int_type(1, "a positive integer"), default=None, metavar="N",
+    p.add_argument("--train-size", type=int_type(1, "a positive integer"), default=None, metavar="N",
                    help="without QUANTIZER_FILE: the number of vectors whose add trains the quantizer (default: 40 per "
                         "word of a codebook, 10,240 for K = 256)")
-    _add_metadata(p)
-    p.set_defaults(subparser=p)
+    add_metadata(p)
 
-    p = sub.add_parser(
-        "add", formatter_class=_Formatter, help="add the vectors of a file to a collection (one commit)",
-        description=_wrap("Encode the vectors of BASE_FILE and add them to the collection FOLDER in one commit: all of "
-                          "them or, on any error, none. The file is streamed CHUNK rows at a time (memory bounded by "
-                          "the chunk). Without --ids the vectors get the ids that follow the largest id ever "
-                          "assigned; prints the range."),
-        epilog="""\
+    p = add_command(sub, "add", """\
+add the vectors of a file to a collection (one commit)
+
+Encode the vectors of BASE_FILE and add them to the collection FOLDER in one commit: all of them or, on any error,
+none. The file is streamed CHUNK rows at a time (memory bounded by the chunk). Without --ids the vectors get the ids
+that follow the largest id ever assigned; prints the range.
+
 examples:
   ockstore add photos/ new_photos.npy
-  ockstore add photos/ sift_base.bvecs.gz --ids base_ids.npy""",
-    )
+  ockstore add photos/ sift_base.bvecs.gz --ids base_ids.npy""")
     p.add_argument("folder", metavar="FOLDER", help="a collection folder (ockstore create)")
     p.add_argument("base", metavar="BASE_FILE", help=f"the vectors to add ({VECTOR_FILES})")
     p.add_argument("--ids", default=None, metavar="IDS_FILE",
                    help="one id per vector, in file order (.ivecs with dimension 1, or an integer .npy of shape (N,) "
                         "or (N, 1)); ids must not be in the collection already")
-    p.add_argument("--chunk-size", type=_positive, default=DEFAULT_CHUNK, metavar="CHUNK",
+    p.add_argument("--chunk-size", type=positive, default=DEFAULT_CHUNK, metavar="CHUNK",
                    help=f"vectors read and encoded per step (default {DEFAULT_CHUNK:,})")
-    _add_threads(p)
-    _add_progress(p)
-    p.set_defaults(subparser=p)
+    add_threads(p)
+    add_progress(p)
 
-    p = sub.add_parser(
-        "delete", formatter_class=_Formatter, help="delete vectors from a collection by id (one commit)",
-        description=_wrap("Delete the vectors whose ids IDS_FILE lists from the collection FOLDER, in one commit. Ids "
-                          "the collection does not hold are ignored, and so is -1 (the padding of a result file of "
-                          "'ockstore search'); other negative values are an error. Prints how many vectors were "
-                          "removed."),
-        epilog="""\
+    p = add_command(sub, "delete", """\
+delete vectors from a collection by id (one commit)
+
+Delete the vectors whose ids IDS_FILE lists from the collection FOLDER, in one commit. Ids the collection does not
+hold are ignored, and so is -1 (the padding of a result file of 'ockstore search'); other negative values are an
+error. Prints how many vectors were removed.
+
 example:
-  ockstore delete photos/ removed.txt        # one id per line""",
-    )
+  ockstore delete photos/ removed.txt        # one id per line""")
     p.add_argument("folder", metavar="FOLDER", help="a collection folder")
     p.add_argument("ids", metavar="IDS_FILE", help=f"the ids to delete: {ID_FILES}")
-    p.set_defaults(subparser=p)
 
-    p = sub.add_parser(
-        "compact", formatter_class=_Formatter, help="merge a collection's segments into one, dropping deleted rows",
-        description=_wrap("Merge every segment of the collection FOLDER into one holding the live vectors (codes are "
-                          "copied, not re-encoded), in one commit, then remove the files that neither this generation "
-                          "nor the one before uses (vacuum). The generation before the compaction stays on disk as the "
-                          "fallback (should the newest manifest ever be damaged) until the next commit: the folder holds "
-                          "its segments too, about twice the data; --no-fallback removes it at once. Readers that have "
-                          "the collection open keep their generation."),
-        epilog="""\
+    p = add_command(sub, "compact", """\
+merge a collection's segments into one, dropping deleted rows
+
+Merge every segment of the collection FOLDER into one holding the live vectors (codes are copied, not re-encoded),
+in one commit, then remove the files that neither this generation nor the one before uses (vacuum). The generation
+before the compaction stays on disk as the fallback (should the newest manifest ever be damaged) until the next
+commit: the folder holds its segments too, about twice the data; --no-fallback removes it at once. Readers that have
+the collection open keep their generation.
+
 example:
-  ockstore compact photos/""",
-    )
+  ockstore compact photos/""")
     p.add_argument("folder", metavar="FOLDER", help="a collection folder")
     p.add_argument("--no-vacuum", action="store_true", help="keep the files of older generations")
     p.add_argument("--no-fallback", action="store_true",
                    help="also remove the generation before the compaction (no fallback until the next commit)")
-    p.set_defaults(subparser=p)
 
-    p = sub.add_parser(
-        "retrain", formatter_class=_Formatter, help="train a collection's quantizer again on its stored vectors",
-        description=_wrap("Fit a fresh copy of the quantizer of the collection FOLDER on a sample of its stored vectors "
-                          "and encode every vector again, in one commit (ids, deletions and stored vectors are kept; "
-                          "readers keep their generation). For a collection whose quantizer was trained on few vectors, "
-                          "or that has not trained it yet (it trains now). Needs a collection that stores vectors."),
-        epilog="""\
+    p = add_command(sub, "retrain", """\
+train a collection's quantizer again on its stored vectors
+
+Fit a fresh copy of the quantizer of the collection FOLDER on a sample of its stored vectors and encode every vector
+again, in one commit (ids, deletions and stored vectors are kept; readers keep their generation). For a collection
+whose quantizer was trained on few vectors, or that has not trained it yet (it trains now). Needs a collection that
+stores vectors.
+
 example:
-  ockstore retrain notes/ --sample 50000""",
-    )
+  ockstore retrain notes/ --sample 50000""")
     p.add_argument("folder", metavar="FOLDER", help="a collection folder that stores vectors")
-    p.add_argument("--sample", type=_positive, default=None, metavar="N",
+    p.add_argument("--sample", type=positive, default=None, metavar="N",
                    help="fit on a uniform sample of N stored vectors (default 131,072, or all of them when fewer)")
-    _add_threads(p)
-    p.set_defaults(subparser=p)
-
-
-def make_quantizer(args):
-    """The unfitted quantizer of --method, --subspaces, the QUANTIZER_OPTIONS given and --lists (train, create)."""
-    given = {parameter: getattr(args, dest) for dest, (_flag, parameter) in QUANTIZER_OPTIONS.items()
-             if getattr(args, dest) is not None}  # the others: the class's own defaults
-    threads = getattr(args, "threads", None)
-    q = METHODS[args.method](args.subspaces, **given, n_threads=threads, verbose=getattr(args, "verbose", False))
-    if args.lists is not None:
-        return ockstore.IVF(args.lists, q, seed=0 if args.seed is None else args.seed, n_threads=threads)
-    return q
+    add_threads(p)
 
 
 def create(args, out):
@@ -165,47 +145,33 @@ def retrain(args, out):
         c.retrain(sample=args.sample, n_threads=args.threads)
         elapsed = time.perf_counter() - t0
         after = c.info()
-    sample = after["N"] if args.sample is None else min(args.sample, after["N"])
-    print(f"retrained {args.folder}: {after['method'].upper()} {after['bits']} bits fitted on "
-          f"{min(sample, 131072):,} of {after['N']:,} stored vectors, every vector encoded again in {elapsed:.1f} s: "
-          f"generation {after['generation']} (was {before['generation']}, "
-          f"{'trained' if before['trained'] else 'not trained'})", file=out)
+    sample = min(after["N"], args.sample if args.sample is not None else 131072)
+    print(f"retrained {args.folder}: {after['method'].upper()} {after['bits']} bits fitted on {sample:,} of "
+          f"{after['N']:,} stored vectors, every vector encoded again in {elapsed:.1f} s: generation "
+          f"{after['generation']} (was {before['generation']}, {'trained' if before['trained'] else 'not trained'})",
+          file=out)
     return 0
 
 
 def add(args, out):
-    from .commands import CommandError, _check_dim  # noqa: PLC0415 - commands imports this module
-
-    ids = vecfiles.read_ids(args.ids) if args.ids is not None else None
     show = progress_enabled(args)
     with ockstore.open_collection(args.folder, "a") as c:
-        total = None
-        if show or ids is not None:
-            total, dim = vecfiles.count_vecs(args.base)
-            if c.dim is not None:  # None: a collection without vectors yet (the file sets its dimension)
-                _check_dim(args.base, "base vectors", dim, c.dim, f"the collection {args.folder}")
-            if ids is not None and len(ids) != total:
-                raise CommandError(f"{args.ids}: {len(ids):,} ids for {total:,} vectors in {args.base}")
+        owner = f"the collection {args.folder}"
+        ids, total = base_ids(args, c.dim, owner, show)  # c.dim None: a collection without vectors yet
         first = c.next_id
         t0 = time.perf_counter()
         bar = Progress(total, "add", enabled=show)
         done = 0
         writer = None
         try:
-            for chunk in vecfiles.iter_vecs(args.base, chunk_size=args.chunk_size):
+            for chunk, chunk_ids, row in iter_base(args, ids, c.dim, owner):
                 if writer is None:  # (the first chunk gives the dimension to a collection without vectors yet)
                     writer = SegmentWriter(c.path, c.segment_spec, n_threads=args.threads, dim=chunk.shape[1])
-                if c.dim is not None and chunk.shape[1] != c.dim:
-                    _check_dim(args.base, "base vectors", chunk.shape[1], c.dim, f"the collection {args.folder}")
-                stop = done + chunk.shape[0]
-                if ids is not None and stop > len(ids):
-                    raise CommandError(f"{args.ids}: {len(ids):,} ids, but {args.base} has more vectors")
-                chunk_ids = ids[done:stop] if ids is not None else np.arange(first + done, first + stop)
-                writer._add(chunk, chunk_ids, done)  # a refused row is named by its row in the file
-                done = stop
+                done = row + chunk.shape[0]
+                if chunk_ids is None:  # the ids that follow the largest id ever assigned
+                    chunk_ids = np.arange(first + row, first + done)
+                writer._add(chunk, chunk_ids, row)  # a refused row is named by its row in the file
                 bar.update(chunk.shape[0])
-            if ids is not None and done != len(ids):
-                raise CommandError(f"{args.ids}: {len(ids):,} ids for {done:,} vectors in {args.base}")
             if done:
                 c.commit_segments([writer.close()], operation="add")
             elif writer is not None:
@@ -226,10 +192,6 @@ def add(args, out):
 
 
 def delete(args, out):
-    from .commands import read_allowed_ids  # noqa: PLC0415 - commands imports this module
-
-    from .commands import CommandError  # noqa: PLC0415 - commands imports this module
-
     ids = read_allowed_ids(args.ids)
     if (ids < -1).any():  # ids are >= 0, as Collection.delete says; -1 is the padding of a result file
         raise CommandError(f"{args.ids}: id {int(ids[np.argmax(ids < -1)])} is negative: ids are integers >= 0 (-1, "
@@ -243,8 +205,6 @@ def delete(args, out):
 
 
 def compact(args, out):
-    from .commands import CommandError  # noqa: PLC0415 - commands imports this module
-
     if args.no_vacuum and args.no_fallback:
         raise CommandError("--no-fallback removes files, --no-vacuum keeps them: give one of them")
     with ockstore.open_collection(args.folder, "a") as c:
@@ -268,7 +228,7 @@ def compact(args, out):
 def _fallback_bytes(folder, info):
     """Bytes of the collection's files in ``folder`` that the generation of ``info`` does not use (the fallback's own
     files, and any leftover): the folder's regular files less the live generation's and the lock file."""
-    live = {names.QUANTIZER_NAME, names.LOCK_NAME, names.manifest_name(info["generation"])}
+    live = {info["quantizer_file"], names.LOCK_NAME, names.manifest_name(info["generation"])}
     for entry in info["segment_files"]:
         live.add(entry["file"])
         if entry["deletions"] is not None:

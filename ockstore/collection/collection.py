@@ -9,10 +9,11 @@ import os
 
 import numpy as np
 
-from .. import _search_options, storage
+from .. import storage
+from .._closable import Closable
 from .._validation import as_ids, as_vectors, check_bool, check_choice, check_int
 from ..errors import FormatError
-from ..index import _ids_to_get
+from ..index import ids_to_get
 from . import commit as _commit
 from . import names
 from .manifest import MAX_ID, OPERATIONS, SegmentEntry
@@ -27,7 +28,7 @@ __all__ = ["Collection"]
 KEEP_GENERATIONS = 2
 
 
-class Collection:
+class Collection(Closable):
     """A collection folder opened as a writer (mode "a") or as a read-only snapshot (mode "r").
 
     Made by :func:`create_collection` or :func:`open_collection`, not by this constructor. Every change (``add``,
@@ -69,18 +70,6 @@ class Collection:
         if self._lock is not None:
             self._lock.release()
             self._lock = None
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    def __enter__(self):
-        self._check_open()
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        self.close()
-        return False
 
     def __del__(self):
         if getattr(self, "_lock", None) is not None:
@@ -196,7 +185,7 @@ class Collection:
             id gives its newest vector. ValueError when the collection stores no vectors.
         """
         self._check_open()
-        ids, was_scalar = _ids_to_get(ids)
+        ids, was_scalar = ids_to_get(ids)
         V = self._snap.get(ids)
         return V[0] if was_scalar else V
 
@@ -230,8 +219,8 @@ class Collection:
         }
 
     # ------------------------------------------------------------------------------------------------------ search
-    def search(self, Q, k, *, distance="adc", rerank=None, vectors=None, allow=None, n_threads=None, metric=None,
-               **options):
+    def search(self, Q, k, *, n_probe=None, distance="adc", rerank=None, vectors=None, allow=None, n_threads=None,
+               metric=None):
         """The k best live vectors of each query, over every segment: equal to one ``Index.search`` over an index
         holding the live rows (same values, same ids, same order).
 
@@ -239,9 +228,15 @@ class Collection:
         ----------
         Q, k, distance, n_threads
             As for :meth:`ockstore.Index.search`; ``k`` is bounded by the number of live vectors as there.
-        rerank : int >= k, or None
+        n_probe : int in 1..n_lists, or None
+            A collection of an IVF (inverted-file segments): the lists each segment's search probes per query, as for
+            ``Index.search`` (None: the IVF's default_n_probe). A flat collection takes only None.
+        rerank : int >= k, 0, or None
             As for ``Index.search``: the best ``rerank`` candidates of the whole collection by their codes are
-            re-ranked exactly, from the vectors stored in the segments (``store_vectors``) or from ``vectors``.
+            re-ranked exactly, from the vectors stored in the segments (``store_vectors``) or from ``vectors``. None:
+            the default re-ranking when the collection stores vectors (``_search_options.default_rerank``: 10 k
+            candidates), none otherwise; 0: none. Before the collection has trained its quantizer every result is
+            exact (brute force over the stored vectors) and ``rerank`` changes nothing.
         vectors : array-like of shape (n, P), or None
             For ``rerank``: row i is the vector of **id** i (on a collection rows have no fixed place; ids do). An
             ndarray, np.memmap, HDF5 dataset; only the candidates' rows are read, by increasing id.
@@ -250,9 +245,6 @@ class Collection:
             over rows is refused (TypeError): rows have no meaning across segments.
         metric : None
             The quantizer's metric (``collection.metric``), fixed when it was fitted: None or that metric.
-        **options
-            Passed to every segment's search (e.g. ``n_probe`` of IVF segments); TypeError for a keyword the
-            segments do not take.
 
         Returns
         -------
@@ -260,9 +252,8 @@ class Collection:
             equal values by the smaller id; padding +inf or -inf with id -1).
         """
         self._check_open()
-        _search_options.check_metric(metric, self.metric, "collection")
-        return self._snap.search(Q, k, distance=distance, rerank=rerank, vectors=vectors, allow=allow,
-                                 n_threads=n_threads, **options)
+        return self._snap.search(Q, k, n_probe=n_probe, distance=distance, rerank=rerank, vectors=vectors,
+                                 allow=allow, n_threads=n_threads, metric=metric)
 
     # ---------------------------------------------------------------------------------------------------- changes
     def add(self, X, ids=None, *, n_threads=None):

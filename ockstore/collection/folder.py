@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from .._encoding import check_fitted_model, check_store_vectors, resolve_norm_encoding
+from .._index_rows import check_fitted_model, check_store_vectors, resolve_norm_encoding
 from .._validation import check_choice, check_int
 from ..errors import FormatError
 from ..indexfile.schema import check_user_metadata

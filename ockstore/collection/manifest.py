@@ -24,10 +24,10 @@ import msgpack
 import numpy as np
 
 from .. import storage
-from .._encoding import NORM_ENCODINGS, STORE_VECTORS
+from .._index_rows import NORM_ENCODINGS, STORE_VECTORS
 from .._params import PARAMETERS, STORED_PARAMETERS
 from ..indexfile.schema import LIBRARY
-from ..ivf import IVF, MAX_LISTS
+from ..ivf_quantizer import IVF, MAX_LISTS
 from ..quantizers import METHODS
 from . import names
 

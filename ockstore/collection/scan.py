@@ -4,7 +4,7 @@
 Every segment has the collection's quantizer, so one table model serves them all (and, for SDC, one encoding of the
 queries); the kernel computes each query's tables as it scans (a few microseconds per query and segment). The segments
 are scanned in turn (the largest first), each with the k-th best distance found so far as a bound
-(``_search_kernels.scan(..., bound=...)``): its heap only takes codes that can still be among the k best, so ten
+(``_kernels.scan(..., bound=...)``): its heap only takes codes that can still be among the k best, so ten
 segments cost about what one segment of all their rows costs, not ten heaps filling up. The parts' results are then merged exactly (``merge.topk_columns``: by distance, equal distances by the
 smaller id), so the results are those of one scan over the union of the rows, bit for bit.
 
@@ -13,31 +13,16 @@ No input validation here: ``Snapshot.search`` checks everything first.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-from .. import _search_kernels
+from .. import _kernels
 from ..search import SMALL_SCAN_CODES
 from .merge import topk_columns
 
-__all__ = ["Part", "scan_parts", "QUERIES_PER_STEP"]
+__all__ = ["scan_parts", "QUERIES_PER_STEP"]
 
 # Queries whose results are gathered per step: bounds the per-part results held at once (queries x k x segments).
 QUERIES_PER_STEP = 1024
-
-
-@dataclass(frozen=True)
-class Part:
-    """The arrays of one segment as the scan reads them (see search.search_codes for each)."""
-
-    codes: np.ndarray                 # (N, M*C) uint8
-    ids: np.ndarray                   # (N,) int64
-    norms: np.ndarray | None          # (N,) float32 norm terms, or None
-    norm_codes: np.ndarray | None     # (N,) uint8 norm codes, or None
-    norm_levels: np.ndarray | None    # (256,) float32 with norm_codes
-    allow: np.ndarray | None          # the rows bitmap (search.rows_bitmap), or None: every row
-    norm_scales: bool = False         # the norm terms scale the sums (cosine: 1 / ||x_hat||) instead of adding
 
 
 def scan_parts(tables, Q, k, parts, *, distance="adc", n_threads=1):
@@ -48,7 +33,7 @@ def scan_parts(tables, Q, k, parts, *, distance="adc", n_threads=1):
     tables : search.QueryTables of the quantizer every part was encoded with
     Q : ndarray of shape (nq, P), float32, C-contiguous, finite (unit rows for cosine)
     k : int >= 1
-    parts : sequence of Part
+    parts : sequence of search.CodeRows (``Index._flat_scan_rows``)
     distance : "adc" or "sdc"
     n_threads : int >= 1
 
@@ -83,9 +68,9 @@ def scan_parts(tables, Q, k, parts, *, distance="adc", n_threads=1):
             out_d = np.empty((nb, kk), dtype=np.float32)
             out_r = np.empty((nb, kk), dtype=np.int64)
             bound = np.nextafter(best.max(axis=1), np.float32(np.inf))  # a code at the k-th best distance enters
-            _search_kernels.scan(tables.model, queries, rotated, pa.codes, pa.norms, pa.norm_codes,
-                                 pa.norm_levels if pa.norm_codes is not None else None, pa.ids, pa.allow, out_d,
-                                 out_r, 1 if nb * N < SMALL_SCAN_CODES else n_threads, bound, pa.norm_scales)
+            _kernels.scan(tables.model, queries, rotated, pa.codes, pa.norms, pa.norm_codes,
+                          pa.norm_levels if pa.norm_codes is not None else None, pa.ids, pa.allow, out_d,
+                          out_r, 1 if nb * N < SMALL_SCAN_CODES else n_threads, bound, pa.norm_scales)
             real = out_r >= 0
             out_i = np.where(real, pa.ids[np.where(real, out_r, 0)], -1)
             found_d.append(out_d)

@@ -17,13 +17,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import storage
-from .._encoding import BUILD_CHUNK, encode_step
+from .._index_rows import BUILD_CHUNK, encode_step
 from .._validation import as_ids, as_vectors, resolve_n_threads
 from ..exact_index import ExactIndex
 from ..indexfile.reader import open_index
 from ..indexfile.vectors_file import VectorsWriter, checked_vector_rows
 from ..indexfile.writer import IndexWriter
-from ..ivf import IVF
 from ..search import rows_bitmap
 from . import names
 from .manifest import check_regular_file
@@ -244,9 +243,9 @@ class SegmentWriter:
     """Write one pending segment into a collection folder, chunk by chunk (memory bounded by the chunk).
 
     Every chunk comes with its ids (int64 >= 0; the collection assigns them when the caller gives none). Nothing is
-    checked against the collection here: the commit does that. ``dim``: the dimension of the vectors, for a collection
-    that has not trained its quantizer and has no vectors yet (its spec does not know it). Used as a context manager, an exception aborts (the
-    file is removed).
+    checked against the collection here: the commit does that. Used as a context manager, an exception aborts (the
+    file is removed). ``dim``: the dimension of the vectors, for a collection that has not trained its quantizer and
+    has no vectors yet (its spec does not know it).
     """
 
     def __init__(self, folder, spec, *, n_threads=None, dim=None, _name=None):
@@ -340,28 +339,23 @@ def copy_live_rows(path, spec, views):
     codes, norm terms, ids and stored vectors COPY_ROWS rows at a time (no re-encoding; memory bounded by the step
     whatever the segments' sizes). Returns (rows, min_id, max_id).
 
-    IVF segments: each row goes with its list (``IVFIndex.row_lists``); the IVF writer sorts the rows list after list
-    (within a list in the order copied), through temporary files.
+    IVF segments: each row goes with its list (``Index._copy_rows`` of an IVFIndex); the IVF writer sorts the rows
+    list after list (within a list in the order copied), through temporary files.
     """
     rows, low, high = 0, None, None
     if spec.trained:
         writer = IndexWriter(path, spec.quantizer, norm_encoding=spec.norm_encoding, store_vectors=spec.store_vectors)
-    else:
+    else:  # files of stored vectors (ExactIndex._copy_rows appends their vectors and ids)
         writer = VectorsWriter(path, spec.dim, spec.metric, spec.store_vectors)
     with writer:
         for view in views:
-            index = view.index
             live = view.live_mask()
             for start in range(0, view.segment.rows, COPY_ROWS):
                 stop = min(view.segment.rows, start + COPY_ROWS)
-                keep = slice(None) if live is None else live[start:stop]
-                ids = np.ascontiguousarray(index.ids[start:stop][keep])
-                if ids.size == 0:
+                keep = None if live is None else live[start:stop]
+                if keep is not None and not keep.any():
                     continue
-                if not spec.trained:
-                    writer._append(np.ascontiguousarray(index.vectors[start:stop][keep]), ids)
-                else:
-                    _append_codes(writer, index, start, stop, keep, ids)
+                ids = view.index._copy_rows(writer, start, stop, keep)  # a segment stores its ids
                 rows += ids.size
                 low = int(ids.min()) if low is None else min(low, int(ids.min()))
                 high = int(ids.max()) if high is None else max(high, int(ids.max()))
@@ -370,20 +364,6 @@ def copy_live_rows(path, spec, views):
             return 0, None, None
         writer.close()
     return rows, low, high
-
-
-def _append_codes(writer, index, start, stop, keep, ids):
-    """Rows start..stop-1 of ``index`` selected by ``keep``, copied into an index writer (codes, norm terms, ids,
-    stored vectors, and for an inverted file each row's list)."""
-    norms, vectors = index.norms, index.vectors
-    ivf = isinstance(index.quantizer, IVF)
-    writer._append(
-        np.ascontiguousarray(index.codes[start:stop][keep]),
-        None if norms is None else np.ascontiguousarray(norms[start:stop][keep]),
-        ids,
-        None if vectors is None else np.ascontiguousarray(vectors[start:stop][keep]),
-        **({"list_ids": index.row_lists(start, stop)[keep]} if ivf else {}),
-    )
 
 
 def _remove(path):

@@ -27,9 +27,9 @@ import os
 
 import numpy as np
 
-from .._encoding import check_store_vectors
+from .._index_rows import check_store_vectors
 from ..indexfile.writer import save_quantizer
-from ..ivf import IVF
+from ..ivf_quantizer import IVF
 from ..quantizers import Quantizer
 from . import names
 from .commit import _remove, write_checked_manifest
@@ -132,10 +132,8 @@ def spec_with_dim(snapshot, dim):
 def model_summary(spec):
     """P, method, metric, M, C, K, T, bits (and n_lists for an IVF) of a collection's model, fitted or not (P is None
     before the first vector of a collection that trains its quantizer)."""
-    from ..index import _quantizer_summary
-
     if spec.trained:
-        return _quantizer_summary(spec.quantizer)
+        return spec.quantizer._summary()
     fine = _fine(spec.quantizer)
     out = {"P": spec.dim, "method": fine.method, "metric": fine.metric, "M": int(fine.n_subspaces),
            "C": int(fine.n_codebooks), "K": int(fine.n_codewords), "T": int(fine.beam_width), "bits": int(fine.bits)}
@@ -146,7 +144,7 @@ def model_summary(spec):
 
 def retrain_model(snapshot, quantizer, sample):
     """The checked arguments of Collection.retrain: (the model to commit, whether to fit it, the sample's rows)."""
-    from .._encoding import check_fitted_model, resolve_norm_encoding
+    from .._index_rows import check_fitted_model, resolve_norm_encoding
     from .._validation import check_int
 
     spec = snapshot.spec

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import ockstore
-from ockstore import _search_kernels
+from ockstore import _kernels
 from ockstore import collection as coll
 from ockstore import search as search_module
 from ockstore.collection import names, segments
@@ -63,7 +63,7 @@ def test_search_equals_one_index_of_the_live_rows(quantizers, tmp_path, name, no
 
 def test_the_general_path_of_segment_searches_gives_the_same_results(quantizers, tmp_path, monkeypatch):
     """C13 for the path that IVF segments will take: each segment's own Index.search, merged by merge_topk."""
-    monkeypatch.setattr(snapshot_module, "_flat", lambda views, options: False)
+    monkeypatch.setattr(snapshot_module, "_scan_jointly", lambda views: False)
     for name in ("ockm", "ockm-ip"):
         c, model = populated(tmp_path / name, quantizers[name], store_vectors="float32")
         ref = reference_index(quantizers[name], model, store_vectors="float32")
@@ -85,8 +85,8 @@ def test_scan_parts_equals_one_scan_of_the_union(q):
     tables = search_module.QueryTables(q)
     Q = vectors(7, 4)
     cuts = [0, 100, 480, 510, 900]
-    parts = [scan_module.Part(np.ascontiguousarray(whole.codes[a:b]), np.ascontiguousarray(ids[a:b]), None,
-                              np.ascontiguousarray(whole.norms[a:b]), np.asarray(q.norm_levels, np.float32), None)
+    parts = [search_module.CodeRows(np.ascontiguousarray(whole.codes[a:b]), np.ascontiguousarray(ids[a:b]), None,
+                                    np.ascontiguousarray(whole.norms[a:b]), np.asarray(q.norm_levels, np.float32), None)
              for a, b in zip(cuts, cuts[1:])]
     for k in (1, 5, 40, 1000):
         for distance in ("adc", "sdc"):
@@ -99,7 +99,7 @@ def test_scan_parts_equals_one_scan_of_the_union(q):
 
 
 def test_the_scan_bound_keeps_only_codes_below_it(q):
-    """_search_kernels.scan(bound=...): the results are those below the bound, the other slots (bound, -1)."""
+    """_kernels.scan(bound=...): the results are those below the bound, the other slots (bound, -1)."""
     X = vectors(3000, 5)
     index = ockstore.Index.from_vectors(q, X)
     tables = search_module.QueryTables(q)
@@ -109,7 +109,7 @@ def test_the_scan_bound_keeps_only_codes_below_it(q):
         bound = D[:rows, 20].copy()  # the 21st best distance (codes at it do not enter: ties included)
         out_d = np.empty((rows, 50), np.float32)
         out_r = np.empty((rows, 50), np.int64)
-        _search_kernels.scan(tables.model, Q[:rows], None, index.codes, None, index.norms,
+        _kernels.scan(tables.model, Q[:rows], None, index.codes, None, index.norms,
                              np.asarray(q.norm_levels, np.float32), None, None, out_d, out_r, n_threads, bound)
         for qi in range(rows):
             n = int((D[qi] < bound[qi]).sum())

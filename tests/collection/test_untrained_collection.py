@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import ockstore
-from ockstore import _search_options
+from ockstore import _rerank
 from ockstore._validation import normalize_rows
 from ockstore.collection import names
 from ockstore.exact_index import ExactIndex
@@ -62,7 +62,7 @@ def exact_oracle(model, Q, k, metric, store):
 
 def assert_exact(collection, model, Q, k, store, **options):
     """The untrained collection's results: the ids of NumPy's brute force (float64) and its values to float32
-    rounding, and exactly the values re-ranking computes (``rerank_exact`` over every live row)."""
+    rounding, and exactly the values re-ranking computes (``_rerank.rerank`` over every live row)."""
     metric = collection.metric
     D, I = collection.search(Q, k, **options)
     n = min(k, len(model))
@@ -73,7 +73,8 @@ def assert_exact(collection, model, Q, k, store, **options):
     X, ids = model.rows()
     stored = X.astype(np.float16) if store == "float16" else X
     Qp = normalize_rows(Q, "Q") if metric == "cosine" else Q
-    D2, I2 = _search_options.rerank_exact(Qp, np.tile(np.arange(len(ids)), (len(Q), 1)), stored, metric, ids, k)
+    D2, I2 = _rerank.rerank(Qp, np.tile(np.arange(len(ids)), (len(Q), 1)),
+                            lambda rows: (_rerank.gather_rows(stored, rows), ids[rows]), metric, k)
     np.testing.assert_array_equal(I, I2)
     np.testing.assert_array_equal(D, D2)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ockstore import _codec_kernels
+from ockstore import _kernels
 from ockstore._validation import (
     as_codes,
     as_ids,
@@ -348,20 +348,20 @@ def test_check_output_path_refusals(tmp_path):
 
 @pytest.mark.parametrize("n", [0, 1, 7, 8, 15, 16, 17, 63, 64, 65, 384, 1001])
 def test_max_abs_kernel_equals_numpy(n):
-    """The one-pass check behind every vector input (_codec_kernels.max_abs: an unsigned max over the bit patterns)
+    """The one-pass check behind every vector input (_kernels.max_abs: an unsigned max over the bit patterns)
     equals NumPy's max |x| for finite values, and is +inf as soon as any value is NaN (either sign) or infinite,
     wherever it sits in the vector (any lane, the tail after the last full vector)."""
     rng = np.random.default_rng(n)
     x = (rng.standard_normal(n) * 10.0 ** rng.integers(-30, 30, n)).astype(np.float32)
     expected = float(np.abs(x).max()) if n else 0.0
-    assert _codec_kernels.max_abs(x) == expected
+    assert _kernels.max_abs(x) == expected
     negative_nan = np.frombuffer(np.uint32(0xFFC00001).tobytes(), dtype=np.float32)[0]
     for bad in (np.nan, negative_nan, np.inf, -np.inf):
         for where in {0, n // 2, n - 1} if n else ():
             y = x.copy()
             y[where] = bad
-            assert _codec_kernels.max_abs(y) == np.inf
+            assert _kernels.max_abs(y) == np.inf
     if n:
         z = -np.abs(x)  # signs do not matter, -0.0 included
         z[0] = -0.0
-        assert _codec_kernels.max_abs(z) == float(np.abs(z).max())
+        assert _kernels.max_abs(z) == float(np.abs(z).max())

@@ -16,8 +16,8 @@ import reference as ref
 from helpers import REPO
 from helpers import random_rotation
 from quantizer_checks import assert_codes_match, sq_rows
-from ockstore import _codec_kernels
-from ockstore._codec import CodecTables, SubspaceLayout
+from ockstore import _kernels
+from ockstore._model_tables import CodecTables, SubspaceLayout
 
 
 def random_codec(P, M, C, K, *, n=400, seed=0):
@@ -113,10 +113,11 @@ def test_beam_encoder_breaks_exact_ties_like_reference(P, M, C, K, T):
 
 @pytest.fixture
 def isa_restored():
-    """Restores the encoder's instruction set (tests below force each one) to what it was."""
-    previous = _codec_kernels._set_isa(_codec_kernels._detected_isa())
+    """Restores the SIMD level and the portable tables' mode (tests below force each) to what they were."""
+    previous = _kernels._set_simd_level(_kernels.simd_level()), _kernels._set_exact_portable_tables(False)
     yield
-    _codec_kernels._set_isa(*previous)
+    _kernels._set_simd_level(previous[0])
+    _kernels._set_exact_portable_tables(previous[1])
 
 
 # (P, M, C, K, T, n): the benchmark's shape; uneven subspaces and C = 3; K and S not multiples of any vector width;
@@ -128,21 +129,25 @@ ISA_CASES = [(128, 4, 2, 256, 10, 203), (10, 3, 3, 16, 3, 130), (12, 2, 2, 100, 
 
 @pytest.mark.parametrize("P, M, C, K, T, n", ISA_CASES)
 def test_every_instruction_set_gives_the_same_bits(P, M, C, K, T, n, isa_restored):
-    """The encoder's kernels exist for AVX-512, AVX2+FMA and portable C (_simd.h); every version this CPU runs
+    """The encoder's kernels exist for AVX-512, AVX2+FMA and portable C (_encoder.h); every level this CPU runs
     (the portable one computing its tables with exact fmaf) gives bitwise the same codes and errors, with and
     without previous codes, and they match the reference."""
     R, D, X = random_codec(P, M, C, K, n=n, seed=P + C + K + T)
     tables = CodecTables(SubspaceLayout(P, M), R, D)
     prev = np.random.default_rng(1).integers(0, K, size=(n, M * C)).astype(np.uint8)
     runs = {}
-    for isa in range(_codec_kernels._detected_isa() + 1):
-        _codec_kernels._set_isa(isa, exact_portable=True)
-        runs[isa] = tables.encode(X, T, 2) + tables.encode(X, T, 1, prev_codes=prev)
-    for isa, run in runs.items():
-        for got, want in zip(run, runs[0]):
-            np.testing.assert_array_equal(got, want, err_msg=f"instruction set {isa} differs from the portable one")
+    _kernels._set_exact_portable_tables(True)
+    for level in ("portable", "avx2", "avx512"):
+        try:
+            _kernels._set_simd_level(level)
+        except ValueError:  # a level this CPU cannot run (tests/test_kernels_simd.py reports it as skipped)
+            continue
+        runs[level] = tables.encode(X, T, 2) + tables.encode(X, T, 1, prev_codes=prev)
+    for level, run in runs.items():
+        for got, want in zip(run, runs["portable"]):
+            np.testing.assert_array_equal(got, want, err_msg=f"SIMD level {level} differs from the portable one")
     expected, _ = ref.beam_encode(X, R, D, T)
-    assert_codes_match(X, R, D, runs[0][0], expected)
+    assert_codes_match(X, R, D, runs["portable"][0], expected)
 
 
 @pytest.mark.parametrize("C, K, T", [(2, 256, 10), (3, 16, 3)])
@@ -151,7 +156,8 @@ def test_portable_encoder_with_blas_tables_matches_reference(C, K, T, isa_restor
     differently, so not bitwise equal to the other versions): its codes still match the reference."""
     P, M = 20, 3
     R, D, X = random_codec(P, M, C, K, n=300, seed=C + K)
-    _codec_kernels._set_isa(0, exact_portable=False)
+    _kernels._set_simd_level("portable")
+    _kernels._set_exact_portable_tables(False)
     tables = CodecTables(SubspaceLayout(P, M), R, D)
     codes, errors = tables.encode(X, T, 2)
     expected, _ = ref.beam_encode(X, R, D, T)

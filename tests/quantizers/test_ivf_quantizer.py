@@ -11,7 +11,7 @@ import pytest
 import ockstore
 from ockstore import IVF, Index
 from ockstore.errors import NotFittedError
-from ockstore.ivf import MAX_LISTS, default_n_probe
+from ockstore.ivf_quantizer import MAX_LISTS, default_n_probe
 from ivf_checks import FINE, L, N, P, clusters, reconstruct
 from ivf_checks import data, models  # noqa: F401 - pytest fixtures
 
@@ -180,7 +180,7 @@ def test_refitting_the_fine_quantizer_alone_is_detected(data):
 def test_coarse_kernels_against_numpy(data):
     """coarse_assign: the nearest centroid of each row (ties: the smaller list) and its squared distance;
     cluster_sums: the float64 sum and the size of every cluster."""
-    from ockstore import _ivf_kernels
+    from ockstore import _kernels
     from ockstore._kmeans import CoarseTables
 
     learn = data[0]
@@ -195,7 +195,7 @@ def test_coarse_kernels_against_numpy(data):
     np.testing.assert_allclose(distances, best, rtol=1e-4, atol=1e-3)
     sums = np.empty((L, P), dtype=np.float64)
     counts = np.empty(L, dtype=np.int64)
-    _ivf_kernels.cluster_sums(learn, labels, sums, counts)
+    _kernels.cluster_sums(learn, labels, sums, counts)
     expected = np.zeros((L, P))
     np.add.at(expected, labels, learn.astype(np.float64))
     np.testing.assert_allclose(sums, expected, rtol=1e-12, atol=1e-9)

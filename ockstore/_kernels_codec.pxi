@@ -1,67 +1,21 @@
-"""Compiled loops of the codec: beam encoding, decoding, code norms, normal equations, row products.
+# The codec (included by _kernels.pyx): beam encoding, decoding, code norms, normal equations, row products.
+#
+# Notation (docs/ARCHITECTURE.md, "The method"): n vectors, P input dims, M subspaces of S dims (the rotated space is
+# zero-padded to M*S), C codebooks per subspace, K words per codebook, T beam width, W = M*C code bytes per vector.
 
-Every function here trusts its arguments (the Python layers validate and allocate): C-contiguous arrays of the
-documented shapes and dtypes, finite floats, codes < n_codewords. Arguments are tagged IN or OUT; outputs are
-allocated by the caller. The loops run without the GIL and never raise or touch Python objects: the only error is
-MemoryError, raised with the GIL before a parallel region when its scratch memory cannot be allocated.
-
-Notation (docs/ARCHITECTURE.md, "The method"): n vectors, P input dims, M subspaces of S dims (the rotated space is
-zero-padded to M*S), C codebooks per subspace, K words per codebook, T beam width, W = M*C code bytes per vector.
-"""
-
-from cython.parallel cimport parallel, prange, threadid
-from libc.math cimport INFINITY
-from libc.stdint cimport uint8_t
-from libc.stdlib cimport free
-from libc.string cimport memset
-
-from ockstore._gemm cimport _gemm
-from ockstore._scratch cimport _alloc, _slice_items
-
-cdef extern from "_simd.h" nogil:
-    void ock_unary_inplace(float *dot, const float *sqnorm, int n)
-    int ock_select_smallest(int isa, const float *values, int n, int T, float *out_score, int *out_index)
-    float ock_min_of_sum(const float *a, const float *b, int n)
-    int ock_first_index_of_sum(const float *a, const float *b, int n, float target)
-    float ock_min(const float *a, int n)
-    int ock_first_index(const float *a, int n, float target)
-    float ock_sum_of_squares(const float *a, int n)
-    float ock_max_abs(const float *a, long n)
-    void ock_add_rows_to_words(double *acc, const float *X, long n, int P, const uint8_t *codes, int W, int WB,
-                               int K)
-    int ock_detect_isa()
-    int ock_fast_fma()
-    void ock_encoder_tables(int isa, const float *Z, int ldz, int n, int S, const float *W, int ldw, int J,
-                    const float *sqn, float *out, int ldo)
-    float ock_leaves_min(int isa, const float *base, const float *pair, const float *score, const int *word,
-                         int count, int K, float *acc)
-    void ock_leaves_locate(int isa, const float *base, const float *pair, const float *score, const int *word, int count,
-                           int K, const float *acc, float target, int *out_t, int *out_k)
-
-# The instruction set of the encoder's explicitly vectorised kernels (_simd.h): the widest this CPU has. Every choice
-# gives bitwise the same codes and errors (tests force each one with _set_isa); none is ever wider than the CPU's.
-# The portable tables need a hardware fmaf to be fast (_portable_fma); without one they come from BLAS.
-cdef int _DETECTED_ISA = ock_detect_isa()
-cdef int _isa = _DETECTED_ISA
+# The encoder's table products at the portable level need a hardware fmaf to be fast (ock_fast_fma); without one they
+# come from BLAS (rounded its own way), unless a test asks for the exact, slow, fmaf path (_set_exact_portable_tables)
+# so that every level gives the same bits.
 cdef bint _portable_fma = ock_fast_fma()
 
 
-def _set_isa(int isa, bint exact_portable=False):
-    """For tests: use the kernels of instruction set `isa` (0 portable, 1 AVX2+FMA, 2 AVX-512), capped at the CPU's;
-    exact_portable makes the portable kernel compute the tables with fmaf even where fmaf is slow (software), instead
-    of BLAS, so that it gives the same bits as the others. Returns the previous (isa, exact_portable)."""
-    global _isa, _portable_fma
-    previous = (_isa, bool(_portable_fma))
-    _isa = isa if isa < _DETECTED_ISA else _DETECTED_ISA
-    if _isa < 0:
-        _isa = 0
-    _portable_fma = exact_portable or ock_fast_fma()
+def _set_exact_portable_tables(bint exact):
+    """For tests: whether the portable level computes the encoder's table products with fmaf even where fmaf is slow
+    (software), instead of BLAS, so that it gives the same bits as the other levels. Returns the previous setting."""
+    global _portable_fma
+    previous = bool(_portable_fma)
+    _portable_fma = exact or ock_fast_fma()
     return previous
-
-
-def _detected_isa():
-    """The widest instruction set of the encoder's kernels on this CPU (0 portable, 1 AVX2+FMA, 2 AVX-512)."""
-    return _DETECTED_ISA
 
 
 cdef enum:
@@ -101,7 +55,6 @@ cdef struct BeamScratch:
     int *chosen          # (C,): current prefix
     int *best_code       # (C,): best leaf so far
     float best_error
-    int isa              # instruction set of the kernels (_isa)
 
 
 # The arrays of a BeamScratch come from two slices of encode_beam's blocks: its floats (scores, cand_score, then
@@ -170,7 +123,7 @@ cdef void _descend(int level, float partial, const float *unary, const float *pa
         for k in range(K):
             buf[k] = partial + (row[k] + last[k])
         row = buf
-    count = ock_select_smallest(s.isa, row, K, T, cand_score, cand_word)
+    count = ock_select_smallest(row, K, T, cand_score, cand_word)
     if level < C - 2:
         for t in range(count):
             s.chosen[level] = cand_word[t]
@@ -182,10 +135,10 @@ cdef void _descend(int level, float partial, const float *unary, const float *pa
     if C >= 3:
         base = _level_row(C - 1, unary, pairs, s.chosen, C, K, s.scores + <size_t>(C - 1) * K)
     last = pairs + _pair_index(C - 2, C - 1, C) * KK
-    m = ock_leaves_min(s.isa, base, last, cand_score, cand_word, count, K, s.leaf_acc)
+    m = ock_leaves_min(base, last, cand_score, cand_word, count, K, s.leaf_acc)
     if m < s.best_error:
         # Strictly less: on equal errors the earlier leaf (in rank order) stays.
-        ock_leaves_locate(s.isa, base, last, cand_score, cand_word, count, K, s.leaf_acc, m, &leaf_t, &leaf_k)
+        ock_leaves_locate(base, last, cand_score, cand_word, count, K, s.leaf_acc, m, &leaf_t, &leaf_k)
         s.best_error = m
         for c in range(level):
             s.best_code[c] = s.chosen[c]
@@ -231,10 +184,11 @@ cdef float _code_error(const float *unary, const float *pairs, const uint8_t *co
 cdef void _encode_chunk(const float *X, int n, int P, const float *rot_pad, const float *words_t,
                         const float *word_sqnorms, const float *pair_tables, int M, int S, int C, int K, int T,
                         const uint8_t *prev_codes, uint8_t *codes, float *errors,
-                        float *zbuf, float *gbuf, float *beam_floats, int *beam_ints, int isa,
-                        bint portable_fma) noexcept nogil:
+                        float *zbuf, float *gbuf, float *beam_floats, int *beam_ints,
+                        bint vector_tables) noexcept nogil:
     """Encode n vectors (rows of X); see encode_beam for the arguments. The rest is the thread's scratch: zbuf
-    (n x M*S floats), gbuf (n x C*K floats) and the arrays of its BeamScratch (see _beam_scratch_init)."""
+    (n x M*S floats), gbuf (n x C*K floats) and the arrays of its BeamScratch (see _beam_scratch_init). vector_tables:
+    the table products come from ock_encoder_tables (else from BLAS: a portable level without a hardware fmaf)."""
     cdef BeamScratch scratch  # on this thread's stack: its fields are written at every leaf
     cdef int MS = M * S
     cdef int CK = C * K
@@ -245,11 +199,10 @@ cdef void _encode_chunk(const float *X, int n, int P, const float *rot_pad, cons
     cdef float *g
     cdef const float *z
     _beam_scratch_init(&scratch, beam_floats, beam_ints, C, K, T)
-    scratch.isa = isa
     # zbuf (n x MS) = X (n x P) @ rot_pad (P x MS): the rotated, zero-padded vectors, by the table kernel (or BLAS,
     # as for the tables). Without a rotation (rot_pad NULL) X is already laid out that way (P == MS), used in place.
-    if rot_pad != NULL and (isa > 0 or portable_fma):
-        ock_encoder_tables(isa, X, P, n, P, rot_pad, MS, MS, NULL, zbuf, MS)
+    if rot_pad != NULL and vector_tables:
+        ock_encoder_tables(X, P, n, P, rot_pad, MS, MS, NULL, zbuf, MS)
     elif rot_pad != NULL:
         _gemm(n, MS, P, X, P, False, rot_pad, MS, zbuf, MS)
     else:
@@ -258,11 +211,11 @@ cdef void _encode_chunk(const float *X, int n, int P, const float *rot_pad, cons
         errors[i] = 0
     for m in range(M):
         # gbuf (n x CK): unary[c*K + k] = ||d[c,k]||^2 - 2 z.d[c,k] for every z (row of z_m, a column block of zbuf)
-        # and word (column of words_t[m], S x CK). Fused multiply-adds in registers (_simd.h), or, on a CPU without
-        # FMA, BLAS (rounded its own way: the same on that CPU for any number of threads).
-        if isa > 0 or portable_fma:
-            ock_encoder_tables(isa, zbuf + <size_t>m * S, MS, n, S, words_t + <size_t>m * S * CK, CK, CK,
-                       word_sqnorms + <size_t>m * CK, gbuf, CK)
+        # and word (column of words_t[m], S x CK). Fused multiply-adds in registers (_encoder.h), or, at the portable
+        # level without a hardware FMA, BLAS (rounded its own way: the same on that CPU for any number of threads).
+        if vector_tables:
+            ock_encoder_tables(zbuf + <size_t>m * S, MS, n, S, words_t + <size_t>m * S * CK, CK, CK,
+                               word_sqnorms + <size_t>m * CK, gbuf, CK)
         else:
             _gemm(n, CK, S, zbuf + <size_t>m * S, MS, False, words_t + <size_t>m * S * CK, CK, gbuf, CK)
             for i in range(n):
@@ -292,12 +245,12 @@ cdef void _encode_chunk(const float *X, int n, int P, const float *rot_pad, cons
 
 def encode_beam(const float[:, ::1] X,               # IN (n, P)
                 const float[:, ::1] rot_pad,         # IN (P, M*S): rotation, columns grouped by subspace, zero pads;
-                                                     #    (0, 0) when X is already rotated and padded (P == M*S)
+                                                     #    None when X is already rotated and padded (P == M*S)
                 const float[:, :, ::1] words_t,      # IN (M, S, C*K): words_t[m, s, c*K + k] = d[m, c, k][s]
                 const float[:, ::1] word_sqnorms,    # IN (M, C*K): ||d[m, c, k]||^2
                 const float[:, ::1] pair_tables,     # IN (M, C(C-1)/2 * K * K) (any shape when C == 1): 2 d.d'
                 int n_codebooks, int n_codewords, int beam_width,
-                const uint8_t[:, ::1] prev_codes,    # IN (n, M*C) or (0, 0): the current codes (replace only if better)
+                const uint8_t[:, ::1] prev_codes,    # IN (n, M*C) or None: the current codes (replace only if better)
                 uint8_t[:, ::1] codes,               # OUT (n, M*C)
                 float[::1] errors,                   # OUT (n,): ||x - decode(code)||^2 of the code written
                 int n_threads):
@@ -323,15 +276,14 @@ def encode_beam(const float[:, ::1] X,               # IN (n, P)
     cdef const uint8_t *prev = NULL
     cdef const float *pairs = NULL
     cdef const float *rot = NULL
-    cdef int isa = _isa
-    cdef bint portable_fma = _portable_fma
+    cdef bint vector_tables = ock_simd_level() != OCK_LEVEL_PORTABLE or _portable_fma
     if n == 0:
         return
     if n_threads < 1:
         n_threads = 1
-    if rot_pad.shape[0] > 0:
+    if rot_pad is not None:
         rot = &rot_pad[0, 0]
-    if prev_codes.shape[0] == n:
+    if prev_codes is not None:
         prev = &prev_codes[0, 0]
     if C > 1:
         pairs = &pair_tables[0, 0]
@@ -353,7 +305,7 @@ def encode_beam(const float[:, ::1] X,               # IN (n, P)
                               pairs, M, S, C, K, T,
                               (prev + <size_t>start * M * C) if prev != NULL else NULL,
                               &codes[start, 0], &errors[start], zbufs + tid * z_stride, gbufs + tid * g_stride,
-                              beam_floats + tid * bf_stride, beam_ints + tid * bi_stride, isa, portable_fma)
+                              beam_floats + tid * bf_stride, beam_ints + tid * bi_stride, vector_tables)
     finally:
         free(zbufs)
         free(gbufs)
@@ -579,8 +531,8 @@ def code_gram(const uint8_t[:, ::1] codes,   # IN (n, M*C)
 
 
 def max_abs(const float[::1] values):   # IN (n,)
-    """The largest |value| (0 for none); +inf when any value is NaN or infinite. One vectorised pass (ock_max_abs in
-    _simd.h) instead of NumPy's min and max (two passes and their call overhead, which dominate the check of a single
+    """The largest |value| (0 for none); +inf when any value is NaN or infinite. One vectorised pass (max_abs in
+    _encoder.h) instead of NumPy's min and max (two passes and their call overhead, which dominate the check of a single
     query)."""
     cdef long n = values.shape[0]
     cdef float largest = 0

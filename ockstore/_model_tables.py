@@ -1,8 +1,8 @@
-"""The arrays of a fitted model in the layouts the kernels want, and the one-byte norm quantizer.
+"""The arrays of a fitted model in the layouts the kernels want.
 
 ``SubspaceLayout`` says how the P rotated dimensions are cut into M subspaces; ``CodecTables`` holds the rotation and
-codebooks rearranged for the encoder, decoder and norm kernels (built once per model); ``fit_scalar_quantizer`` and
-``scalar_encode`` are the 256-level quantizer of the norm term ||x_hat||^2 (docs/ARCHITECTURE.md, "The method").
+codebooks rearranged for the encoder, decoder and norm kernels (built once per model) (docs/ARCHITECTURE.md, "The
+method"). The one-byte quantizer of the norm term is ``_norm_levels``.
 
 No input validation here: callers pass C-contiguous float32 arrays without NaN/inf and codes < K.
 """
@@ -13,10 +13,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _codec_kernels
+from . import _kernels
 from ._blas import blas_single_thread
 
-__all__ = ["SubspaceLayout", "CodecTables", "rotate", "fit_scalar_quantizer", "scalar_encode", "SMALL_ENCODE_ROWS"]
+__all__ = ["SubspaceLayout", "CodecTables", "rotate", "SMALL_ENCODE_ROWS"]
+
 
 @dataclass(frozen=True)
 class SubspaceLayout:
@@ -59,7 +60,6 @@ class SubspaceLayout:
 # Encodings of at most this many rows run on one thread.
 SMALL_ENCODE_ROWS = 256
 
-_NO_ROTATION = np.zeros((0, 0), dtype=np.float32)  # tells encode_beam that its input is already rotated and padded
 
 
 class CodecTables:
@@ -79,7 +79,7 @@ class CodecTables:
         self.rot_pad = layout.pad_rotation(rotation)
         # Without a rotation and without padding, vectors are already in the kernel's layout: skip the product.
         identity = rotation is None and layout.dim == layout.n_subspaces * layout.sub_dim
-        self._encode_rot = _NO_ROTATION if identity else self.rot_pad
+        self._encode_rot = None if identity else self.rot_pad  # None: encode_beam's input is already rotated and padded
         self.words = np.ascontiguousarray(codebooks, dtype=np.float32)
         self.words_t = np.ascontiguousarray(self.words.transpose(0, 3, 1, 2).reshape(M, S, C * K))
         self.word_sqnorms = np.ascontiguousarray(np.einsum("mcks,mcks->mck", self.words, self.words).reshape(M, C * K))
@@ -107,19 +107,19 @@ class CodecTables:
         M = self.words.shape[0]
         codes = np.empty((n, M * self.n_codebooks), dtype=np.uint8)
         errors = np.empty(n, dtype=np.float32)
-        prev = prev_codes if prev_codes is not None else np.zeros((0, 0), dtype=np.uint8)
         beam_width = min(beam_width, self.n_codewords)  # wider than K acts as K (and fits the kernel's int)
         if n <= SMALL_ENCODE_ROWS:
             n_threads = 1  # one or two kernel chunks: not worth waking other threads (results are the same)
         with blas_single_thread():
-            _codec_kernels.encode_beam(X, _NO_ROTATION if rotated else self._encode_rot, self.words_t, self.word_sqnorms, self.pair_tables,
-                                 self.n_codebooks, self.n_codewords, beam_width, prev, codes, errors, n_threads)
+            _kernels.encode_beam(X, None if rotated else self._encode_rot, self.words_t, self.word_sqnorms,
+                                 self.pair_tables, self.n_codebooks, self.n_codewords, beam_width, prev_codes, codes,
+                                 errors, n_threads)
         return codes, errors
 
     def decode_rotated(self, codes, n_threads):
         """(n, M*S) float32 reconstructions in the rotated, padded space."""
         out = np.empty((codes.shape[0], self.rot_pad.shape[1]), dtype=np.float32)
-        _codec_kernels.decode_rotated(codes, self.words, out, n_threads)
+        _kernels.decode_rotated(codes, self.words, out, n_threads)
         return out
 
     def decode(self, codes, n_threads):
@@ -131,48 +131,14 @@ class CodecTables:
 
     def code_sqnorms(self, codes, n_threads):
         out = np.empty(codes.shape[0], dtype=np.float32)
-        _codec_kernels.code_sqnorms(codes, self.word_sqnorms, self.pair_tables, self.n_codebooks, self.n_codewords,
+        _kernels.code_sqnorms(codes, self.word_sqnorms, self.pair_tables, self.n_codebooks, self.n_codewords,
                               out, n_threads)
         return out
-
 
 
 def rotate(X, rot_pad, n_threads):
     """X @ rot_pad, (n, M*S) float32, by chunks of rows in parallel."""
     out = np.empty((X.shape[0], rot_pad.shape[1]), dtype=np.float32)
     with blas_single_thread():
-        _codec_kernels.matmul_rows(X, rot_pad, out, n_threads)
+        _kernels.matmul_rows(X, rot_pad, out, n_threads)
     return out
-
-
-
-def fit_scalar_quantizer(values, n_levels=256, n_iter=100):
-    """Levels of a one-dimensional k-means (Lloyd) quantizer for ``values``, sorted ascending, float32.
-
-    Initialised at evenly spaced quantiles; each step assigns every value to its nearest level (cut points halfway
-    between levels) and moves each level to the mean of its values. Levels left without values keep their place.
-    """
-    v = np.sort(np.asarray(values, dtype=np.float64))
-    if v.size == 0:
-        return np.zeros(n_levels, dtype=np.float32)
-    levels = np.quantile(v, (np.arange(n_levels) + 0.5) / n_levels)
-    prefix = np.concatenate([[0.0], np.cumsum(v)])
-    for _ in range(n_iter):
-        cuts = np.searchsorted(v, (levels[1:] + levels[:-1]) / 2, side="right")
-        bounds = np.concatenate([[0], cuts, [v.size]])
-        counts = np.diff(bounds)
-        sums = prefix[bounds[1:]] - prefix[bounds[:-1]]
-        new = levels.copy()
-        filled = counts > 0
-        new[filled] = sums[filled] / counts[filled]
-        new.sort()
-        if np.array_equal(new, levels):
-            break
-        levels = new
-    return levels.astype(np.float32)
-
-
-def scalar_encode(values, levels):
-    """Index of the nearest level (levels sorted ascending) as uint8; ties go to the lower level."""
-    cuts = (levels[1:].astype(np.float64) + levels[:-1]) / 2
-    return np.searchsorted(cuts, np.asarray(values, dtype=np.float64), side="left").astype(np.uint8)
