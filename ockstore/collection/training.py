@@ -67,10 +67,10 @@ def default_train_size(quantizer):
 
     Measured (tools/bench_app_collection.py --sections train-sizes; docs/results.md, "Collections that train
     themselves"): with a model trained on n rows, 10-recall@10 of a flat index with the default re-ranking (10 k) is,
-    for OCKM(16, 2, 10) on minilm-real, 0.77 / 0.95 / 0.97 / 0.98 / 0.98 / 0.985 at n = 256 / 1,024 / 2,560 / 5,120 /
-    10,240 / 16,000 (1 / 4 / 10 / 20 / 40 / 62 rows per word), and for OCKM(8, 2, 10) on sift-real (rerank 5 k)
-    0.96 / 0.97 / 0.98 / 0.984 / 0.986 at n = 1,024 ... 20,480: 40 rows per word is within 0.005 of the most rows
-    measured on both. Until then the collection answers exactly (brute force over 10,240 rows of 384 floats takes
+    for OCKM(16, 2, 10) on minilm-real, 0.771 / 0.960 / 0.984 / 0.986 / 0.989 / 0.992 at n = 256 / 1,024 / 2,560 /
+    5,120 / 10,240 / 16,000 (1 / 4 / 10 / 20 / 40 / 62 rows per word), and for OCKM(8, 2, 10) on sift-real (rerank
+    5 k) 0.961 / 0.974 / 0.982 / 0.984 / 0.986 / 0.988 at n = 1,024 / 2,560 / 5,120 / 10,240 / 20,480 / 100,000: 40
+    rows per word is within 0.004 of the most rows measured on both, where 4 per word lose 0.03. Until then the collection answers exactly (brute force over 10,240 rows of 384 floats takes
     about 1 ms per query). A rule per word, not a fixed number: a model of K = 16 words (4-bit codes) needs fewer.
     """
     rows = TRAIN_ROWS_PER_WORD * _fine(quantizer).n_codewords
