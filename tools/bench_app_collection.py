@@ -153,11 +153,13 @@ def section_grow(args, work, results):
     rows = {}
     for name, col in (("grown from empty (auto-trained)", c), ("built at once (learn set)", at_once)):
         r10, r1, qps = quality(col, Q, gt_n, args.threads)
+        r10_0, _, qps_0 = quality(col, Q, gt_n, args.threads, rerank=0)
         rows[name] = {"ten_recall_at_10": r10, "recall_at_1": r1, "queries_per_s": qps, "segments":
                       col.info()["segments"], "trained_on": results["training_commit"]["N"] if "grown" in name
-                      else len(learn)}
+                      else len(learn), "without_rerank": {"ten_recall_at_10": r10_0, "queries_per_s": qps_0}}
         print(f"{name:34s} trained on {rows[name]['trained_on']:6,} rows, {rows[name]['segments']} segments: "
-              f"10-recall@10 {r10:.3f}, recall@1 {r1:.3f}, {qps:,.0f} queries/s", flush=True)
+              f"10-recall@10 {r10:.3f}, recall@1 {r1:.3f}, {qps:,.0f} queries/s (rerank=0: {r10_0:.3f}, "
+              f"{qps_0:,.0f} queries/s)", flush=True)
     results["grow"] = rows
     results["fit_learn_seconds"] = train_s
     c.close()
