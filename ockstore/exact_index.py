@@ -21,9 +21,9 @@ from __future__ import annotations
 import numpy as np
 
 from . import _rerank, _search_options, storage
-from ._closable import Closable
 from ._blas import blas_threads
 from ._index_rows import STORED_VECTOR_DTYPES
+from ._stored_rows import StoredRows
 from ._validation import as_vectors, check_choice, check_k, normalize_rows, resolve_n_threads
 
 __all__ = ["ExactIndex", "exact_search"]
@@ -117,7 +117,7 @@ def exact_search(Q, k, vectors, ids, metric, *, allow=None, n_threads=None, sour
     return D, I
 
 
-class ExactIndex(Closable):
+class ExactIndex(StoredRows):
     """Stored vectors (with their ids), searched by brute force: exact results, no codes, no model to train.
 
     Parameters
@@ -154,21 +154,8 @@ class ExactIndex(Closable):
         self._closed_path = None
 
     # ------------------------------------------------------------------------------------------------- lifecycle
-    def close(self):
-        """Release the arrays (and the file behind them). Idempotent; any later use raises ValueError."""
-        if self._closed:
-            return
-        self._closed = True
-        self._closed_path = None if self._file is None else self._file.path
-        self._vectors = self._ids = self._id_lookup = self._file = self._screen = None
-        resource, self._resource = self._resource, None
-        if resource is not None:
-            resource.close()
-
-    def _check_open(self):
-        if self._closed:
-            where = f": reopen it with ockstore.open_index({self._closed_path!r})" if self._closed_path else ""
-            raise ValueError(f"I/O operation on a closed index{where}")
+    def _release_arrays(self):
+        self._screen = None
 
     def __repr__(self):
         if self._closed:
@@ -179,10 +166,6 @@ class ExactIndex(Closable):
     def __len__(self):
         self._check_open()
         return int(self._vectors.shape[0])
-
-    @property
-    def ntotal(self) -> int:
-        return len(self)
 
     @property
     def dim(self) -> int:
@@ -203,26 +186,6 @@ class ExactIndex(Closable):
     def store_vectors(self) -> str:
         self._check_open()
         return {dt: name for name, dt in STORED_VECTOR_DTYPES.items()}[self._vectors.dtype.newbyteorder("<")]
-
-    @property
-    def ids(self):
-        self._check_open()
-        return self._ids if self._ids is not None else np.arange(len(self), dtype=np.int64)
-
-    @property
-    def has_ids(self) -> bool:
-        self._check_open()
-        return self._ids is not None
-
-    @property
-    def path(self):
-        self._check_open()
-        return None if self._file is None else self._file.path
-
-    @property
-    def metadata(self) -> dict:
-        self._check_open()
-        return storage.canonical_metadata(self._metadata)
 
     def info(self) -> dict:
         """N, P, metric, store_vectors, bytes_per_vector (of the stored vectors) and, from a file, format_version,
@@ -255,32 +218,7 @@ class ExactIndex(Closable):
             screen = self._screen = (copy if copy is not None else (V if V.dtype == np.float32 else None), norms)
         return screen
 
-    def _damaged(self, check, detail):
-        return storage.format_error(self._file.path if self._file is not None else "<in-memory index>", check, detail)
-
-    def _ids_lookup(self):
-        lookup = self._id_lookup
-        if lookup is None:
-            lookup = self._id_lookup = _search_options.IdLookup(self._ids)
-        return lookup
-
     # ------------------------------------------------------------------------------------------------------ reads
-    def get(self, ids):
-        """The stored vectors of ``ids`` as float32, in the order given (as :meth:`ockstore.Index.get`)."""
-        from .index import ids_to_get
-
-        self._check_open()
-        ids, was_scalar = ids_to_get(ids)
-        if self._ids is None:
-            found = (ids >= 0) & (ids < len(self))
-            rows = np.where(found, ids, -1)
-        else:
-            found, rows = self._ids_lookup().first_rows(ids)
-        if not found.all():
-            raise _search_options.unknown_ids_error(ids, found, "the index")
-        V = _rerank.gather_rows(self._vectors, rows, self._damaged)
-        return V[0] if was_scalar else V
-
     def _copy_rows(self, writer, start, stop, keep=None):
         """Append rows start..stop-1 (those ``keep`` selects; all when None) to ``writer`` (a VectorsWriter) as they
         are stored: the merges of a collection's segments before it trains its quantizer. Returns the ids appended."""

@@ -17,11 +17,11 @@ import numpy as np
 from . import _kinds, _rerank, _search_options
 from . import search as _search
 from . import storage
-from ._closable import Closable
 from ._index_rows import (
     BUILD_CHUNK, NORM_ENCODINGS, STORED_VECTOR_DTYPES, check_model_for, check_store_vectors, encode_all,
     norm_scales, resolve_norm_encoding,
 )
+from ._stored_rows import StoredRows
 from ._validation import as_ids, as_vectors, check_choice, resolve_n_threads
 
 __all__ = ["Index"]
@@ -45,7 +45,7 @@ def _check_array(arr, name, dtype, shape):
     return arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
 
 
-class Index(Closable):
+class Index(StoredRows):
     """Compact codes of a base with their quantizer, searched exhaustively by ADC or SDC.
 
     Parameters
@@ -161,26 +161,8 @@ class Index(Closable):
         return cls(quantizer, codes, norms, ids, norm_encoding, vectors=vectors)
 
     # -------------------------------------------------------------------------------------------------- lifecycle
-    def close(self):
-        """Release the arrays (and the file behind them, if any). Idempotent; any later use raises ValueError."""
-        if self._closed:
-            return
-        self._closed = True
-        self._closed_path = None if self._file is None else self._file.path  # for the advice of _check_open
-        self._codes = self._norms = self._ids = self._norm_levels = self._vectors = self._id_lookup = None
-        self._tables = self._norm_scales = None
-        self._file = None
-        resource, self._resource = self._resource, None
-        if resource is not None:
-            resource.close()
-
-    def _check_open(self):
-        if self._closed:
-            path = getattr(self, "_closed_path", None)
-            if path is not None:
-                raise ValueError(f"I/O operation on a closed index: reopen it with ockstore.open_index({path!r})")
-            raise ValueError("I/O operation on a closed index (built in memory: nothing to reopen; save() an index "
-                             "before closing it to open it again with ockstore.open_index)")
+    def _release_arrays(self):
+        self._codes = self._norms = self._norm_levels = self._tables = self._norm_scales = None
 
     def __repr__(self):
         if self._closed:
@@ -193,11 +175,6 @@ class Index(Closable):
     def __len__(self):
         self._check_open()
         return int(self._codes.shape[0])
-
-    @property
-    def ntotal(self) -> int:
-        """N, the number of vectors."""
-        return len(self)
 
     @property
     def dim(self) -> int:
@@ -221,18 +198,6 @@ class Index(Closable):
         """(N,) float32 norm terms ("f32"), (N,) uint8 norm codes ("u8"), or None ("none")."""
         self._check_open()
         return self._norms
-
-    @property
-    def ids(self):
-        """(N,) int64: the stored ids, or 0..N-1 (made on request) when none were given."""
-        self._check_open()
-        return self._ids if self._ids is not None else np.arange(len(self), dtype=np.int64)
-
-    @property
-    def has_ids(self) -> bool:
-        """True when user ids are stored; False when the ids are the row numbers 0..N-1."""
-        self._check_open()
-        return self._ids is not None
 
     @property
     def vectors(self):
@@ -266,18 +231,6 @@ class Index(Closable):
         extra = {"f32": 4, "u8": 1, "none": 0}[self._norm_encoding]
         return self._quantizer.code_size + extra
 
-    @property
-    def path(self):
-        """The file this index was opened from (str), or None for an index built in memory."""
-        self._check_open()
-        return None if self._file is None else self._file.path
-
-    @property
-    def metadata(self) -> dict:
-        """The user metadata: the file's user map (a copy), {} for an index built in memory."""
-        self._check_open()
-        return storage.canonical_metadata(self._metadata)
-
     def info(self) -> dict:
         """A plain dict describing the index.
 
@@ -301,37 +254,6 @@ class Index(Closable):
         return self._quantizer._summary()
 
     # ------------------------------------------------------------------------------------------------ files
-    def get(self, ids):
-        """The stored vectors of ``ids``, in the order given.
-
-        Parameters
-        ----------
-        ids : array-like of shape (n,) of integer ids, or one id
-            Any order; an id given twice gives its row twice. Every id must be stored in the index (ValueError naming
-            the unknown ones otherwise); an id stored in several rows gives its first row.
-
-        Returns
-        -------
-        V : ndarray of shape (n, P), or (P,) for one id, dtype float32
-            The vectors as stored (``store_vectors``), converted to float32, which holds float16 and uint8 values
-            exactly: the vectors as given to the index (for "float16" rounded to float16), not normalised for
-            cosine. ValueError when the index stores no vectors.
-        """
-        self._check_open()
-        ids, was_scalar = ids_to_get(ids)
-        if self._vectors is None:
-            raise ValueError("get: this index stores no vectors: build it with store_vectors='float32' (or 'float16', "
-                             "'uint8') to read vectors back")
-        if self._ids is None:
-            found = (ids >= 0) & (ids < len(self))
-            rows = np.where(found, ids, -1)
-        else:
-            found, rows = self._ids_lookup().first_rows(ids)
-        if not found.all():
-            raise _search_options.unknown_ids_error(ids, found, "the index")
-        V = _rerank.gather_rows(self._vectors, rows, self._damaged)
-        return V[0] if was_scalar else V
-
     def save(self, path, metadata=None):
         """Write this index to an index file, atomically (the same writer as IndexWriter: same content, same bytes).
 
@@ -539,24 +461,3 @@ class Index(Closable):
             return _rerank.gather_rows(source, rows, damaged), (rows if ids is None else ids[rows])
 
         return fetch
-
-    def _damaged(self, check, detail):
-        """The FormatError of damage found in this index's arrays (named as verify names them)."""
-        return storage.format_error(self._file.path if self._file is not None else "<in-memory index>", check, detail)
-
-    def _ids_lookup(self):
-        """The IdLookup of the stored ids, built on first use (filters by id need it)."""
-        lookup = self._id_lookup
-        if lookup is None:
-            lookup = self._id_lookup = _search_options.IdLookup(self._ids)
-        return lookup
-
-
-def ids_to_get(ids):
-    """The ids of a ``get`` (``Index.get``, ``Collection.get``, ``ExactIndex.get``): (int64 1-D, was one id). Integers
-    >= 0 (TypeError or ValueError naming ``ids``); an empty list is no ids."""
-    arr = ids if isinstance(ids, np.ndarray) else np.asarray(ids)
-    if arr.size == 0 and arr.dtype.kind == "f":
-        arr = arr.astype(np.int64)  # an empty list has no integer dtype of its own
-    was_scalar = arr.ndim == 0
-    return as_ids(arr.reshape(1) if was_scalar else arr, "ids"), was_scalar

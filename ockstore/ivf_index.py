@@ -134,10 +134,9 @@ class IVFIndex(Index):
         return cls(ivf, codes[order], None if norms is None else norms[order], ids[order], offsets, norm_encoding,
                    vectors=None if vectors is None else vectors[order])
 
-    def close(self):
-        """As :meth:`Index.close` (the list offsets are released with the other arrays)."""
+    def _release_arrays(self):
+        super()._release_arrays()
         self._list_offsets = None
-        super().close()
 
     # ------------------------------------------------------------------------------------------------- attributes
     @property

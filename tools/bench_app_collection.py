@@ -91,8 +91,10 @@ def folder_bytes(folder):
 
 def child(mode, folder, payload):
     """Run a timed call in a child process: its wall time, VmHWM and resident memory before (JSON on stdout)."""
-    out = subprocess.run([sys.executable, __file__, "--child", mode, str(folder), str(payload)], check=True,
+    out = subprocess.run([sys.executable, __file__, "--child", mode, str(folder), str(payload)],
                          capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"the {mode} child failed (exit {out.returncode}):\n{out.stderr}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 

@@ -11,9 +11,9 @@ import numpy as np
 
 from .. import storage
 from .._closable import Closable
+from .._stored_rows import ids_to_get
 from .._validation import as_ids, as_vectors, check_bool, check_choice, check_int
 from ..errors import FormatError
-from ..index import ids_to_get
 from . import commit as _commit
 from . import names
 from .manifest import MAX_ID, OPERATIONS, SegmentEntry

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import storage
+from .._closable import AbortOnError
 from .._index_rows import BUILD_CHUNK, encode_step
 from .._validation import as_ids, as_vectors, resolve_n_threads
 from ..exact_index import ExactIndex
@@ -239,7 +240,7 @@ class PendingSegment:
     max_id: int
 
 
-class SegmentWriter:
+class SegmentWriter(AbortOnError):
     """Write one pending segment into a collection folder, chunk by chunk (memory bounded by the chunk).
 
     Every chunk comes with its ids (int64 >= 0; the collection assigns them when the caller gives none). Nothing is
@@ -316,14 +317,6 @@ class SegmentWriter:
         """Discard the segment: nothing is left under its name, even after close(). Idempotent."""
         self._writer.abort()
         _remove(self.path)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        if exc_type is not None:
-            self.abort()
-        return False
 
 
 def write_pending_segment(folder, spec, X, ids, *, n_threads=None, _name=None):

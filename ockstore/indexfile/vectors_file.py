@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import storage
+from .._closable import AbortOnError
 from .._index_rows import STORE_VECTORS, STORED_VECTOR_DTYPES, check_store_vectors, vectors_for_storage
 from .._params import PARAMETERS
 from .._validation import as_ids, as_vectors, check_int, normalize_rows, to_float32_rows
@@ -34,7 +35,7 @@ def checked_vector_rows(X, metric, store_vectors, first_row=0):
     return rows
 
 
-class VectorsWriter:
+class VectorsWriter(AbortOnError):
     """Write a file of stored vectors (kind "vectors") chunk by chunk, atomically at ``close``; memory bounded by the
     chunk. Every chunk comes with its ids (int64 >= 0).
 
@@ -84,14 +85,6 @@ class VectorsWriter:
     def abort(self):
         """Discard everything written (idempotent)."""
         self._writer.abort()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        if exc_type is not None:
-            self.abort()
-        return False
 
 
 def read_vectors_file(mf):

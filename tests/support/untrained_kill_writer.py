@@ -19,32 +19,18 @@ if __name__ == "__main__":  # run as a script: import the repository's ockstore
 
 import ockstore  # noqa: E402
 
-from helpers import die, gaussian_mixture  # noqa: E402 - next to this script
+from helpers import count_events, gaussian_mixture  # noqa: E402 - next to this script
 
 ROWS = 60
 FIRST_ID = 5000
 
 
 def main(folder, kill_at):
-    counter = [0]
-
-    def counted(real):
-        def call(*args, **kwargs):
-            counter[0] += 1
-            if counter[0] == kill_at:
-                die()
-            result = real(*args, **kwargs)
-            if counter[0] == -kill_at:
-                die()
-            return result
-        return call
-
     writer = ockstore.open_collection(folder, "a")
     X = gaussian_mixture(ROWS, writer.dim, seed=77)
     ids = list(range(FIRST_ID, FIRST_ID + ROWS))
     print("BEGIN " + json.dumps({"ids": ids, "X": X.tolist()}), flush=True)
-    for name in ("fsync", "replace", "rename", "unlink", "link"):
-        setattr(os, name, counted(getattr(os, name)))
+    counter = count_events(kill_at, ("fsync", "replace", "rename", "unlink", "link"))
     writer.add(X, ids)
     print(f"ACK {writer.generation}", flush=True)
     writer.close()
