@@ -2,7 +2,8 @@
 one search over an index of the live rows (the oracle of collection_model.py: the same codes, so the same values bit
 for bit), the scan of segments and the exact merge, add / upsert / delete / compact and the ids, the merge policy.
 
-The folder, the lock, snapshots and damaged folders are tests/collection/test_collection_folder.py; the property
+The folder, the lock, snapshots and damaged folders are tests/collection/test_collection_folder.py; what stays on
+disk (old generations, vacuum) is tests/collection/test_collection_disk.py; the property
 test (random sequences of operations) is tests/collection/test_collection_state.py; crashes (SIGKILL) and readers in
 other processes are tests/collection/test_collection_crash.py; the command line is tests/cli/test_collection_cli.py.
 """
