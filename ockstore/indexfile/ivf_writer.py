@@ -28,7 +28,7 @@ from .._index_rows import (
 from .._validation import resolve_n_threads
 from ..ivf_quantizer import ivf_from_state
 from ..quantizers import quantizer_from_state
-from .ivf_schema import IVF_FILES, IVF_MINOR_VERSION, KIND_IVF_INDEX
+from .ivf_schema import IVF_FILES, KIND_IVF_INDEX
 from .schema import check_user_metadata
 from .writer import IndexWriter
 
@@ -103,7 +103,8 @@ class IVFIndexWriter(IndexWriter):
         self._has_ids = None  # decided by the first add
         self._counts = np.zeros(self._quantizer.n_lists, dtype=np.int64)
         # checks the path; creates nothing yet
-        self._writer = storage.FileWriter(path, minor_version=IVF_MINOR_VERSION)
+        self._writer = storage.FileWriter(path, minor_version=IVF_FILES.minor_version(
+            self._quantizer, self._store_vectors, self._norm_encoding))
         self._columns = None  # the spill files, created by the first append
 
     def __repr__(self):

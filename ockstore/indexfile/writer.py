@@ -78,7 +78,8 @@ class IndexWriter:
         self._ntotal = 0
         self._has_ids = None  # decided by the first add
         # checks the path; creates nothing yet
-        writer = storage.FileWriter(path, minor_version=FLAT_FILES.minor_version(self._quantizer, self._store_vectors))
+        writer = storage.FileWriter(path, minor_version=FLAT_FILES.minor_version(self._quantizer, self._store_vectors,
+                                                                                 self._norm_encoding))
         FLAT_FILES.put_model(writer, self._quantizer)
         writer.declare_growing("codes", "<u1", (self._quantizer.code_size,))
         if self._norm_encoding != "none":
