@@ -17,9 +17,14 @@ $(STAMP): $(BIN)/python pyproject.toml setup.py $(wildcard ockstore/*.pyx ocksto
 	$(BIN)/python -m pip install -q -e '.[test]'
 	touch $(STAMP)
 
+# The package alone (the demo needs nothing else); a later `make test` adds the test extras.
+$(VENV)/.installed-base: $(BIN)/python pyproject.toml setup.py $(wildcard ockstore/*.pyx ockstore/*.pxd ockstore/*.h)
+	$(BIN)/python -m pip install -q -e .
+	touch $(VENV)/.installed-base
+
 install: $(STAMP)
 
-demo: $(STAMP)
+demo: $(VENV)/.installed-base
 	$(BIN)/python demo/demo.py
 
 test: $(STAMP)

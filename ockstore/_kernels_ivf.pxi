@@ -146,7 +146,8 @@ cdef class IvfLists:
     ct : (P, L) float32, the centroids transposed; c_sqnorms : (L,) float32, their squared norms
     probe_kind : PROBE_L2 or PROBE_IP; term_factor : -2 ("l2") or -1 (scores): list l's term is term_factor * q.c_l
     codes : (N, W) uint8, rows list after list; norms_f32 : (N,) float32 or None; norm_codes : (N,) uint8 or None,
-        with norm_levels (256,) float32; ids : (N,) int64; list_offsets : (L + 1,) int64, from 0 to N
+        with norm_levels (256,) float32; ids : (N,) int64; list_offsets : (L + 1,) int64, from 0 to N;
+    norm_scales : the norm terms scale each code's sum instead of being added (cosine: 1 / ||c_l + R z_b||)
     """
 
     cdef TableModel _model
@@ -164,7 +165,7 @@ cdef class IvfLists:
                   const float[::1] c_sqnorms not None, int probe_kind, float term_factor,
                   const uint8_t[:, ::1] codes not None, const float[::1] norms_f32, const uint8_t[::1] norm_codes,
                   const float[::1] norm_levels, const int64_t[::1] ids not None,
-                  const int64_t[::1] list_offsets not None):
+                  const int64_t[::1] list_offsets not None, bint norm_scales=False):
         self._model = model
         self._ct = ct
         self._c_sqnorms = c_sqnorms
@@ -183,7 +184,7 @@ cdef class IvfLists:
         self.job.term_factor = term_factor
         self.job.codes = &codes[0, 0] if codes.shape[0] > 0 else NULL
         self.job.W = codes.shape[1]
-        self.job.norms = _norm_terms(norms_f32, norm_codes, norm_levels)
+        self.job.norms = _norm_terms(norms_f32, norm_codes, norm_levels, norm_scales)
         self.job.ids = &ids[0] if ids.shape[0] > 0 else NULL
         self.job.offsets = &list_offsets[0]
         self.job.lut_items = _slice_items(<Py_ssize_t>self.job.W * SLOTS)

@@ -155,6 +155,7 @@ cdef inline void _scan_query(const CodeBase *base, const float *lut, float qcons
         block_norms.f32 = norm_terms
         block_norms.codes = NULL
         block_norms.levels = NULL
+        block_norms.scales = base.norms.scales
         _scan_rows(sink, base.codes, base.W, lut, qconst, block_norms, start, stop, base.allow)
 
 
@@ -373,7 +374,9 @@ def scan(TableModel model not None,          # IN the quantizer's table arrays
          RerankSource rerank_rows=None,      # IN the stored rows (part 0: these N rows) to re-rank from, or None
          int rerank=0,                       # IN with rerank_rows: candidates kept per query (>= k)
          const float[:, ::1] rerank_queries=None,  # IN (nq, P) the queries re-ranked (None: `queries`)
-         int32_t[::1] out_flags=None):       # OUT (nq,) with rerank_rows: bad rows seen (rerank's flags)
+         int32_t[::1] out_flags=None,        # OUT (nq,) with rerank_rows: bad rows seen (rerank's flags)
+         bint norm_scales=False):            # IN the norm terms are scales s_b multiplying each code's sum
+                                             #    (metric "cosine": 1 / ||x_hat_b||) instead of terms added to it
     """The tables of each query, then an exhaustive ADC scan keeping the k best (dist, id) of each query among the
     allowed rows; writes their distances and row numbers (the caller maps rows to ids; a row keeps the stored vector
     reachable for re-ranking). With rerank_rows: keeps `rerank` candidates instead, and writes the k best of them by
@@ -404,7 +407,7 @@ def scan(TableModel model not None,          # IN the quantizer's table arrays
         _scan_batch(model, &queries[0, 0] if queries is not None else NULL,
                     &rotated[0, 0] if rotated is not None else NULL, codes, norms_f32, norm_codes, norm_levels, ids,
                     allow, &out_dist[0, 0], &out_rows[0, 0], nq, k, n_threads,
-                    &bound[0] if bound is not None else NULL)
+                    &bound[0] if bound is not None else NULL, False, norm_scales)
         return
     R = rerank if rerank > k else k
     chunk = nq if nq < RERANK_CHUNK else RERANK_CHUNK
@@ -417,7 +420,7 @@ def scan(TableModel model not None,          # IN the quantizer's table arrays
             _scan_batch(model, &queries[c0, 0] if queries is not None else NULL,
                         &rotated[c0, 0] if rotated is not None else NULL, codes, norms_f32, norm_codes, norm_levels,
                         ids, allow, cand_dist, cand_rows, c1 - c0, R, n_threads,
-                        &bound[c0] if bound is not None else NULL, True)
+                        &bound[c0] if bound is not None else NULL, True, norm_scales)
             _rerank_candidates(&rerank_rows.src, rq + <Py_ssize_t>c0 * rerank_rows.src.P, cand_rows, R, c1 - c0,
                                &out_dist[c0, 0], &out_rows[c0, 0], k, &out_flags[c0], n_threads)
     finally:
@@ -428,7 +431,7 @@ def scan(TableModel model not None,          # IN the quantizer's table arrays
 cdef int _scan_batch(TableModel model, const float *queries, const double *rotated, const uint8_t[:, ::1] codes,
                      const float[::1] norms_f32, const uint8_t[::1] norm_codes, const float[::1] norm_levels,
                      const int64_t[::1] ids, const uint64_t[::1] allow, float *out_dist, int64_t *out_rows, int nq,
-                     int k, int n_threads, const float *bound, bint unordered=False) except -1:
+                     int k, int n_threads, const float *bound, bint unordered=False, bint norm_scales=False) except -1:
     """scan's work for nq queries (its documented arguments, as pointers where they may be a part of a batch);
     `unordered`: results of a TopK in the order they came (candidates for re-ranking)."""
     cdef CodeBase base
@@ -444,7 +447,7 @@ cdef int _scan_batch(TableModel model, const float *queries, const double *rotat
     base.N = codes.shape[0]
     base.W = codes.shape[1]
     base.codes = &codes[0, 0] if base.N > 0 else NULL
-    base.norms = _norm_terms(norms_f32, norm_codes, norm_levels)
+    base.norms = _norm_terms(norms_f32, norm_codes, norm_levels, norm_scales)
     base.ids = &ids[0] if ids is not None and ids.shape[0] > 0 else NULL
     base.allow = &allow[0] if allow is not None and allow.shape[0] > 0 else NULL
     batch.tables = &source

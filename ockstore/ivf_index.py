@@ -102,7 +102,7 @@ class IVFIndex(Index):
     list_offsets : ndarray of shape (n_lists + 1,), integers
         List l holds rows list_offsets[l] .. list_offsets[l + 1] - 1: from 0 to N, non-decreasing.
     norm_encoding : "f32", "u8" or "none"
-        "none" exactly for metrics "ip" and "cosine".
+        "none" for metric "ip"; "f32" or "u8" for "l2"; any for "cosine" (the norm term divides its scores).
     vectors : ndarray of shape (N, P), dtype float16, float32 or uint8, or None
         The stored vectors in row order, for exact re-ranking.
     store_vectors : None, "float16", "float32", "uint8" or "sq8"
@@ -140,10 +140,9 @@ class IVFIndex(Index):
         return cls(ivf, codes[order], None if norms is None else norms[order], ids[order], offsets, norm_encoding,
                    vectors=None if vectors is None else vectors[order], store_vectors=store_vectors)
 
-    def close(self):
-        """As :meth:`Index.close` (the list offsets are released with the other arrays)."""
+    def _release_arrays(self):
+        super()._release_arrays()
         self._list_offsets = self._lists = None
-        super().close()
 
     # ------------------------------------------------------------------------------------------------- attributes
     @property
@@ -231,6 +230,9 @@ class IVFIndex(Index):
         if opts.distance == "sdc":
             lists, codes = ivf._encode_prepared(Q, threads)
             scan_Q = np.ascontiguousarray(ivf._reconstruct(lists, codes, threads))
+            if ivf.metric == "cosine":  # the query's reconstruction at unit length: scores estimate cosines
+                lengths = np.sqrt(np.einsum("ij,ij->i", scan_Q, scan_Q, dtype=np.float64))
+                scan_Q = np.ascontiguousarray(scan_Q / np.where(lengths > 0, lengths, 1.0)[:, None], dtype=np.float32)
         if stored is None:
             return search_lists(self._ivf_lists(), scan_Q, opts.width, opts.n_probe, bitmap, n_threads=threads)
         return search_lists(self._ivf_lists(), scan_Q, opts.k, opts.n_probe, bitmap, n_threads=threads,
@@ -245,7 +247,7 @@ class IVFIndex(Index):
             lists = self._lists = _kernels.IvfLists(
                 self._query_tables().model, ct, c_sqnorms, kind, term_factor, rows.codes, rows.norms,
                 rows.norm_codes, rows.norm_levels if rows.norm_codes is not None else None, rows.ids,
-                self._list_offsets)
+                self._list_offsets, rows.norm_scales)
         return lists
 
     def _flat_scan_rows(self, bitmap):

@@ -70,7 +70,7 @@ def scan_parts(tables, Q, k, parts, *, distance="adc", n_threads=1):
             bound = np.nextafter(best.max(axis=1), np.float32(np.inf))  # a code at the k-th best distance enters
             _kernels.scan(tables.model, queries, rotated, pa.codes, pa.norms, pa.norm_codes,
                           pa.norm_levels if pa.norm_codes is not None else None, pa.ids, pa.allow, out_d,
-                          out_r, 1 if nb * N < SMALL_SCAN_CODES else n_threads, bound)
+                          out_r, 1 if nb * N < SMALL_SCAN_CODES else n_threads, bound, norm_scales=pa.norm_scales)
             real = out_r >= 0
             out_i = np.where(real, pa.ids[np.where(real, out_r, 0)], -1)
             found_d.append(out_d)

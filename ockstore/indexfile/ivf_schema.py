@@ -14,7 +14,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..ivf_quantizer import MAX_LISTS, ivf_from_state
-from .schema import N_NORM_LEVELS, FileSchema, _short, format_minor_version, put_quantizer_sections, quantizer_meta
+from .schema import (
+    N_NORM_LEVELS, FileSchema, _short, check_bounded, format_minor_version, model_value_bounds, put_quantizer_sections,
+    quantizer_meta,
+)
 
 __all__ = ["KIND_IVF_INDEX", "KIND_IVF_QUANTIZER", "IVF_MINOR_VERSION", "IVFFileSchema", "IVF_FILES", "ivf_meta",
            "put_ivf_sections", "read_ivf_meta", "read_ivf_model", "read_list_offsets"]
@@ -80,6 +83,9 @@ def read_ivf_model(reader, ivf_params, p, quantizer):
     for name, arr in arrays.items():
         if not np.isfinite(arr).all():
             raise reader.fail("non-finite values", f"section {name!r} holds NaN or infinite values")
+    bounds = model_value_bounds(P)
+    check_bounded(reader, "coarse_centroids", arrays["coarse_centroids"], bounds["centroids"])
+    check_bounded(reader, "ivf_norm_levels", arrays["ivf_norm_levels"], bounds["levels"], non_negative=True)
     if (np.diff(arrays["ivf_norm_levels"]) < 0).any():
         raise reader.fail("unsorted norm levels", "section 'ivf_norm_levels' is not in ascending order")
     return ivf_from_state({"dim": P, **ivf_params}, arrays, quantizer)
@@ -115,8 +121,10 @@ class IVFFileSchema(FileSchema):
     row_sections = ("list_offsets",)
     description = "an inverted file"
 
-    def minor_version(self, model, store_vectors, value_ranges=False):
-        return max(IVF_MINOR_VERSION, format_minor_version(model, store_vectors, value_ranges))
+    def minor_version(self, model, store_vectors, norm_encoding="none", value_ranges=False):
+        """1.2 at least; 1.3 for the norm term of a cosine inverted file or its fine quantizer's norm levels (I20), for
+        value ranges or sq8 vectors (I21)."""
+        return max(IVF_MINOR_VERSION, format_minor_version(model.quantizer, store_vectors, norm_encoding, value_ranges))
 
     def meta(self, file_kind, ivf):
         return {**quantizer_meta(file_kind, ivf.quantizer), "ivf": ivf_meta(ivf)}

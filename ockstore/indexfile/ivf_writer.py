@@ -103,7 +103,8 @@ class IVFIndexWriter(IndexWriter):
         self._has_ids = None  # decided by the first add
         self._counts = np.zeros(self._quantizer.n_lists, dtype=np.int64)
         # checks the path; creates nothing yet
-        self._writer = storage.FileWriter(path, minor_version=IVF_FILES.minor_version(ivf, self._store_vectors))
+        self._writer = storage.FileWriter(path, minor_version=IVF_FILES.minor_version(
+            self._quantizer, self._store_vectors, self._norm_encoding))
         self._columns = None  # the spill files, created by the first append
 
     def __repr__(self):

@@ -78,7 +78,8 @@ class IndexWriter:
         self._ntotal = 0
         self._has_ids = None  # decided by the first add
         # checks the path; creates nothing yet
-        writer = storage.FileWriter(path, minor_version=FLAT_FILES.minor_version(self._quantizer, self._store_vectors))
+        writer = storage.FileWriter(path, minor_version=FLAT_FILES.minor_version(self._quantizer, self._store_vectors,
+                                                                                 self._norm_encoding))
         FLAT_FILES.put_model(writer, self._quantizer)
         if self._store_vectors == "sq8":
             put_value_ranges(writer, self._quantizer)
@@ -283,7 +284,7 @@ def save_quantizer(path, quantizer, *, metadata=None):
     user = check_user_metadata(metadata)
     files = _kinds.of_model(quantizer).files
     ranges = quantizer.value_ranges is not None
-    with storage.FileWriter(path, minor_version=files.minor_version(quantizer, None, ranges)) as writer:
+    with storage.FileWriter(path, minor_version=files.minor_version(quantizer, None, value_ranges=ranges)) as writer:
         files.put_model(writer, quantizer)
         if ranges:
             put_value_ranges(writer, quantizer)
