@@ -192,3 +192,28 @@ def test_one_query_per_call_equals_its_row_of_a_batch(ivfs, data, store):
             D2, I2 = index.search(Qs[2:], 10, n_probe=3, rerank=60, n_threads=threads, **options)
             np.testing.assert_array_equal(np.vstack([D1, D2]), D)
             np.testing.assert_array_equal(np.vstack([I1, I2]), I)
+
+
+def test_get_returns_the_decoded_values_and_retrain_reads_them(quantizers, data, tmp_path):
+    """get: the stored representation lo + step * code as float32 (index, file, collection); a collection of sq8
+    vectors retrains on those values and stores them again through the new model's ranges; an unfitted quantizer
+    cannot store sq8 (no ranges yet)."""
+    learn, base, Q, ids = data
+    q = quantizers["ockm", "l2"]
+    index = Index.from_vectors(q, base, ids, store_vectors="sq8")
+    decoded = sq8_decode(index.vectors, q.value_ranges).astype(np.float32)
+    np.testing.assert_array_equal(index.get(ids[[5, 0, 5]]), decoded[[5, 0, 5]])
+    index.save(tmp_path / "i.ock")
+    with ockstore.open_index(tmp_path / "i.ock") as opened:
+        np.testing.assert_array_equal(opened.get(ids[7]), decoded[7])
+    c = ockstore.create_collection(tmp_path / "c", q, store_vectors="sq8")
+    c.add(base, ids)
+    np.testing.assert_array_equal(c.get(ids[:20]), decoded[:20])
+    c.retrain(ockstore.OCKM(4, 2, 3, n_codewords=16, n_iter=2, seed=1))
+    new = c.quantizer.value_ranges
+    assert not np.array_equal(new, q.value_ranges)  # learned again, from the decoded sample
+    again = sq8_decode(sq8_encode(decoded[:20], new), new).astype(np.float32)
+    np.testing.assert_array_equal(c.get(ids[:20]), again)
+    c.close()
+    with pytest.raises(ValueError, match="sq8.*not fitted"):
+        ockstore.create_collection(tmp_path / "u", ockstore.OCKM(4, 2, 3, n_codewords=16), store_vectors="sq8")
