@@ -1,0 +1,792 @@
+/* Fast scan: codes of words below 16 (four bits each) scanned with 16-entry tables held in SIMD registers
+ * (docs/ARCHITECTURE.md, "Fast scan"; the block layout is docs/FORMAT.md's).
+ *
+ * An exhaustive ADC scan of one-byte words costs a table load from memory per word (~2-3 ns per 64-bit code). With
+ * at most 16 words per codebook a table fits in one 16-byte register, and one byte shuffle (vpshufb) looks up 16 (per
+ * 128-bit lane) words at once: 32 rows per AVX2 instruction, 64 rows of two codebooks per AVX-512 one. That needs
+ * three things, each here:
+ *
+ * 1. A block layout. Rows live in blocks of OCK_FS_BLOCK = 32. A block holds `cols` = W rounded up to even columns of
+ *    16 bytes, column w at byte 16 w: byte i (0..15) is word w of row i in its low nibble and word w of row i + 16 in
+ *    its high nibble. One 32-byte load thus brings columns w, w + 1 (an even w) of 32 rows, lane 0 column w and lane 1
+ *    column w + 1: a mask and a shift give two registers of nibbles that index one table register holding the two
+ *    columns' tables. Padding (the odd column, rows past the end) is zero.
+ *
+ * 2. Tables quantized to bytes, per query: Q_w[j] = floor((T_w[j] - bias_w) / scale), with bias_w = min_j T_w[j] and
+ *    one shared scale, so that the sum of a row's W entries (plus its norm term's, below) is one uint16 sum
+ *    S(x) = sum_w Q_w[x_w] and
+ *        c0 + scale * S(x) <= D(x) = exact ADC distance of x, in real arithmetic, with c0 = qconst + sum_w bias_w (+ ...)
+ *    because floor only rounds down: the quantized sum is a *lower bound*. The scale is the smallest that keeps every
+ *    entry <= 255 and the largest possible sum <= 65535 (checked after quantizing, never assumed).
+ *
+ * 3. An exact stage. The scan keeps the k best rows by their *exact* float ADC distance (computed as the 8-bit
+ *    scan computes it: the same float additions in the same order) in a bounded max-heap, and reads the exact distance
+ *    of a row only when its lower bound can beat the heap's worst: a row with c0 + scale * S(x) - rho > d_k, where
+ *    rho bounds the float rounding of the exact sum, has an exact distance above d_k and can never enter. So the
+ *    results -- ids, distances and their order, ties by id -- are exactly those of the 8-bit scan over the same
+ *    words, on every instruction set: the quantized sums only decide which rows are worth an exact look. With
+ *    floor quantization a row's slack is under one unit per table, so on SIFT1M (64-bit codes) about 15 rows per
+ *    query beyond k=10 reach the exact stage (docs/results.md, "Fast scan").
+ *
+ * The norm term. An L2 code with C >= 2 adds its stored norm term n = ||x_hat||^2, whose spread is as large as the
+ * words' tables together: leaving it out of the bound selects tens of thousands of rows instead of tens. A one-byte
+ * norm code (16 h + l) is split into two nibbles with 16-entry lower-bound tables hi[h] + lo[l] <= level(16 h + l),
+ * held as 16-bit values (two byte shuffles each) so that they do not coarsen the words' scale. A float32 norm is
+ * added per block in float, with a rounding allowance per row (ock_fs_limits).
+ *
+ * Instruction sets: a portable C version (every machine; the oracle), AVX2 and AVX-512BW versions, all computing the
+ * same uint16 sums, the same masks and therefore the same heap; each is a separate function with a `target`
+ * attribute, so a dispatcher chooses one at run time with no ifunc or target_clones. Everything here trusts its
+ * arguments (the Python layers validate), never allocates and never touches Python objects.
+ */
+#ifndef OCKSTORE_FASTSCAN_H
+#define OCKSTORE_FASTSCAN_H
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__x86_64__) || defined(_M_X64) || defined(__i386__)
+#if defined(__GNUC__) || defined(__clang__)
+#define OCK_FS_X86 1
+#include <immintrin.h>
+#define OCK_FS_TARGET_AVX2 __attribute__((target("avx2")))
+#define OCK_FS_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx2")))
+#endif
+#endif
+
+#if defined(__GNUC__) && !defined(__clang__)
+/* The exact stage adds floats in a fixed order; nothing may be contracted or reassociated. */
+#define OCK_FS_EXACT_FN __attribute__((optimize("fp-contract=off", "no-fast-math")))
+#else
+#define OCK_FS_EXACT_FN
+#endif
+
+#define OCK_FS_BLOCK 32            /* rows per block */
+#define OCK_FS_LANE 16             /* bytes per column: rows i and i + 16 share byte i */
+#define OCK_FS_WORDS 16            /* entries per table (words below 16) */
+#define OCK_FS_MAX_SUM 65535       /* the accumulator's range (uint16) */
+#define OCK_FS_NO_ROW (-1)
+
+/* Columns of a block for W words (W rounded up to even: one 32-byte load feeds two columns). */
+static inline int ock_fs_columns(int W) { return W + (W & 1); }
+
+/* Bytes of one block for W words. */
+static inline size_t ock_fs_block_bytes(int W) { return (size_t)OCK_FS_LANE * (size_t)ock_fs_columns(W); }
+
+/* Blocks holding n rows. */
+static inline size_t ock_fs_blocks(size_t n) { return (n + OCK_FS_BLOCK - 1) / OCK_FS_BLOCK; }
+
+/* --------------------------------------------------------------------------------------------------------------------
+ * Layout: packing and unpacking. */
+
+/* Word w of row i (0..31) of a block. */
+static inline unsigned ock_fs_word(const uint8_t *block, int i, int w) {
+    const uint8_t b = block[(size_t)w * OCK_FS_LANE + (i & 15)];
+    return i < 16 ? (unsigned)(b & 15) : (unsigned)(b >> 4);
+}
+
+/* Pack rows codes[0..n-1] (n x W bytes, each < 16) into ock_fs_blocks(n) blocks at `blocks` (zeroing the padding:
+ * the odd column and the rows past n of the last block). */
+static void ock_fs_pack(const uint8_t *codes, size_t n, int W, uint8_t *blocks) {
+    const int cols = ock_fs_columns(W);
+    const size_t bytes = ock_fs_block_bytes(W);
+    const size_t nb = ock_fs_blocks(n);
+    memset(blocks, 0, nb * bytes);
+    for (size_t r = 0; r < n; r++) {
+        uint8_t *block = blocks + (r / OCK_FS_BLOCK) * bytes;
+        const int i = (int)(r % OCK_FS_BLOCK);
+        const int shift = i < 16 ? 0 : 4;
+        const uint8_t *code = codes + r * (size_t)W;
+        for (int w = 0; w < W; w++) block[(size_t)w * OCK_FS_LANE + (i & 15)] |= (uint8_t)((code[w] & 15) << shift);
+    }
+    (void)cols;
+}
+
+/* The inverse: rows start..stop-1 of the blocks, written to codes (stop - start rows of W bytes). */
+static void ock_fs_unpack(const uint8_t *blocks, int W, size_t start, size_t stop, uint8_t *codes) {
+    const size_t bytes = ock_fs_block_bytes(W);
+    for (size_t r = start; r < stop; r++) {
+        const uint8_t *block = blocks + (r / OCK_FS_BLOCK) * bytes;
+        const int i = (int)(r % OCK_FS_BLOCK);
+        uint8_t *code = codes + (r - start) * (size_t)W;
+        for (int w = 0; w < W; w++) code[w] = (uint8_t)ock_fs_word(block, i, w);
+    }
+}
+
+/* --------------------------------------------------------------------------------------------------------------------
+ * Per-query quantized tables. */
+
+/* The lower-bound tables of a one-byte norm code: hi[h] + lo[l] <= levels[16 h + l] for every h, l (in float64).
+ * hi[h] = levels[16 h] (the smallest level of group h, levels ascending), lo[l] = min over h of levels[16 h + l] - hi[h]
+ * (>= 0). Exact (up to rounding) when the levels are uniform; a valid, looser bound for any ascending levels.
+ * `floor` is a value at most every norm term of the rows (the float32 norms' case: a row whose norm lies below
+ * levels[0] gets code 0, see ock_fs_norm_select); pass levels[0] for one-byte norm codes. */
+static void ock_fs_norm_bounds(const float *levels, double floor, double *hi, double *lo) {
+    for (int h = 0; h < 16; h++) hi[h] = (double)levels[16 * h];
+    if (floor < hi[0]) hi[0] = floor;
+    for (int l = 0; l < 16; l++) {
+        double m = (double)levels[l] - hi[0];
+        for (int h = 1; h < 16; h++) {
+            const double v = (double)levels[16 * h + l] - hi[h];
+            if (v < m) m = v;
+        }
+        lo[l] = m;
+    }
+}
+
+/* One query's tables for the fast scan. */
+typedef struct {
+    int W, cols;
+    double scale;              /* real distance per quantized unit (> 0) */
+    double c0;                 /* LB(x) = c0 + scale * S(x) <= exact(x) - list term, in real arithmetic */
+    double magnitude;          /* |qconst| + sum_w max_j |T_w[j]| + max |norm term| (u8 norms): rounding bound base */
+    int has_norm;              /* 1: the u8 norm's nibble tables are part of S */
+    uint16_t norm_lo[16];      /* quantized lower-bound tables of the norm code's nibbles (has_norm) */
+    uint16_t norm_hi[16];
+    int max_sum;               /* the largest S any row can reach (<= OCK_FS_MAX_SUM, checked) */
+} ock_fs_tables;
+
+/* Quantize one query's float tables lut (W x 16, entries >= K may be +inf: words that cannot occur) into qlut
+ * (cols x 16 bytes, the pad column zero) and t. norm_hi / norm_lo: the norm code's lower-bound tables
+ * (ock_fs_norm_bounds) or NULL (no norm term, or float32 norms added per row); norm_max: the largest norm term
+ * (for the rounding bound). Returns 0, or -1 when no scale keeps the sum in uint16 (cannot happen for W <= 256). */
+static int ock_fs_quantize(const float *lut, int W, float qconst, const double *norm_hi, const double *norm_lo,
+                           double norm_max, uint8_t *qlut, ock_fs_tables *t) {
+    double bias_sum = 0.0, range_max = 0.0, range_sum = 0.0, magnitude = fabs((double)qconst);
+    double bias[256];
+    if (W > 256) return -1;
+    t->W = W;
+    t->cols = ock_fs_columns(W);
+    for (int w = 0; w < W; w++) {
+        const float *row = lut + (size_t)w * OCK_FS_WORDS;
+        double lo = INFINITY, hi = -INFINITY, amax = 0.0;
+        for (int j = 0; j < OCK_FS_WORDS; j++) {
+            const double v = (double)row[j];
+            if (!isfinite(v)) continue;
+            if (v < lo) lo = v;
+            if (v > hi) hi = v;
+            if (fabs(v) > amax) amax = fabs(v);
+        }
+        if (!(lo <= hi)) lo = hi = 0.0;  /* no finite entry: every word of this column is impossible */
+        bias[w] = lo;
+        bias_sum += lo;
+        range_sum += hi - lo;
+        if (hi - lo > range_max) range_max = hi - lo;
+        magnitude += amax;
+    }
+    double nrange_hi = 0.0, nrange_lo = 0.0, nmin_hi = 0.0, nmin_lo = 0.0;
+    t->has_norm = norm_hi != NULL;
+    if (t->has_norm) {
+        nmin_hi = nmin_lo = INFINITY;
+        double nmax_hi = -INFINITY, nmax_lo = -INFINITY;
+        for (int j = 0; j < 16; j++) {
+            if (norm_hi[j] < nmin_hi) nmin_hi = norm_hi[j];
+            if (norm_hi[j] > nmax_hi) nmax_hi = norm_hi[j];
+            if (norm_lo[j] < nmin_lo) nmin_lo = norm_lo[j];
+            if (norm_lo[j] > nmax_lo) nmax_lo = norm_lo[j];
+        }
+        nrange_hi = nmax_hi - nmin_hi;
+        nrange_lo = nmax_lo - nmin_lo;
+        magnitude += fabs(norm_max);
+    }
+    /* The scale: every word entry within a byte, and the whole sum within uint16. */
+    double scale = range_max / 255.0;
+    const double total = range_sum + nrange_hi + nrange_lo;
+    if (total / OCK_FS_MAX_SUM > scale) scale = total / OCK_FS_MAX_SUM;
+    if (!(scale > 0.0)) scale = 1.0;  /* constant tables: every sum is 0, any scale bounds them */
+    for (int attempt = 0; attempt < 8; attempt++, scale *= 1.0 + 1e-6) {
+        long max_sum = 0;
+        for (int w = 0; w < W; w++) {
+            const float *row = lut + (size_t)w * OCK_FS_WORDS;
+            uint8_t *q = qlut + (size_t)w * OCK_FS_WORDS;
+            int qmax = 0;
+            for (int j = 0; j < OCK_FS_WORDS; j++) {
+                const double v = (double)row[j];
+                double u = isfinite(v) ? floor((v - bias[w]) / scale) : 0.0;
+                if (u < 0.0) u = 0.0;
+                if (u > 255.0) u = 255.0;
+                q[j] = (uint8_t)u;
+                if ((int)u > qmax) qmax = (int)u;
+            }
+            /* an impossible word (+inf: a code byte >= K, only in a damaged file) gets the column's largest entry:
+             * a lower bound of +inf that keeps the sum's bound */
+            for (int j = 0; j < OCK_FS_WORDS; j++)
+                if (!isfinite((double)row[j])) q[j] = (uint8_t)qmax;
+            max_sum += qmax;
+        }
+        if (t->has_norm) {
+            int mh = 0, ml = 0;
+            for (int j = 0; j < 16; j++) {
+                double uh = floor((norm_hi[j] - nmin_hi) / scale), ul = floor((norm_lo[j] - nmin_lo) / scale);
+                if (uh < 0.0) uh = 0.0;
+                if (ul < 0.0) ul = 0.0;
+                if (uh > OCK_FS_MAX_SUM) uh = OCK_FS_MAX_SUM;
+                if (ul > OCK_FS_MAX_SUM) ul = OCK_FS_MAX_SUM;
+                t->norm_hi[j] = (uint16_t)uh;
+                t->norm_lo[j] = (uint16_t)ul;
+                if ((int)uh > mh) mh = (int)uh;
+                if ((int)ul > ml) ml = (int)ul;
+            }
+            max_sum += mh + ml;
+        }
+        if (max_sum <= OCK_FS_MAX_SUM) {
+            if (W & 1) memset(qlut + (size_t)W * OCK_FS_WORDS, 0, OCK_FS_WORDS);
+            t->scale = scale;
+            t->c0 = (double)qconst + bias_sum + (t->has_norm ? nmin_hi + nmin_lo : 0.0);
+            t->magnitude = magnitude;
+            t->max_sum = (int)max_sum;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* The bound on the float rounding of an exact distance: it is the float sum of W + 3 terms (the query's constant,
+ * a list term, the norm term, W table entries), each partial sum rounded once, so it lies within
+ * (W + 3) u / (1 - (W + 3) u) * (sum of the terms' magnitudes) of the real sum (u = 2^-24; Higham, "Accuracy and
+ * Stability of Numerical Algorithms", 4.2). Doubled for the safety of the double arithmetic around it. */
+static inline double ock_fs_rounding(const ock_fs_tables *t, double list_term) {
+    const double u = 5.9604644775390625e-08;
+    const double n = (double)t->W + 3.0;
+    return 2.0 * n * u / (1.0 - n * u) * (t->magnitude + fabs(list_term));
+}
+
+/* The largest S a row may have and still enter a heap whose worst distance is dk: -1 when no row can (the whole run
+ * is skipped), OCK_FS_MAX_SUM when every row may (dk infinite or far). A row with S above it has
+ * exact >= c0 + scale * S - rho > dk. One unit more than the bare bound absorbs the rounding of this arithmetic. */
+static inline int ock_fs_threshold(double dk, double c0, double rho, double scale) {
+    if (!(dk < INFINITY)) return OCK_FS_MAX_SUM;
+    const double units = floor((dk - c0 + rho) / scale) + 1.0;
+    if (units < 0.0) return -1;
+    if (units >= OCK_FS_MAX_SUM) return OCK_FS_MAX_SUM;
+    return (int)units;
+}
+
+/* --------------------------------------------------------------------------------------------------------------------
+ * The k best (distance, row) pairs: a max-heap ordered by (distance, id), a smaller id winning a tie, as the 8-bit
+ * scan's (ockstore/_topk.pxd). Empty slots are (bound, -1). */
+
+typedef struct {
+    float *d;                   /* (k,) */
+    int64_t *r;                 /* (k,) rows, -1 for an empty slot */
+    int k;
+    const int64_t *ids;         /* row -> id, or NULL (the row number) */
+} ock_fs_heap;
+
+static inline int64_t ock_fs_id(const int64_t *ids, int64_t row) {
+    if (row < 0) return -1;
+    return ids != NULL ? ids[row] : row;
+}
+
+/* (d1, r1) ranks after (d2, r2). */
+static inline int ock_fs_worse(float d1, int64_t r1, float d2, int64_t r2, const int64_t *ids) {
+    return d1 > d2 || (d1 == d2 && ock_fs_id(ids, r1) > ock_fs_id(ids, r2));
+}
+
+static void ock_fs_heap_init(ock_fs_heap *h, float bound) {
+    for (int j = 0; j < h->k; j++) {
+        h->d[j] = bound;
+        h->r[j] = -1;
+    }
+}
+
+static void ock_fs_heap_replace_top(float *hd, int64_t *hr, int k, float d, int64_t row, const int64_t *ids) {
+    int pos = 0;
+    for (;;) {
+        int child = 2 * pos + 1;
+        if (child >= k) break;
+        if (child + 1 < k && ock_fs_worse(hd[child + 1], hr[child + 1], hd[child], hr[child], ids)) child++;
+        if (!ock_fs_worse(hd[child], hr[child], d, row, ids)) break;
+        hd[pos] = hd[child];
+        hr[pos] = hr[child];
+        pos = child;
+    }
+    hd[pos] = d;
+    hr[pos] = row;
+}
+
+/* Offer (d, row); returns 1 when it entered. */
+static inline int ock_fs_heap_offer(ock_fs_heap *h, float d, int64_t row) {
+    if (d < h->d[0] || (d == h->d[0] && ock_fs_id(h->ids, row) < ock_fs_id(h->ids, h->r[0]))) {
+        ock_fs_heap_replace_top(h->d, h->r, h->k, d, row, h->ids);
+        return 1;
+    }
+    return 0;
+}
+
+/* Write the heap's pairs in ascending order to out (k each); the heap is consumed. */
+static void ock_fs_heap_sort_into(ock_fs_heap *h, float *out_d, int64_t *out_r) {
+    int size = h->k;
+    while (size > 0) {
+        out_d[size - 1] = h->d[0];
+        out_r[size - 1] = h->r[0];
+        size--;
+        if (size == 0) break;
+        ock_fs_heap_replace_top(h->d, h->r, size, h->d[size], h->r[size], h->ids);
+    }
+}
+
+/* --------------------------------------------------------------------------------------------------------------------
+ * What a scan reads. */
+
+/* The rows of an index (or of a segment): the norms, ids and filter are indexed by global row numbers. */
+typedef struct {
+    int W;
+    const float *norms_f32;     /* (N,) float32 norm terms, or NULL */
+    const uint8_t *norm_codes;  /* (N,) one-byte norm codes, or NULL */
+    const float *norm_levels;   /* (256,) their levels */
+    const int64_t *ids;         /* (N,) or NULL */
+    const uint64_t *allow;      /* (ceil(N / 64),) bitmap of the rows to scan (bit r % 64 of word r // 64), or NULL */
+    size_t N;
+} ock_fs_base;
+
+/* One query as a scan needs it. */
+typedef struct {
+    const float *lut;           /* (W, 16) float tables: the exact stage */
+    const uint8_t *qlut;        /* (cols, 16) quantized tables */
+    const ock_fs_tables *t;
+} ock_fs_query;
+
+/* A run of rows stored in consecutive blocks: a flat index's rows (or a share of them), or one inverted list. */
+typedef struct {
+    const uint8_t *blocks;      /* the run's first block */
+    size_t row0;                /* the global row of its first row */
+    size_t n_rows;              /* its rows (its last block is padded) */
+    float start_term;           /* the exact distance's first term: qconst (+ the list term, float32 sum) */
+    double c0;                  /* the lower bound's constant: t->c0 (+ the list term) */
+    double rho;                 /* ock_fs_rounding for this run */
+} ock_fs_run;
+
+/* 32 bits of the row filter from global row r0 (bits past the bitmap's N rows are zero). */
+static inline uint32_t ock_fs_allow_bits(const ock_fs_base *b, size_t r0) {
+    if (b->allow == NULL) return 0xffffffffu;
+    const size_t word = r0 >> 6;
+    const unsigned shift = (unsigned)(r0 & 63);
+    uint64_t v = b->allow[word] >> shift;
+    if (shift > 32 && word + 1 < (b->N + 63) / 64) v |= b->allow[word + 1] << (64 - shift);
+    return (uint32_t)v;
+}
+
+/* The 32 norm codes (or float32 norms) of rows r0..r0+31, zero past N, as a pointer to 32 readable values. */
+static inline const uint8_t *ock_fs_norm_bytes(const ock_fs_base *b, size_t r0, uint8_t *spare) {
+    if (r0 + 32 <= b->N) return b->norm_codes + r0;
+    memset(spare, 0, 32);
+    if (r0 < b->N) memcpy(spare, b->norm_codes + r0, b->N - r0);
+    return spare;
+}
+
+static inline const float *ock_fs_norm_floats(const ock_fs_base *b, size_t r0, float *spare) {
+    if (r0 + 32 <= b->N) return b->norms_f32 + r0;
+    memset(spare, 0, 32 * sizeof(float));
+    if (r0 < b->N) memcpy(spare, b->norms_f32 + r0, (b->N - r0) * sizeof(float));
+    return spare;
+}
+
+/* The norm term of a row as the exact distance adds it. */
+static inline float ock_fs_norm_term(const ock_fs_base *b, size_t row) {
+    if (b->norms_f32 != NULL) return b->norms_f32[row];
+    if (b->norm_codes != NULL) return b->norm_levels[b->norm_codes[row]];
+    return 0.0f;
+}
+
+/* The exact ADC distance of row i of a block: start + n + sum_w lut[w, word], in this order (the 8-bit scan's). */
+OCK_FS_EXACT_FN
+static float ock_fs_exact(const ock_fs_base *b, const ock_fs_query *q, const ock_fs_run *run, const uint8_t *block,
+                          int i, size_t row) {
+    float d = run->start_term + ock_fs_norm_term(b, row);
+    const float *lut = q->lut;
+    for (int w = 0; w < b->W; w++) d = d + lut[(size_t)w * OCK_FS_WORDS + ock_fs_word(block, i, w)];
+    return d;
+}
+
+/* Float32 norms are not in S: a row may enter when c0 + scale * S + n - rho - gamma |n| <= dk, where gamma |n| is
+ * the norm term's share of the exact sum's rounding (ock_fs_rounding covers the other terms). The portable test runs
+ * in double (its own rounding is far inside the doubled allowances); the SIMD tests in float with the allowances of
+ * ock_fs_f32_limits. Any of them keeps every row that can enter: they may differ only in rows that cannot, which
+ * the exact stage then rejects, so every level returns the same results. */
+static inline double ock_fs_norm_gamma(int W) {
+    const double u = 5.9604644775390625e-08, n = (double)W + 3.0;
+    return 2.0 * n * u / (1.0 - n * u);
+}
+
+static inline uint32_t ock_fs_f32_mask_portable(const uint16_t *sums, const float *norms, const ock_fs_run *run,
+                                                double scale, double dk, double gamma) {
+    if (!(dk < INFINITY)) return 0xffffffffu;
+    uint32_t m = 0;
+    for (int i = 0; i < OCK_FS_BLOCK; i++) {
+        const double n = (double)norms[i];
+        m |= (uint32_t)(run->c0 + scale * (double)sums[i] + n - run->rho - gamma * fabs(n) <= dk) << i;
+    }
+    return m;
+}
+
+/* Offer the rows of `mask` (bit i: row i of the block) to the heap by their exact distances; returns 1 when one
+ * entered (the caller then tightens its thresholds). Shared by every instruction set. */
+static inline int ock_fs_offer_block(const ock_fs_base *b, const ock_fs_query *q, const ock_fs_run *run,
+                                     const uint8_t *block, size_t r0, uint32_t mask, ock_fs_heap *h) {
+    int entered = 0;
+    while (mask != 0) {
+        const int i = __builtin_ctz(mask);
+        mask &= mask - 1;
+        const size_t row = r0 + (size_t)i;
+        const float d = ock_fs_exact(b, q, run, block, i, row);
+        if (d <= h->d[0]) entered |= ock_fs_heap_offer(h, d, (int64_t)row);
+    }
+    return entered;
+}
+
+/* The thresholds of a run, set from the heap's worst distance dk and tightened whenever a row enters. */
+typedef struct {
+    int thr;                    /* rows with S > thr cannot enter (-1: none can); OCK_FS_MAX_SUM with float32 norms */
+    double dk;
+    int f32;                    /* float32 norms: the test is ock_fs_f32_mask_* with: */
+    double gamma;               /*   the norm's share of the rounding (portable test) */
+    float fscale, fkappa, fthr; /*   keep iff fl(fl(fscale * S) + n) - fl(fkappa * |n|) <= fthr (SIMD tests) */
+} ock_fs_limits;
+
+static inline void ock_fs_limits_set(ock_fs_limits *L, const ock_fs_base *b, const ock_fs_query *q,
+                                     const ock_fs_run *run, double dk) {
+    const double u = 5.9604644775390625e-08;
+    memset(L, 0, sizeof(*L));
+    L->dk = dk;
+    L->f32 = b->norms_f32 != NULL;
+    if (!L->f32) {
+        L->thr = ock_fs_threshold(dk, run->c0, run->rho, q->t->scale);
+        return;
+    }
+    /* The float test's own rounding: under u per operation of values up to scale * 65535 + |n|; the absolute part
+     * goes into fthr, the part in |n| into fkappa, each with room to spare (x8, and rounded up). */
+    L->thr = OCK_FS_MAX_SUM;
+    L->gamma = ock_fs_norm_gamma(q->t->W);
+    L->fscale = (float)q->t->scale;
+    float kappa = (float)(L->gamma + 8.0 * u);
+    if ((double)kappa < L->gamma + 8.0 * u) kappa = nextafterf(kappa, INFINITY);
+    L->fkappa = kappa;
+    if (!(dk < INFINITY)) {
+        L->fthr = INFINITY;
+        return;
+    }
+    const double R = dk - run->c0 + run->rho + 8.0 * u * q->t->scale * OCK_FS_MAX_SUM;
+    float Rf = (float)R;
+    if ((double)Rf < R) Rf = nextafterf(Rf, INFINITY);
+    L->fthr = Rf;
+}
+
+/* The rows of block `bi` of a run that the scan must consider: inside the run, and allowed. */
+static inline uint32_t ock_fs_live_bits(const ock_fs_base *b, const ock_fs_run *run, size_t bi) {
+    const size_t first = bi * OCK_FS_BLOCK;
+    const size_t left = run->n_rows - first;
+    const uint32_t inside = left >= 32 ? 0xffffffffu : (uint32_t)((1ull << left) - 1);
+    return inside & ock_fs_allow_bits(b, run->row0 + first);
+}
+
+/* --------------------------------------------------------------------------------------------------------------------
+ * Portable version: the oracle. */
+
+/* S of the 32 rows of a block (norm term included when t->has_norm: norm_bytes holds the rows' 32 norm codes). */
+static void ock_fs_block_sums_portable(const uint8_t *block, const uint8_t *qlut, const ock_fs_tables *t,
+                                       const uint8_t *norm_bytes, uint16_t *out) {
+    for (int i = 0; i < OCK_FS_BLOCK; i++) {
+        unsigned s = 0;
+        for (int w = 0; w < t->cols; w++) s += qlut[(size_t)w * OCK_FS_WORDS + ock_fs_word(block, i, w)];
+        if (t->has_norm) s += (unsigned)t->norm_lo[norm_bytes[i] & 15] + (unsigned)t->norm_hi[norm_bytes[i] >> 4];
+        out[i] = (uint16_t)s;
+    }
+}
+
+/* The mask of rows whose S is <= thr. */
+static inline uint32_t ock_fs_mask_portable(const uint16_t *sums, int thr) {
+    uint32_t m = 0;
+    for (int i = 0; i < OCK_FS_BLOCK; i++) m |= (uint32_t)(sums[i] <= (unsigned)thr) << i;
+    return m;
+}
+
+/* Scan one run for one query into the heap. */
+static void ock_fs_scan_run_portable(const ock_fs_base *b, const ock_fs_query *q, const ock_fs_run *run,
+                                     ock_fs_heap *h) {
+    const size_t bytes = ock_fs_block_bytes(b->W);
+    const size_t nb = ock_fs_blocks(run->n_rows);
+    ock_fs_limits L;
+    ock_fs_limits_set(&L, b, q, run, (double)h->d[0]);
+    uint16_t sums[OCK_FS_BLOCK];
+    uint8_t spare[32];
+    float fspare[32];
+    for (size_t bi = 0; bi < nb && L.thr >= 0; bi++) {
+        const uint32_t live = ock_fs_live_bits(b, run, bi);
+        if (live == 0) continue;
+        const uint8_t *block = run->blocks + bi * bytes;
+        const size_t r0 = run->row0 + bi * OCK_FS_BLOCK;
+        const uint8_t *nbytes = q->t->has_norm ? ock_fs_norm_bytes(b, r0, spare) : NULL;
+        ock_fs_block_sums_portable(block, q->qlut, q->t, nbytes, sums);
+        const uint32_t mask = live & (L.f32 ? ock_fs_f32_mask_portable(sums, ock_fs_norm_floats(b, r0, fspare), run,
+                                                                       q->t->scale, L.dk, L.gamma)
+                                            : ock_fs_mask_portable(sums, L.thr));
+        if (mask && ock_fs_offer_block(b, q, run, block, r0, mask, h)) ock_fs_limits_set(&L, b, q, run, (double)h->d[0]);
+    }
+}
+
+#ifdef OCK_FS_X86
+/* --------------------------------------------------------------------------------------------------------------------
+ * AVX2: one 32-byte load per two columns, two shuffles (rows 0..15 and 16..31), sums in uint16.
+ *
+ * Widening bytes to uint16 costs nothing extra: the shuffled bytes are added as 16-bit words (each word then holds
+ * an even row's entry plus 256 times the next odd row's), the odd rows' entries are added separately (a shift right
+ * by 8), and at the end even = words - 256 * odd. Every sum is taken modulo 2^16, which is exact because no true sum
+ * exceeds OCK_FS_MAX_SUM (checked by ock_fs_quantize). */
+
+/* The 32 sums of a block in row order: rows 0..15 in s[0], 16..31 in s[1]. */
+OCK_FS_TARGET_AVX2
+static inline void ock_fs_sums_avx2(const uint8_t *block, const uint8_t *qlut, int cols, __m256i *s) {
+    const __m256i nib = _mm256_set1_epi8(0x0f);
+    __m256i lo_w = _mm256_setzero_si256(), lo_odd = _mm256_setzero_si256();
+    __m256i hi_w = _mm256_setzero_si256(), hi_odd = _mm256_setzero_si256();
+    for (int c = 0; c < cols; c += 2) {
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(block + (size_t)c * OCK_FS_LANE));
+        const __m256i tab = _mm256_loadu_si256((const __m256i *)(qlut + (size_t)c * OCK_FS_WORDS));
+        const __m256i rl = _mm256_shuffle_epi8(tab, _mm256_and_si256(v, nib));
+        const __m256i rh = _mm256_shuffle_epi8(tab, _mm256_and_si256(_mm256_srli_epi16(v, 4), nib));
+        lo_w = _mm256_add_epi16(lo_w, rl);
+        lo_odd = _mm256_add_epi16(lo_odd, _mm256_srli_epi16(rl, 8));
+        hi_w = _mm256_add_epi16(hi_w, rh);
+        hi_odd = _mm256_add_epi16(hi_odd, _mm256_srli_epi16(rh, 8));
+    }
+    /* even rows; then the two lanes (even and odd columns) added */
+    const __m256i lo_even = _mm256_sub_epi16(lo_w, _mm256_slli_epi16(lo_odd, 8));
+    const __m256i hi_even = _mm256_sub_epi16(hi_w, _mm256_slli_epi16(hi_odd, 8));
+    const __m128i le = _mm_add_epi16(_mm256_castsi256_si128(lo_even), _mm256_extracti128_si256(lo_even, 1));
+    const __m128i lo = _mm_add_epi16(_mm256_castsi256_si128(lo_odd), _mm256_extracti128_si256(lo_odd, 1));
+    const __m128i he = _mm_add_epi16(_mm256_castsi256_si128(hi_even), _mm256_extracti128_si256(hi_even, 1));
+    const __m128i ho = _mm_add_epi16(_mm256_castsi256_si128(hi_odd), _mm256_extracti128_si256(hi_odd, 1));
+    /* interleave even and odd rows back into row order */
+    s[0] = _mm256_set_m128i(_mm_unpackhi_epi16(le, lo), _mm_unpacklo_epi16(le, lo));
+    s[1] = _mm256_set_m128i(_mm_unpackhi_epi16(he, ho), _mm_unpacklo_epi16(he, ho));
+}
+
+/* Add the norm codes' nibble tables (16-bit entries: a shuffle for each byte) to the sums of rows 0..31. */
+OCK_FS_TARGET_AVX2
+static inline void ock_fs_norm_avx2(const uint8_t *norm_bytes, const __m256i *tabs, __m256i *s) {
+    const __m256i nib = _mm256_set1_epi8(0x0f);
+    const __m256i v = _mm256_loadu_si256((const __m256i *)norm_bytes);  /* byte i: row i (lane 1: rows 16..31) */
+    const __m256i lo = _mm256_and_si256(v, nib), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
+    /* tabs: low bytes of lo table, high bytes of lo table, low bytes of hi table, high bytes of hi table */
+    const __m256i a = _mm256_shuffle_epi8(tabs[0], lo), b = _mm256_shuffle_epi8(tabs[1], lo);
+    const __m256i c = _mm256_shuffle_epi8(tabs[2], hi), d = _mm256_shuffle_epi8(tabs[3], hi);
+    /* lane 0: rows 0..7 (unpacklo) and 8..15 (unpackhi); lane 1: rows 16..23 and 24..31 */
+    const __m256i w_lo = _mm256_add_epi16(_mm256_unpacklo_epi8(a, b), _mm256_unpacklo_epi8(c, d));
+    const __m256i w_hi = _mm256_add_epi16(_mm256_unpackhi_epi8(a, b), _mm256_unpackhi_epi8(c, d));
+    s[0] = _mm256_add_epi16(s[0], _mm256_permute2x128_si256(w_lo, w_hi, 0x20));
+    s[1] = _mm256_add_epi16(s[1], _mm256_permute2x128_si256(w_lo, w_hi, 0x31));
+}
+
+/* The four shuffle tables of the norm nibbles (see ock_fs_norm_avx2). */
+OCK_FS_TARGET_AVX2
+static inline void ock_fs_norm_tabs_avx2(const ock_fs_tables *t, __m256i *tabs) {
+    uint8_t b[4][16];
+    for (int j = 0; j < 16; j++) {
+        b[0][j] = (uint8_t)(t->norm_lo[j] & 255);
+        b[1][j] = (uint8_t)(t->norm_lo[j] >> 8);
+        b[2][j] = (uint8_t)(t->norm_hi[j] & 255);
+        b[3][j] = (uint8_t)(t->norm_hi[j] >> 8);
+    }
+    for (int x = 0; x < 4; x++) tabs[x] = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)b[x]));
+}
+
+/* Rows of s[0], s[1] with sum <= thr, as a 32-bit mask in row order. */
+OCK_FS_TARGET_AVX2
+static inline uint32_t ock_fs_mask_avx2(const __m256i *s, __m256i thr) {
+    const __m256i m0 = _mm256_cmpeq_epi16(_mm256_max_epu16(s[0], thr), thr);
+    const __m256i m1 = _mm256_cmpeq_epi16(_mm256_max_epu16(s[1], thr), thr);
+    /* packs interleaves the lanes: rows 0..7, 16..23 | 8..15, 24..31; the permute puts them in order */
+    const __m256i p = _mm256_permute4x64_epi64(_mm256_packs_epi16(m0, m1), 0xd8);
+    return (uint32_t)_mm256_movemask_epi8(p);
+}
+
+OCK_FS_TARGET_AVX2
+static void ock_fs_block_sums_avx2(const uint8_t *block, const uint8_t *qlut, const ock_fs_tables *t,
+                                   const uint8_t *norm_bytes, uint16_t *out) {
+    __m256i s[2];
+    ock_fs_sums_avx2(block, qlut, t->cols, s);
+    if (t->has_norm) {
+        __m256i tabs[4];
+        ock_fs_norm_tabs_avx2(t, tabs);
+        ock_fs_norm_avx2(norm_bytes, tabs, s);
+    }
+    _mm256_storeu_si256((__m256i *)out, s[0]);
+    _mm256_storeu_si256((__m256i *)(out + 16), s[1]);
+}
+
+/* The float32 norms' test of the 32 rows (ock_fs_limits). */
+OCK_FS_TARGET_AVX2
+static inline uint32_t ock_fs_f32_mask_avx2(const __m256i *s, const float *norms, const ock_fs_limits *L) {
+    const __m256 sc = _mm256_set1_ps(L->fscale), ka = _mm256_set1_ps(L->fkappa), th = _mm256_set1_ps(L->fthr);
+    const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    uint32_t m = 0;
+    for (int g = 0; g < 4; g++) {
+        const __m128i h = (g & 1) ? _mm256_extracti128_si256(s[g >> 1], 1) : _mm256_castsi256_si128(s[g >> 1]);
+        const __m256 sf = _mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(h));
+        const __m256 n = _mm256_loadu_ps(norms + 8 * g);
+        const __m256 y = _mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(sf, sc), n),
+                                       _mm256_mul_ps(ka, _mm256_and_ps(n, magnitude)));
+        m |= (uint32_t)_mm256_movemask_ps(_mm256_cmp_ps(y, th, _CMP_LE_OQ)) << (8 * g);
+    }
+    return m;
+}
+
+OCK_FS_TARGET_AVX2
+static void ock_fs_scan_run_avx2(const ock_fs_base *b, const ock_fs_query *q, const ock_fs_run *run,
+                                 ock_fs_heap *h) {
+    const size_t bytes = ock_fs_block_bytes(b->W);
+    const size_t nb = ock_fs_blocks(run->n_rows);
+    const int cols = q->t->cols;
+    const int has_norm = q->t->has_norm;
+    ock_fs_limits L;
+    ock_fs_limits_set(&L, b, q, run, (double)h->d[0]);
+    __m256i thr = _mm256_set1_epi16((short)(uint16_t)(L.thr < 0 ? 0 : L.thr));
+    __m256i tabs[4];
+    if (has_norm) ock_fs_norm_tabs_avx2(q->t, tabs);
+    uint8_t spare[32];
+    float fspare[32];
+    for (size_t bi = 0; bi < nb && L.thr >= 0; bi++) {
+        const uint32_t live = ock_fs_live_bits(b, run, bi);
+        if (live == 0) continue;
+        const uint8_t *block = run->blocks + bi * bytes;
+        const size_t r0 = run->row0 + bi * OCK_FS_BLOCK;
+        __m256i s[2];
+        ock_fs_sums_avx2(block, q->qlut, cols, s);
+        if (has_norm) ock_fs_norm_avx2(ock_fs_norm_bytes(b, r0, spare), tabs, s);
+        const uint32_t mask = live & (L.f32 ? ock_fs_f32_mask_avx2(s, ock_fs_norm_floats(b, r0, fspare), &L)
+                                            : ock_fs_mask_avx2(s, thr));
+        if (mask && ock_fs_offer_block(b, q, run, block, r0, mask, h)) {
+            ock_fs_limits_set(&L, b, q, run, (double)h->d[0]);
+            thr = _mm256_set1_epi16((short)(uint16_t)(L.thr < 0 ? 0 : L.thr));
+        }
+    }
+}
+
+/* --------------------------------------------------------------------------------------------------------------------
+ * AVX-512BW: the same layout, four columns (two 32-byte pairs) per 64-byte load; a last lone pair is loaded with a
+ * mask (zero codes and a zero table add nothing). The four lanes are added down to AVX2's two, then finished alike. */
+
+OCK_FS_TARGET_AVX512
+static inline void ock_fs_sums_avx512(const uint8_t *block, const uint8_t *qlut, int cols, __m256i *s) {
+    const __m512i nib = _mm512_set1_epi8(0x0f);
+    __m512i lo_w = _mm512_setzero_si512(), lo_odd = _mm512_setzero_si512();
+    __m512i hi_w = _mm512_setzero_si512(), hi_odd = _mm512_setzero_si512();
+    for (int c = 0; c < cols; c += 4) {
+        const __mmask64 keep = cols - c >= 4 ? ~(__mmask64)0 : (__mmask64)0xffffffffull;
+        const __m512i v = _mm512_maskz_loadu_epi8(keep, block + (size_t)c * OCK_FS_LANE);
+        const __m512i tab = _mm512_maskz_loadu_epi8(keep, qlut + (size_t)c * OCK_FS_WORDS);
+        const __m512i rl = _mm512_shuffle_epi8(tab, _mm512_and_si512(v, nib));
+        const __m512i rh = _mm512_shuffle_epi8(tab, _mm512_and_si512(_mm512_srli_epi16(v, 4), nib));
+        lo_w = _mm512_add_epi16(lo_w, rl);
+        lo_odd = _mm512_add_epi16(lo_odd, _mm512_srli_epi16(rl, 8));
+        hi_w = _mm512_add_epi16(hi_w, rh);
+        hi_odd = _mm512_add_epi16(hi_odd, _mm512_srli_epi16(rh, 8));
+    }
+    const __m512i lo_even = _mm512_sub_epi16(lo_w, _mm512_slli_epi16(lo_odd, 8));
+    const __m512i hi_even = _mm512_sub_epi16(hi_w, _mm512_slli_epi16(hi_odd, 8));
+    /* lanes 0 + 2 and 1 + 3: the AVX2 layout (lane 0 even columns, lane 1 odd) */
+    const __m256i le2 = _mm256_add_epi16(_mm512_castsi512_si256(lo_even), _mm512_extracti64x4_epi64(lo_even, 1));
+    const __m256i lo2 = _mm256_add_epi16(_mm512_castsi512_si256(lo_odd), _mm512_extracti64x4_epi64(lo_odd, 1));
+    const __m256i he2 = _mm256_add_epi16(_mm512_castsi512_si256(hi_even), _mm512_extracti64x4_epi64(hi_even, 1));
+    const __m256i ho2 = _mm256_add_epi16(_mm512_castsi512_si256(hi_odd), _mm512_extracti64x4_epi64(hi_odd, 1));
+    const __m128i le = _mm_add_epi16(_mm256_castsi256_si128(le2), _mm256_extracti128_si256(le2, 1));
+    const __m128i lo = _mm_add_epi16(_mm256_castsi256_si128(lo2), _mm256_extracti128_si256(lo2, 1));
+    const __m128i he = _mm_add_epi16(_mm256_castsi256_si128(he2), _mm256_extracti128_si256(he2, 1));
+    const __m128i ho = _mm_add_epi16(_mm256_castsi256_si128(ho2), _mm256_extracti128_si256(ho2, 1));
+    s[0] = _mm256_set_m128i(_mm_unpackhi_epi16(le, lo), _mm_unpacklo_epi16(le, lo));
+    s[1] = _mm256_set_m128i(_mm_unpackhi_epi16(he, ho), _mm_unpacklo_epi16(he, ho));
+}
+
+OCK_FS_TARGET_AVX512
+static inline uint32_t ock_fs_mask_avx512(const __m256i *s, int thr) {
+    const __m512i all = _mm512_inserti64x4(_mm512_castsi256_si512(s[0]), s[1], 1);
+    return (uint32_t)_mm512_cmple_epu16_mask(all, _mm512_set1_epi16((short)(uint16_t)thr));
+}
+
+OCK_FS_TARGET_AVX512
+static void ock_fs_block_sums_avx512(const uint8_t *block, const uint8_t *qlut, const ock_fs_tables *t,
+                                     const uint8_t *norm_bytes, uint16_t *out) {
+    __m256i s[2];
+    ock_fs_sums_avx512(block, qlut, t->cols, s);
+    if (t->has_norm) {
+        __m256i tabs[4];
+        ock_fs_norm_tabs_avx2(t, tabs);
+        ock_fs_norm_avx2(norm_bytes, tabs, s);
+    }
+    _mm256_storeu_si256((__m256i *)out, s[0]);
+    _mm256_storeu_si256((__m256i *)(out + 16), s[1]);
+}
+
+OCK_FS_TARGET_AVX512
+static void ock_fs_scan_run_avx512(const ock_fs_base *b, const ock_fs_query *q, const ock_fs_run *run,
+                                   ock_fs_heap *h) {
+    const size_t bytes = ock_fs_block_bytes(b->W);
+    const size_t nb = ock_fs_blocks(run->n_rows);
+    const int cols = q->t->cols;
+    const int has_norm = q->t->has_norm;
+    ock_fs_limits L;
+    ock_fs_limits_set(&L, b, q, run, (double)h->d[0]);
+    __m256i tabs[4];
+    if (has_norm) ock_fs_norm_tabs_avx2(q->t, tabs);
+    uint8_t spare[32];
+    float fspare[32];
+    for (size_t bi = 0; bi < nb && L.thr >= 0; bi++) {
+        const uint32_t live = ock_fs_live_bits(b, run, bi);
+        if (live == 0) continue;
+        const uint8_t *block = run->blocks + bi * bytes;
+        const size_t r0 = run->row0 + bi * OCK_FS_BLOCK;
+        __m256i s[2];
+        ock_fs_sums_avx512(block, q->qlut, cols, s);
+        if (has_norm) ock_fs_norm_avx2(ock_fs_norm_bytes(b, r0, spare), tabs, s);
+        const uint32_t mask = live & (L.f32 ? ock_fs_f32_mask_avx2(s, ock_fs_norm_floats(b, r0, fspare), &L)
+                                            : ock_fs_mask_avx512(s, L.thr));
+        if (mask && ock_fs_offer_block(b, q, run, block, r0, mask, h))
+            ock_fs_limits_set(&L, b, q, run, (double)h->d[0]);
+    }
+}
+#endif /* OCK_FS_X86 */
+
+/* --------------------------------------------------------------------------------------------------------------------
+ * The levels a dispatcher chooses from. */
+
+enum { OCK_FS_PORTABLE = 0, OCK_FS_AVX2 = 1, OCK_FS_AVX512 = 2 };
+
+typedef void (*ock_fs_scan_run_fn)(const ock_fs_base *, const ock_fs_query *, const ock_fs_run *, ock_fs_heap *);
+typedef void (*ock_fs_block_sums_fn)(const uint8_t *, const uint8_t *, const ock_fs_tables *, const uint8_t *,
+                                     uint16_t *);
+
+/* Whether this CPU runs a level (the portable one always). */
+static inline int ock_fs_level_supported(int level) {
+    if (level == OCK_FS_PORTABLE) return 1;
+#ifdef OCK_FS_X86
+    __builtin_cpu_init();
+    if (level == OCK_FS_AVX2) return __builtin_cpu_supports("avx2");
+    if (level == OCK_FS_AVX512)
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx2");
+#endif
+    return 0;
+}
+
+static inline ock_fs_scan_run_fn ock_fs_scan_run_for(int level) {
+#ifdef OCK_FS_X86
+    if (level == OCK_FS_AVX512) return ock_fs_scan_run_avx512;
+    if (level == OCK_FS_AVX2) return ock_fs_scan_run_avx2;
+#endif
+    (void)level;
+    return ock_fs_scan_run_portable;
+}
+
+static inline ock_fs_block_sums_fn ock_fs_block_sums_for(int level) {
+#ifdef OCK_FS_X86
+    if (level == OCK_FS_AVX512) return ock_fs_block_sums_avx512;
+    if (level == OCK_FS_AVX2) return ock_fs_block_sums_avx2;
+#endif
+    (void)level;
+    return ock_fs_block_sums_portable;
+}
+
+#endif
