@@ -19,14 +19,17 @@
  *    because floor only rounds down: the quantized sum is a *lower bound*. The scale is the smallest that keeps every
  *    entry <= 255 and the largest possible sum <= 65535 (checked after quantizing, never assumed).
  *
- * 3. An exact stage. The scan keeps the k best rows by their *exact* float ADC distance (computed as the 8-bit
- *    scan computes it: the same float additions in the same order) in a bounded max-heap, and reads the exact distance
- *    of a row only when its lower bound can beat the heap's worst: a row with c0 + scale * S(x) - rho > d_k, where
- *    rho bounds the float rounding of the exact sum, has an exact distance above d_k and can never enter. So the
- *    results -- ids, distances and their order, ties by id -- are exactly those of the 8-bit scan over the same
- *    words, on every instruction set: the quantized sums only decide which rows are worth an exact look. With
- *    floor quantization a row's slack is under one unit per table, so on SIFT1M (64-bit codes) about 15 rows per
- *    query beyond k=10 reach the exact stage (docs/results.md, "Fast scan").
+ * 3. An exact stage. A row's quantized sum gives a lower bound of its exact float ADC distance (the distance the 8-bit
+ *    scan computes: the same float additions in the same order): lb = c0 + scale * S(x) - rho, where rho bounds the
+ *    float rounding of the exact sum. The scan collects the rows whose bound does not exceed a limit (the k-th best
+ *    exact distance known so far) and refines them in batches: the k with the smallest bounds get their exact
+ *    distances first, then every other row whose bound is still within the new k-th best; the limit then falls to
+ *    that k-th best. A row left out has an exact distance above the final k-th best and could never have entered, so
+ *    the results -- ids, distances and their order, ties by id -- are exactly those of the 8-bit scan over the same
+ *    words, on every instruction set: the quantized sums only decide which rows are worth an exact look. Refining
+ *    in batches, best bounds first, keeps those exact looks near k (on SIFT1M with 64-bit codes about 1.5 k per
+ *    query, docs/results.md "Fast scan"), where offering rows one by one in scan order would pay an exact distance
+ *    and a heap update for every row that improves on the k-th best so far (~k ln(N / k)).
  *
  * The norm term. An L2 code with C >= 2 adds its stored norm term n = ||x_hat||^2, whose spread is as large as the
  * words' tables together: leaving it out of the bound selects tens of thousands of rows instead of tens. A one-byte
@@ -63,6 +66,12 @@
 #define OCK_FS_EXACT_FN
 #endif
 
+#if defined(__GNUC__) || defined(__clang__)
+#define OCK_FS_INLINE __attribute__((always_inline))
+#else
+#define OCK_FS_INLINE
+#endif
+
 #define OCK_FS_BLOCK 32            /* rows per block */
 #define OCK_FS_LANE 16             /* bytes per column: rows i and i + 16 share byte i */
 #define OCK_FS_WORDS 16            /* entries per table (words below 16) */
@@ -83,8 +92,7 @@ static inline size_t ock_fs_blocks(size_t n) { return (n + OCK_FS_BLOCK - 1) / O
 
 /* Word w of row i (0..31) of a block. */
 static inline unsigned ock_fs_word(const uint8_t *block, int i, int w) {
-    const uint8_t b = block[(size_t)w * OCK_FS_LANE + (i & 15)];
-    return i < 16 ? (unsigned)(b & 15) : (unsigned)(b >> 4);
+    return ((unsigned)block[(size_t)w * OCK_FS_LANE + (i & 15)] >> ((i >> 4) << 2)) & 15u;
 }
 
 /* Pack rows codes[0..n-1] (n x W bytes, each < 16) into ock_fs_blocks(n) blocks at `blocks` (zeroing the padding:
@@ -148,29 +156,35 @@ typedef struct {
     int max_sum;               /* the largest S any row can reach (<= OCK_FS_MAX_SUM, checked) */
 } ock_fs_tables;
 
+/* The smallest and largest finite entries of one table (0, 0 when it has none: every word of it is impossible). */
+static inline void ock_fs_table_range(const float *row, double *lo, double *hi, double *amax) {
+    double l = INFINITY, h = -INFINITY, a = 0.0;
+    for (int j = 0; j < OCK_FS_WORDS; j++) {
+        const double v = (double)row[j];
+        if (!isfinite(v)) continue;
+        if (v < l) l = v;
+        if (v > h) h = v;
+        if (fabs(v) > a) a = fabs(v);
+    }
+    if (!(l <= h)) l = h = 0.0;
+    *lo = l;
+    *hi = h;
+    *amax = a;
+}
+
 /* Quantize one query's float tables lut (W x 16, entries >= K may be +inf: words that cannot occur) into qlut
  * (cols x 16 bytes, the pad column zero) and t. norm_hi / norm_lo: the norm code's lower-bound tables
- * (ock_fs_norm_bounds) or NULL (no norm term, or float32 norms added per row); norm_max: the largest norm term
- * (for the rounding bound). Returns 0, or -1 when no scale keeps the sum in uint16 (cannot happen for W <= 256). */
+ * (ock_fs_norm_bounds) or NULL (no norm term, or float32 norms added per row); norm_max: the largest |norm term|
+ * (for the rounding bound). Returns 0, or -1 when no scale keeps the sum in uint16 (not seen: the scale below does
+ * by construction, and the loop only guards its rounding). */
 static int ock_fs_quantize(const float *lut, int W, float qconst, const double *norm_hi, const double *norm_lo,
                            double norm_max, uint8_t *qlut, ock_fs_tables *t) {
     double bias_sum = 0.0, range_max = 0.0, range_sum = 0.0, magnitude = fabs((double)qconst);
-    double bias[256];
-    if (W > 256) return -1;
     t->W = W;
     t->cols = ock_fs_columns(W);
     for (int w = 0; w < W; w++) {
-        const float *row = lut + (size_t)w * OCK_FS_WORDS;
-        double lo = INFINITY, hi = -INFINITY, amax = 0.0;
-        for (int j = 0; j < OCK_FS_WORDS; j++) {
-            const double v = (double)row[j];
-            if (!isfinite(v)) continue;
-            if (v < lo) lo = v;
-            if (v > hi) hi = v;
-            if (fabs(v) > amax) amax = fabs(v);
-        }
-        if (!(lo <= hi)) lo = hi = 0.0;  /* no finite entry: every word of this column is impossible */
-        bias[w] = lo;
+        double lo, hi, amax;
+        ock_fs_table_range(lut + (size_t)w * OCK_FS_WORDS, &lo, &hi, &amax);
         bias_sum += lo;
         range_sum += hi - lo;
         if (hi - lo > range_max) range_max = hi - lo;
@@ -201,10 +215,12 @@ static int ock_fs_quantize(const float *lut, int W, float qconst, const double *
         for (int w = 0; w < W; w++) {
             const float *row = lut + (size_t)w * OCK_FS_WORDS;
             uint8_t *q = qlut + (size_t)w * OCK_FS_WORDS;
+            double bias, hi, amax;
+            ock_fs_table_range(row, &bias, &hi, &amax);
             int qmax = 0;
             for (int j = 0; j < OCK_FS_WORDS; j++) {
                 const double v = (double)row[j];
-                double u = isfinite(v) ? floor((v - bias[w]) / scale) : 0.0;
+                double u = isfinite(v) ? floor((v - bias) / scale) : 0.0;
                 if (u < 0.0) u = 0.0;
                 if (u > 255.0) u = 255.0;
                 q[j] = (uint8_t)u;
@@ -369,6 +385,14 @@ static inline uint32_t ock_fs_allow_bits(const ock_fs_base *b, size_t r0) {
     return (uint32_t)v;
 }
 
+/* The rows of block `bi` of a run that the scan must consider: inside the run, and allowed. */
+static inline uint32_t ock_fs_live_bits(const ock_fs_base *b, const ock_fs_run *run, size_t bi) {
+    const size_t first = bi * OCK_FS_BLOCK;
+    const size_t left = run->n_rows - first;
+    const uint32_t inside = left >= 32 ? 0xffffffffu : (uint32_t)((1ull << left) - 1);
+    return inside & ock_fs_allow_bits(b, run->row0 + first);
+}
+
 /* The 32 norm codes (or float32 norms) of rows r0..r0+31, zero past N, as a pointer to 32 readable values. */
 static inline const uint8_t *ock_fs_norm_bytes(const ock_fs_base *b, size_t r0, uint8_t *spare) {
     if (r0 + 32 <= b->N) return b->norm_codes + r0;
@@ -391,95 +415,173 @@ static inline float ock_fs_norm_term(const ock_fs_base *b, size_t row) {
     return 0.0f;
 }
 
-/* The exact ADC distance of row i of a block: start + n + sum_w lut[w, word], in this order (the 8-bit scan's). */
+/* --------------------------------------------------------------------------------------------------------------------
+ * Candidates and their refinement (the exact stage), shared by every instruction set. */
+
+typedef struct {
+    double lb;                  /* a lower bound of the row's exact distance, as the float sum computes it */
+    int64_t row;                /* its global row */
+    const uint8_t *block;       /* its block, and its place in it */
+    float start_term;           /* its run's first term */
+    int i;
+} ock_fs_cand;
+
+/* The k best rows of one query (a heap by exact distance) and the rows waiting for their exact distance. */
+typedef struct {
+    ock_fs_heap heap;
+    ock_fs_cand *cand;          /* (cap,) */
+    int n, cap;                 /* cap > heap.k */
+    double limit;               /* a row whose lower bound exceeds it cannot enter: the heap's worst after a refine */
+} ock_fs_collector;
+
+/* Start a collection into the heap arrays (k each) and the candidate buffer (cap > k entries): empty slots
+ * (bound, -1), so that only rows below `bound` (+inf: any row) may enter. */
+static void ock_fs_collector_init(ock_fs_collector *c, float *hd, int64_t *hr, int k, const int64_t *ids,
+                                  ock_fs_cand *cand, int cap, float bound) {
+    c->heap.d = hd;
+    c->heap.r = hr;
+    c->heap.k = k;
+    c->heap.ids = ids;
+    ock_fs_heap_init(&c->heap, bound);
+    c->cand = cand;
+    c->n = 0;
+    c->cap = cap;
+    c->limit = (double)bound;
+}
+
+/* The exact ADC distance of a candidate: start + n + sum_w lut[w, word], in this order (the 8-bit scan's). */
 OCK_FS_EXACT_FN
-static float ock_fs_exact(const ock_fs_base *b, const ock_fs_query *q, const ock_fs_run *run, const uint8_t *block,
-                          int i, size_t row) {
-    float d = run->start_term + ock_fs_norm_term(b, row);
+static float ock_fs_exact(const ock_fs_base *b, const ock_fs_query *q, const ock_fs_cand *c) {
+    float d = c->start_term + ock_fs_norm_term(b, (size_t)c->row);
     const float *lut = q->lut;
-    for (int w = 0; w < b->W; w++) d = d + lut[(size_t)w * OCK_FS_WORDS + ock_fs_word(block, i, w)];
+    for (int w = 0; w < b->W; w++) d = d + lut[(size_t)w * OCK_FS_WORDS + ock_fs_word(c->block, c->i, w)];
     return d;
 }
 
-/* Float32 norms are not in S: a row may enter when c0 + scale * S + n - rho - gamma |n| <= dk, where gamma |n| is
- * the norm term's share of the exact sum's rounding (ock_fs_rounding covers the other terms). The portable test runs
- * in double (its own rounding is far inside the doubled allowances); the SIMD tests in float with the allowances of
- * ock_fs_f32_limits. Any of them keeps every row that can enter: they may differ only in rows that cannot, which
- * the exact stage then rejects, so every level returns the same results. */
+static inline void ock_fs_cand_swap(ock_fs_cand *a, ock_fs_cand *b) {
+    const ock_fs_cand t = *a;
+    *a = *b;
+    *b = t;
+}
+
+/* Reorder cand[0..n-1] so that its k smallest bounds come first (any order among them; 0 < k < n): quickselect with
+ * a median-of-three pivot and Hoare partitioning. */
+static void ock_fs_select_smallest(ock_fs_cand *cand, int n, int k) {
+    int lo = 0, hi = n - 1;
+    while (lo < hi) {
+        const int mid = lo + (hi - lo) / 2;
+        if (cand[mid].lb < cand[lo].lb) ock_fs_cand_swap(&cand[mid], &cand[lo]);
+        if (cand[hi].lb < cand[mid].lb) {
+            ock_fs_cand_swap(&cand[hi], &cand[mid]);
+            if (cand[mid].lb < cand[lo].lb) ock_fs_cand_swap(&cand[mid], &cand[lo]);
+        }
+        const double pivot = cand[mid].lb;
+        int i = lo, j = hi;
+        while (i <= j) {
+            while (cand[i].lb < pivot) i++;
+            while (cand[j].lb > pivot) j--;
+            if (i <= j) {
+                ock_fs_cand_swap(&cand[i], &cand[j]);
+                i++;
+                j--;
+            }
+        }
+        if (k - 1 <= j) hi = j;
+        else if (k - 1 >= i) lo = i;
+        else break;
+    }
+}
+
+/* The exact stage: offer the waiting rows to the heap, the k with the smallest bounds first, then every other one
+ * whose bound is within the heap's new worst; empty the buffer and lower the limit to that worst. */
+static void ock_fs_refine(ock_fs_collector *c, const ock_fs_base *b, const ock_fs_query *q) {
+    const int k = c->heap.k;
+    if (c->n > k) ock_fs_select_smallest(c->cand, c->n, k);
+    for (int j = 0; j < c->n; j++) {
+        const ock_fs_cand *x = &c->cand[j];
+        if (x->lb > (double)c->heap.d[0]) continue;
+        const float d = ock_fs_exact(b, q, x);
+#ifdef OCK_FS_COUNT
+        OCK_FS_COUNT++;
+#endif
+        if (d <= c->heap.d[0]) ock_fs_heap_offer(&c->heap, d, x->row);
+    }
+    c->n = 0;
+    if ((double)c->heap.d[0] < c->limit) c->limit = (double)c->heap.d[0];
+}
+
+/* --------------------------------------------------------------------------------------------------------------------
+ * Thresholds of a run: which quantized sums may hold a row below the collector's limit. */
+
+/* Float32 norms are not in S: a row's bound is c0 + scale * S + n - rho - gamma |n|, where gamma |n| is the norm
+ * term's share of the exact sum's rounding (ock_fs_rounding covers the other terms). */
 static inline double ock_fs_norm_gamma(int W) {
     const double u = 5.9604644775390625e-08, n = (double)W + 3.0;
     return 2.0 * n * u / (1.0 - n * u);
 }
 
-static inline uint32_t ock_fs_f32_mask_portable(const uint16_t *sums, const float *norms, const ock_fs_run *run,
-                                                double scale, double dk, double gamma) {
-    if (!(dk < INFINITY)) return 0xffffffffu;
-    uint32_t m = 0;
-    for (int i = 0; i < OCK_FS_BLOCK; i++) {
-        const double n = (double)norms[i];
-        m |= (uint32_t)(run->c0 + scale * (double)sums[i] + n - run->rho - gamma * fabs(n) <= dk) << i;
-    }
-    return m;
-}
-
-/* Offer the rows of `mask` (bit i: row i of the block) to the heap by their exact distances; returns 1 when one
- * entered (the caller then tightens its thresholds). Shared by every instruction set. */
-static inline int ock_fs_offer_block(const ock_fs_base *b, const ock_fs_query *q, const ock_fs_run *run,
-                                     const uint8_t *block, size_t r0, uint32_t mask, ock_fs_heap *h) {
-    int entered = 0;
-    while (mask != 0) {
-        const int i = __builtin_ctz(mask);
-        mask &= mask - 1;
-        const size_t row = r0 + (size_t)i;
-        const float d = ock_fs_exact(b, q, run, block, i, row);
-        if (d <= h->d[0]) entered |= ock_fs_heap_offer(h, d, (int64_t)row);
-    }
-    return entered;
-}
-
-/* The thresholds of a run, set from the heap's worst distance dk and tightened whenever a row enters. */
 typedef struct {
-    int thr;                    /* rows with S > thr cannot enter (-1: none can); OCK_FS_MAX_SUM with float32 norms */
-    double dk;
-    int f32;                    /* float32 norms: the test is ock_fs_f32_mask_* with: */
-    double gamma;               /*   the norm's share of the rounding (portable test) */
-    float fscale, fkappa, fthr; /*   keep iff fl(fl(fscale * S) + n) - fl(fkappa * |n|) <= fthr (SIMD tests) */
+    int thr;                    /* rows with S > thr cannot enter (-1: no row of the run can); MAX_SUM for f32 norms */
+    int f32;                    /* float32 norms: the SIMD test is fl(fl(fscale * S) + n) - fl(fkappa * |n|) <= fthr */
+    double gamma;
+    float fscale, fkappa, fthr;
 } ock_fs_limits;
 
+/* The thresholds of a run for the collector's current limit. The float test rounds under u per operation of
+ * values up to scale * 65535 + |n|: the absolute part of that goes into fthr, the part in |n| into fkappa, each with
+ * room to spare (x8, rounded up). A SIMD test may thus keep a few more rows than the exact bound would (which the
+ * candidate's own bound, computed in double, then drops): never fewer. */
 static inline void ock_fs_limits_set(ock_fs_limits *L, const ock_fs_base *b, const ock_fs_query *q,
-                                     const ock_fs_run *run, double dk) {
+                                     const ock_fs_run *run, double limit) {
     const double u = 5.9604644775390625e-08;
     memset(L, 0, sizeof(*L));
-    L->dk = dk;
     L->f32 = b->norms_f32 != NULL;
     if (!L->f32) {
-        L->thr = ock_fs_threshold(dk, run->c0, run->rho, q->t->scale);
+        L->thr = ock_fs_threshold(limit, run->c0, run->rho, q->t->scale);
         return;
     }
-    /* The float test's own rounding: under u per operation of values up to scale * 65535 + |n|; the absolute part
-     * goes into fthr, the part in |n| into fkappa, each with room to spare (x8, and rounded up). */
     L->thr = OCK_FS_MAX_SUM;
     L->gamma = ock_fs_norm_gamma(q->t->W);
     L->fscale = (float)q->t->scale;
     float kappa = (float)(L->gamma + 8.0 * u);
     if ((double)kappa < L->gamma + 8.0 * u) kappa = nextafterf(kappa, INFINITY);
     L->fkappa = kappa;
-    if (!(dk < INFINITY)) {
+    if (!(limit < INFINITY)) {
         L->fthr = INFINITY;
         return;
     }
-    const double R = dk - run->c0 + run->rho + 8.0 * u * q->t->scale * OCK_FS_MAX_SUM;
+    const double R = limit - run->c0 + run->rho + 8.0 * u * q->t->scale * OCK_FS_MAX_SUM;
     float Rf = (float)R;
     if ((double)Rf < R) Rf = nextafterf(Rf, INFINITY);
     L->fthr = Rf;
 }
 
-/* The rows of block `bi` of a run that the scan must consider: inside the run, and allowed. */
-static inline uint32_t ock_fs_live_bits(const ock_fs_base *b, const ock_fs_run *run, size_t bi) {
-    const size_t first = bi * OCK_FS_BLOCK;
-    const size_t left = run->n_rows - first;
-    const uint32_t inside = left >= 32 ? 0xffffffffu : (uint32_t)((1ull << left) - 1);
-    return inside & ock_fs_allow_bits(b, run->row0 + first);
+/* Append the rows of `mask` (bit i: row i of the block, quantized sum sums[i]) whose bound is within the limit;
+ * refine when the buffer fills. Returns 1 when the limit changed (the caller recomputes its thresholds). */
+static inline int ock_fs_collect_block(ock_fs_collector *c, const ock_fs_base *b, const ock_fs_query *q,
+                                       const ock_fs_run *run, const uint8_t *block, size_t r0, uint32_t mask,
+                                       const uint16_t *sums, const ock_fs_limits *L) {
+    const double limit = c->limit;
+    const double scale = q->t->scale;
+    while (mask != 0) {
+        const int i = __builtin_ctz(mask);
+        mask &= mask - 1;
+        const size_t row = r0 + (size_t)i;
+        double lb = run->c0 + scale * (double)sums[i] - run->rho;
+        if (L->f32) {
+            const double n = (double)b->norms_f32[row];
+            lb += n - L->gamma * fabs(n);
+        }
+        if (!(lb <= c->limit)) continue;
+        ock_fs_cand *x = &c->cand[c->n++];
+        x->lb = lb;
+        x->row = (int64_t)row;
+        x->block = block;
+        x->start_term = run->start_term;
+        x->i = i;
+        if (c->n == c->cap) ock_fs_refine(c, b, q);
+    }
+    return c->limit != limit;
 }
 
 /* --------------------------------------------------------------------------------------------------------------------
@@ -496,20 +598,29 @@ static void ock_fs_block_sums_portable(const uint8_t *block, const uint8_t *qlut
     }
 }
 
-/* The mask of rows whose S is <= thr. */
-static inline uint32_t ock_fs_mask_portable(const uint16_t *sums, int thr) {
+/* The rows of a block that may be within the limit: S <= thr, or the float test of float32 norms (in double). */
+static inline uint32_t ock_fs_mask_portable(const uint16_t *sums, const float *norms, const ock_fs_run *run,
+                                            const ock_fs_limits *L, double scale, double limit) {
     uint32_t m = 0;
-    for (int i = 0; i < OCK_FS_BLOCK; i++) m |= (uint32_t)(sums[i] <= (unsigned)thr) << i;
+    if (!L->f32) {
+        for (int i = 0; i < OCK_FS_BLOCK; i++) m |= (uint32_t)(sums[i] <= (unsigned)L->thr) << i;
+        return m;
+    }
+    if (!(limit < INFINITY)) return 0xffffffffu;
+    for (int i = 0; i < OCK_FS_BLOCK; i++) {
+        const double n = (double)norms[i];
+        m |= (uint32_t)(run->c0 + scale * (double)sums[i] + n - run->rho - L->gamma * fabs(n) <= limit) << i;
+    }
     return m;
 }
 
-/* Scan one run for one query into the heap. */
+/* Scan one run for one query into its collector. */
 static void ock_fs_scan_run_portable(const ock_fs_base *b, const ock_fs_query *q, const ock_fs_run *run,
-                                     ock_fs_heap *h) {
+                                     ock_fs_collector *c) {
     const size_t bytes = ock_fs_block_bytes(b->W);
     const size_t nb = ock_fs_blocks(run->n_rows);
     ock_fs_limits L;
-    ock_fs_limits_set(&L, b, q, run, (double)h->d[0]);
+    ock_fs_limits_set(&L, b, q, run, c->limit);
     uint16_t sums[OCK_FS_BLOCK];
     uint8_t spare[32];
     float fspare[32];
@@ -518,12 +629,12 @@ static void ock_fs_scan_run_portable(const ock_fs_base *b, const ock_fs_query *q
         if (live == 0) continue;
         const uint8_t *block = run->blocks + bi * bytes;
         const size_t r0 = run->row0 + bi * OCK_FS_BLOCK;
-        const uint8_t *nbytes = q->t->has_norm ? ock_fs_norm_bytes(b, r0, spare) : NULL;
-        ock_fs_block_sums_portable(block, q->qlut, q->t, nbytes, sums);
-        const uint32_t mask = live & (L.f32 ? ock_fs_f32_mask_portable(sums, ock_fs_norm_floats(b, r0, fspare), run,
-                                                                       q->t->scale, L.dk, L.gamma)
-                                            : ock_fs_mask_portable(sums, L.thr));
-        if (mask && ock_fs_offer_block(b, q, run, block, r0, mask, h)) ock_fs_limits_set(&L, b, q, run, (double)h->d[0]);
+        ock_fs_block_sums_portable(block, q->qlut, q->t, q->t->has_norm ? ock_fs_norm_bytes(b, r0, spare) : NULL,
+                                   sums);
+        const uint32_t mask = live & ock_fs_mask_portable(sums, L.f32 ? ock_fs_norm_floats(b, r0, fspare) : NULL,
+                                                          run, &L, q->t->scale, c->limit);
+        if (mask && ock_fs_collect_block(c, b, q, run, block, r0, mask, sums, &L))
+            ock_fs_limits_set(&L, b, q, run, c->limit);
     }
 }
 
@@ -536,32 +647,73 @@ static void ock_fs_scan_run_portable(const ock_fs_base *b, const ock_fs_query *q
  * by 8), and at the end even = words - 256 * odd. Every sum is taken modulo 2^16, which is exact because no true sum
  * exceeds OCK_FS_MAX_SUM (checked by ock_fs_quantize). */
 
-/* The 32 sums of a block in row order: rows 0..15 in s[0], 16..31 in s[1]. */
-OCK_FS_TARGET_AVX2
-static inline void ock_fs_sums_avx2(const uint8_t *block, const uint8_t *qlut, int cols, __m256i *s) {
-    const __m256i nib = _mm256_set1_epi8(0x0f);
-    __m256i lo_w = _mm256_setzero_si256(), lo_odd = _mm256_setzero_si256();
-    __m256i hi_w = _mm256_setzero_si256(), hi_odd = _mm256_setzero_si256();
-    for (int c = 0; c < cols; c += 2) {
-        const __m256i v = _mm256_loadu_si256((const __m256i *)(block + (size_t)c * OCK_FS_LANE));
-        const __m256i tab = _mm256_loadu_si256((const __m256i *)(qlut + (size_t)c * OCK_FS_WORDS));
-        const __m256i rl = _mm256_shuffle_epi8(tab, _mm256_and_si256(v, nib));
-        const __m256i rh = _mm256_shuffle_epi8(tab, _mm256_and_si256(_mm256_srli_epi16(v, 4), nib));
-        lo_w = _mm256_add_epi16(lo_w, rl);
-        lo_odd = _mm256_add_epi16(lo_odd, _mm256_srli_epi16(rl, 8));
-        hi_w = _mm256_add_epi16(hi_w, rh);
-        hi_odd = _mm256_add_epi16(hi_odd, _mm256_srli_epi16(rh, 8));
-    }
+/* The running sums of one query over a block: per 16-bit word, lane 0 the even columns and lane 1 the odd ones;
+ * `w` the words as added (even row + 256 x odd row), `odd` the odd rows alone; lo: rows 0..15, hi: rows 16..31. */
+typedef struct {
+    __m256i lo_w, lo_odd, hi_w, hi_odd;
+} ock_fs_acc_avx2;
+
+OCK_FS_TARGET_AVX2 OCK_FS_INLINE
+static inline void ock_fs_acc_zero_avx2(ock_fs_acc_avx2 *a) {
+    a->lo_w = a->lo_odd = a->hi_w = a->hi_odd = _mm256_setzero_si256();
+}
+
+/* Add the entries of one column pair: lo / hi the nibbles of rows 0..15 / 16..31, tab the pair's two tables. */
+OCK_FS_TARGET_AVX2 OCK_FS_INLINE
+static inline void ock_fs_acc_add_avx2(ock_fs_acc_avx2 *a, __m256i tab, __m256i lo, __m256i hi) {
+    const __m256i rl = _mm256_shuffle_epi8(tab, lo);
+    const __m256i rh = _mm256_shuffle_epi8(tab, hi);
+    a->lo_w = _mm256_add_epi16(a->lo_w, rl);
+    a->lo_odd = _mm256_add_epi16(a->lo_odd, _mm256_srli_epi16(rl, 8));
+    a->hi_w = _mm256_add_epi16(a->hi_w, rh);
+    a->hi_odd = _mm256_add_epi16(a->hi_odd, _mm256_srli_epi16(rh, 8));
+}
+
+/* The 32 sums in row order: rows 0..15 in s[0], 16..31 in s[1]. */
+OCK_FS_TARGET_AVX2 OCK_FS_INLINE
+static inline void ock_fs_acc_finish_avx2(const ock_fs_acc_avx2 *a, __m256i *s) {
     /* even rows; then the two lanes (even and odd columns) added */
-    const __m256i lo_even = _mm256_sub_epi16(lo_w, _mm256_slli_epi16(lo_odd, 8));
-    const __m256i hi_even = _mm256_sub_epi16(hi_w, _mm256_slli_epi16(hi_odd, 8));
+    const __m256i lo_even = _mm256_sub_epi16(a->lo_w, _mm256_slli_epi16(a->lo_odd, 8));
+    const __m256i hi_even = _mm256_sub_epi16(a->hi_w, _mm256_slli_epi16(a->hi_odd, 8));
     const __m128i le = _mm_add_epi16(_mm256_castsi256_si128(lo_even), _mm256_extracti128_si256(lo_even, 1));
-    const __m128i lo = _mm_add_epi16(_mm256_castsi256_si128(lo_odd), _mm256_extracti128_si256(lo_odd, 1));
+    const __m128i lo = _mm_add_epi16(_mm256_castsi256_si128(a->lo_odd), _mm256_extracti128_si256(a->lo_odd, 1));
     const __m128i he = _mm_add_epi16(_mm256_castsi256_si128(hi_even), _mm256_extracti128_si256(hi_even, 1));
-    const __m128i ho = _mm_add_epi16(_mm256_castsi256_si128(hi_odd), _mm256_extracti128_si256(hi_odd, 1));
+    const __m128i ho = _mm_add_epi16(_mm256_castsi256_si128(a->hi_odd), _mm256_extracti128_si256(a->hi_odd, 1));
     /* interleave even and odd rows back into row order */
     s[0] = _mm256_set_m128i(_mm_unpackhi_epi16(le, lo), _mm_unpacklo_epi16(le, lo));
     s[1] = _mm256_set_m128i(_mm_unpackhi_epi16(he, ho), _mm_unpacklo_epi16(he, ho));
+}
+
+/* The 32 sums of a block in row order: rows 0..15 in s[0], 16..31 in s[1]. */
+OCK_FS_TARGET_AVX2 OCK_FS_INLINE
+static inline void ock_fs_sums_avx2(const uint8_t *block, const uint8_t *qlut, int cols, __m256i *s) {
+    const __m256i nib = _mm256_set1_epi8(0x0f);
+    ock_fs_acc_avx2 a;
+    ock_fs_acc_zero_avx2(&a);
+    for (int c = 0; c < cols; c += 2) {
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(block + (size_t)c * OCK_FS_LANE));
+        const __m256i tab = _mm256_loadu_si256((const __m256i *)(qlut + (size_t)c * OCK_FS_WORDS));
+        ock_fs_acc_add_avx2(&a, tab, _mm256_and_si256(v, nib), _mm256_and_si256(_mm256_srli_epi16(v, 4), nib));
+    }
+    ock_fs_acc_finish_avx2(&a, s);
+}
+
+/* The same for two queries at once: each column pair is loaded and split into nibbles once for both. */
+OCK_FS_TARGET_AVX2 OCK_FS_INLINE
+static inline void ock_fs_sums2_avx2(const uint8_t *block, const uint8_t *qa, const uint8_t *qb, int cols,
+                                     __m256i *sa, __m256i *sb) {
+    const __m256i nib = _mm256_set1_epi8(0x0f);
+    ock_fs_acc_avx2 a, b;
+    ock_fs_acc_zero_avx2(&a);
+    ock_fs_acc_zero_avx2(&b);
+    for (int c = 0; c < cols; c += 2) {
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(block + (size_t)c * OCK_FS_LANE));
+        const __m256i lo = _mm256_and_si256(v, nib), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
+        ock_fs_acc_add_avx2(&a, _mm256_loadu_si256((const __m256i *)(qa + (size_t)c * OCK_FS_WORDS)), lo, hi);
+        ock_fs_acc_add_avx2(&b, _mm256_loadu_si256((const __m256i *)(qb + (size_t)c * OCK_FS_WORDS)), lo, hi);
+    }
+    ock_fs_acc_finish_avx2(&a, sa);
+    ock_fs_acc_finish_avx2(&b, sb);
 }
 
 /* Add the norm codes' nibble tables (16-bit entries: a shuffle for each byte) to the sums of rows 0..31. */
@@ -634,20 +786,22 @@ static inline uint32_t ock_fs_f32_mask_avx2(const __m256i *s, const float *norms
     return m;
 }
 
-OCK_FS_TARGET_AVX2
-static void ock_fs_scan_run_avx2(const ock_fs_base *b, const ock_fs_query *q, const ock_fs_run *run,
-                                 ock_fs_heap *h) {
-    const size_t bytes = ock_fs_block_bytes(b->W);
+/* The scan of a run with `cols` columns; inlined with a constant `cols` for the usual code sizes (the column loop
+ * then unrolls completely: no loop counter, no register copies between its iterations). */
+OCK_FS_TARGET_AVX2 OCK_FS_INLINE
+static inline void ock_fs_scan_run_avx2_cols(const ock_fs_base *b, const ock_fs_query *q, const ock_fs_run *run,
+                                             ock_fs_collector *c, const int cols) {
+    const size_t bytes = (size_t)OCK_FS_LANE * (size_t)cols;
     const size_t nb = ock_fs_blocks(run->n_rows);
-    const int cols = q->t->cols;
     const int has_norm = q->t->has_norm;
     ock_fs_limits L;
-    ock_fs_limits_set(&L, b, q, run, (double)h->d[0]);
+    ock_fs_limits_set(&L, b, q, run, c->limit);
     __m256i thr = _mm256_set1_epi16((short)(uint16_t)(L.thr < 0 ? 0 : L.thr));
     __m256i tabs[4];
     if (has_norm) ock_fs_norm_tabs_avx2(q->t, tabs);
     uint8_t spare[32];
     float fspare[32];
+    uint16_t sums[OCK_FS_BLOCK];
     for (size_t bi = 0; bi < nb && L.thr >= 0; bi++) {
         const uint32_t live = ock_fs_live_bits(b, run, bi);
         if (live == 0) continue;
@@ -658,9 +812,75 @@ static void ock_fs_scan_run_avx2(const ock_fs_base *b, const ock_fs_query *q, co
         if (has_norm) ock_fs_norm_avx2(ock_fs_norm_bytes(b, r0, spare), tabs, s);
         const uint32_t mask = live & (L.f32 ? ock_fs_f32_mask_avx2(s, ock_fs_norm_floats(b, r0, fspare), &L)
                                             : ock_fs_mask_avx2(s, thr));
-        if (mask && ock_fs_offer_block(b, q, run, block, r0, mask, h)) {
-            ock_fs_limits_set(&L, b, q, run, (double)h->d[0]);
-            thr = _mm256_set1_epi16((short)(uint16_t)(L.thr < 0 ? 0 : L.thr));
+        if (mask) {
+            _mm256_storeu_si256((__m256i *)sums, s[0]);
+            _mm256_storeu_si256((__m256i *)(sums + 16), s[1]);
+            if (ock_fs_collect_block(c, b, q, run, block, r0, mask, sums, &L)) {
+                ock_fs_limits_set(&L, b, q, run, c->limit);
+                thr = _mm256_set1_epi16((short)(uint16_t)(L.thr < 0 ? 0 : L.thr));
+            }
+        }
+    }
+}
+
+OCK_FS_TARGET_AVX2
+static void ock_fs_scan_run_avx2(const ock_fs_base *b, const ock_fs_query *q, const ock_fs_run *run,
+                                 ock_fs_collector *c) {
+    ock_fs_scan_run_avx2_cols(b, q, run, c, q->t->cols);
+}
+
+/* Two queries over the same run (a batch's flat scan): the block's codes are read and split once for both. */
+OCK_FS_TARGET_AVX2
+static void ock_fs_scan_run2_avx2(const ock_fs_base *b, const ock_fs_query *qa, const ock_fs_query *qb,
+                                  const ock_fs_run *ra, const ock_fs_run *rb, ock_fs_collector *ca,
+                                  ock_fs_collector *cb) {
+    const int cols = qa->t->cols;
+    const size_t bytes = (size_t)OCK_FS_LANE * (size_t)cols;
+    const size_t nb = ock_fs_blocks(ra->n_rows);
+    const int has_norm = qa->t->has_norm;
+    ock_fs_limits La, Lb;
+    ock_fs_limits_set(&La, b, qa, ra, ca->limit);
+    ock_fs_limits_set(&Lb, b, qb, rb, cb->limit);
+    __m256i thra = _mm256_set1_epi16((short)(uint16_t)(La.thr < 0 ? 0 : La.thr));
+    __m256i thrb = _mm256_set1_epi16((short)(uint16_t)(Lb.thr < 0 ? 0 : Lb.thr));
+    __m256i tabsa[4], tabsb[4];
+    if (has_norm) {
+        ock_fs_norm_tabs_avx2(qa->t, tabsa);
+        ock_fs_norm_tabs_avx2(qb->t, tabsb);
+    }
+    uint8_t spare[32];
+    float fspare[32];
+    uint16_t sums[OCK_FS_BLOCK];
+    for (size_t bi = 0; bi < nb && (La.thr >= 0 || Lb.thr >= 0); bi++) {
+        const uint32_t live = ock_fs_live_bits(b, ra, bi);
+        if (live == 0) continue;
+        const uint8_t *block = ra->blocks + bi * bytes;
+        const size_t r0 = ra->row0 + bi * OCK_FS_BLOCK;
+        __m256i sa[2], sb[2];
+        ock_fs_sums2_avx2(block, qa->qlut, qb->qlut, cols, sa, sb);
+        const uint8_t *nbytes = has_norm ? ock_fs_norm_bytes(b, r0, spare) : NULL;
+        const float *nf = La.f32 ? ock_fs_norm_floats(b, r0, fspare) : NULL;
+        if (has_norm) {
+            ock_fs_norm_avx2(nbytes, tabsa, sa);
+            ock_fs_norm_avx2(nbytes, tabsb, sb);
+        }
+        uint32_t mask = La.thr < 0 ? 0 : live & (La.f32 ? ock_fs_f32_mask_avx2(sa, nf, &La) : ock_fs_mask_avx2(sa, thra));
+        if (mask) {
+            _mm256_storeu_si256((__m256i *)sums, sa[0]);
+            _mm256_storeu_si256((__m256i *)(sums + 16), sa[1]);
+            if (ock_fs_collect_block(ca, b, qa, ra, block, r0, mask, sums, &La)) {
+                ock_fs_limits_set(&La, b, qa, ra, ca->limit);
+                thra = _mm256_set1_epi16((short)(uint16_t)(La.thr < 0 ? 0 : La.thr));
+            }
+        }
+        mask = Lb.thr < 0 ? 0 : live & (Lb.f32 ? ock_fs_f32_mask_avx2(sb, nf, &Lb) : ock_fs_mask_avx2(sb, thrb));
+        if (mask) {
+            _mm256_storeu_si256((__m256i *)sums, sb[0]);
+            _mm256_storeu_si256((__m256i *)(sums + 16), sb[1]);
+            if (ock_fs_collect_block(cb, b, qb, rb, block, r0, mask, sums, &Lb)) {
+                ock_fs_limits_set(&Lb, b, qb, rb, cb->limit);
+                thrb = _mm256_set1_epi16((short)(uint16_t)(Lb.thr < 0 ? 0 : Lb.thr));
+            }
         }
     }
 }
@@ -669,7 +889,7 @@ static void ock_fs_scan_run_avx2(const ock_fs_base *b, const ock_fs_query *q, co
  * AVX-512BW: the same layout, four columns (two 32-byte pairs) per 64-byte load; a last lone pair is loaded with a
  * mask (zero codes and a zero table add nothing). The four lanes are added down to AVX2's two, then finished alike. */
 
-OCK_FS_TARGET_AVX512
+OCK_FS_TARGET_AVX512 OCK_FS_INLINE
 static inline void ock_fs_sums_avx512(const uint8_t *block, const uint8_t *qlut, int cols, __m256i *s) {
     const __m512i nib = _mm512_set1_epi8(0x0f);
     __m512i lo_w = _mm512_setzero_si512(), lo_odd = _mm512_setzero_si512();
@@ -722,17 +942,18 @@ static void ock_fs_block_sums_avx512(const uint8_t *block, const uint8_t *qlut, 
 
 OCK_FS_TARGET_AVX512
 static void ock_fs_scan_run_avx512(const ock_fs_base *b, const ock_fs_query *q, const ock_fs_run *run,
-                                   ock_fs_heap *h) {
+                                   ock_fs_collector *c) {
     const size_t bytes = ock_fs_block_bytes(b->W);
     const size_t nb = ock_fs_blocks(run->n_rows);
     const int cols = q->t->cols;
     const int has_norm = q->t->has_norm;
     ock_fs_limits L;
-    ock_fs_limits_set(&L, b, q, run, (double)h->d[0]);
+    ock_fs_limits_set(&L, b, q, run, c->limit);
     __m256i tabs[4];
     if (has_norm) ock_fs_norm_tabs_avx2(q->t, tabs);
     uint8_t spare[32];
     float fspare[32];
+    uint16_t sums[OCK_FS_BLOCK];
     for (size_t bi = 0; bi < nb && L.thr >= 0; bi++) {
         const uint32_t live = ock_fs_live_bits(b, run, bi);
         if (live == 0) continue;
@@ -743,8 +964,11 @@ static void ock_fs_scan_run_avx512(const ock_fs_base *b, const ock_fs_query *q, 
         if (has_norm) ock_fs_norm_avx2(ock_fs_norm_bytes(b, r0, spare), tabs, s);
         const uint32_t mask = live & (L.f32 ? ock_fs_f32_mask_avx2(s, ock_fs_norm_floats(b, r0, fspare), &L)
                                             : ock_fs_mask_avx512(s, L.thr));
-        if (mask && ock_fs_offer_block(b, q, run, block, r0, mask, h))
-            ock_fs_limits_set(&L, b, q, run, (double)h->d[0]);
+        if (mask) {
+            _mm256_storeu_si256((__m256i *)sums, s[0]);
+            _mm256_storeu_si256((__m256i *)(sums + 16), s[1]);
+            if (ock_fs_collect_block(c, b, q, run, block, r0, mask, sums, &L)) ock_fs_limits_set(&L, b, q, run, c->limit);
+        }
     }
 }
 #endif /* OCK_FS_X86 */
@@ -754,7 +978,7 @@ static void ock_fs_scan_run_avx512(const ock_fs_base *b, const ock_fs_query *q, 
 
 enum { OCK_FS_PORTABLE = 0, OCK_FS_AVX2 = 1, OCK_FS_AVX512 = 2 };
 
-typedef void (*ock_fs_scan_run_fn)(const ock_fs_base *, const ock_fs_query *, const ock_fs_run *, ock_fs_heap *);
+typedef void (*ock_fs_scan_run_fn)(const ock_fs_base *, const ock_fs_query *, const ock_fs_run *, ock_fs_collector *);
 typedef void (*ock_fs_block_sums_fn)(const uint8_t *, const uint8_t *, const ock_fs_tables *, const uint8_t *,
                                      uint16_t *);
 

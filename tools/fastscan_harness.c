@@ -7,15 +7,19 @@
  * float32, ids with ties, filters, k > N, bounds, runs with list terms as an inverted file has them), every
  * instruction set this CPU runs must give (a) the same uint16 block sums as the portable version and (b) exactly the
  * k best (distance, id) of a brute-force scan of the unpacked words, with distances summed as the 8-bit scan sums
- * them. Exit status 0 when every case passes.
+ * them; the same for two queries scanned at once (AVX2). Exit status 0 when every case passes.
  *
- * bench: time per query of the scan of N random rows (W words, one-byte norms), per level, against the 8-bit scan's
+ * real PREFIX: CPU time per query over real data a script wrote (see bench_real), against the 8-bit scan loop timed
+ * between its runs. bench: the same on random rows (W words, one-byte norms), against the 8-bit scan's
  * inner loop (one table load per byte, four rows at a time) over the same words.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
+static long long exact_count = 0;
+#define OCK_FS_COUNT exact_count
+#include <math.h>
 #include "../ockstore/_fastscan.h"
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
@@ -85,7 +89,7 @@ static void brute_force(const problem *p, int n_runs, const size_t *starts, cons
 static int check_case(int seed_case) {
     problem p;
     memset(&p, 0, sizeof(p));
-    p.W = 1 + rndi(40);
+    p.W = rndi(10) == 0 ? 1 + rndi(600) : 1 + rndi(40);
     p.K = 2 + rndi(15);
     const size_t sizes[] = {0, 1, 5, 31, 32, 33, 63, 64, 65, 100, 257, 1000};
     p.N = sizes[rndi(12)];
@@ -214,16 +218,20 @@ static int check_case(int seed_case) {
                 }
             }
         }
-        /* the scan */
-        ock_fs_heap h = {hd, hr, p.k, p.ids};
-        ock_fs_heap_init(&h, bound);
+        /* the scan: a small buffer of candidates (refined often) or a large one */
+        ock_fs_collector col;
+        const int cap = p.k + 1 + (rndi(2) ? rndi(8) : 300);
+        ock_fs_cand *cand = malloc(sizeof(ock_fs_cand) * cap);
+        ock_fs_collector_init(&col, hd, hr, p.k, p.ids, cand, cap, bound);
         for (int r = 0; r < n_runs; r++) {
             const double term = (double)terms[r] - (double)qconst;  /* the list term, as run->c0 adds it */
             ock_fs_run run = {p.blocks + run_block[r] * bb, starts[r], starts[r + 1] - starts[r], terms[r],
                               t.c0 + term, ock_fs_rounding(&t, term)};
-            ock_fs_scan_run_for(level)(&base, &q, &run, &h);
+            ock_fs_scan_run_for(level)(&base, &q, &run, &col);
         }
-        ock_fs_heap_sort_into(&h, got_d, got_r);
+        ock_fs_refine(&col, &base, &q);
+        ock_fs_heap_sort_into(&col.heap, got_d, got_r);
+        free(cand);
         for (int j = 0; j < p.k; j++) {
             /* rows of equal distance and equal id may come in any order: compare (distance, id) */
             if (memcmp(&got_d[j], &want_d[j], sizeof(float)) != 0 || id_of(&p, got_r[j]) != id_of(&p, want_r[j])) {
@@ -236,6 +244,64 @@ static int check_case(int seed_case) {
             }
         }
     }
+#ifdef OCK_FS_X86
+    /* two queries at once (ock_fs_scan_run2_avx2): the first query again, with a second one of other tables */
+    if (ock_fs_level_supported(OCK_FS_AVX2)) {
+        problem p2 = p;
+        p2.lut = malloc(sizeof(float) * 16 * W);
+        for (int w = 0; w < W; w++)
+            for (int j = 0; j < 16; j++)
+                p2.lut[w * 16 + j] = j < p.K ? (ties ? (float)rndi(3) : (float)(rndu() * 2.0)) : INFINITY;
+        const float qconst2 = (float)(rndu() * 3.0);
+        float terms2[5];
+        for (int r = 0; r < n_runs; r++) terms2[r] = n_runs == 1 ? qconst2 : (float)(qconst2 + (rndu() - 0.5) * 4.0);
+        float *want2_d = malloc(sizeof(float) * p.k), *got2_d = malloc(sizeof(float) * p.k);
+        int64_t *want2_r = malloc(sizeof(int64_t) * p.k), *got2_r = malloc(sizeof(int64_t) * p.k);
+        float *hd2 = malloc(sizeof(float) * p.k);
+        int64_t *hr2 = malloc(sizeof(int64_t) * p.k);
+        brute_force(&p2, n_runs, starts, terms2, bound, want2_d, want2_r);
+        uint8_t *qlut2 = malloc(16 * ock_fs_columns(W) + 64);
+        ock_fs_tables t2;
+        ock_fs_quantize(p2.lut, W, qconst2, nh, nl, nmax, qlut2, &t2);
+        ock_fs_query q2 = {p2.lut, qlut2, &t2};
+        const int cap = p.k + 1 + rndi(20);
+        ock_fs_cand *ca = malloc(sizeof(ock_fs_cand) * cap), *cb = malloc(sizeof(ock_fs_cand) * cap);
+        ock_fs_collector cola, colb;
+        ock_fs_collector_init(&cola, hd, hr, p.k, p.ids, ca, cap, bound);
+        ock_fs_collector_init(&colb, hd2, hr2, p.k, p.ids, cb, cap, bound);
+        for (int r = 0; r < n_runs; r++) {
+            const double ta = (double)terms[r] - (double)qconst, tb = (double)terms2[r] - (double)qconst2;
+            ock_fs_run ra = {p.blocks + run_block[r] * bb, starts[r], starts[r + 1] - starts[r], terms[r],
+                             t.c0 + ta, ock_fs_rounding(&t, ta)};
+            ock_fs_run rb = {p.blocks + run_block[r] * bb, starts[r], starts[r + 1] - starts[r], terms2[r],
+                             t2.c0 + tb, ock_fs_rounding(&t2, tb)};
+            ock_fs_scan_run2_avx2(&base, &q, &q2, &ra, &rb, &cola, &colb);
+        }
+        ock_fs_refine(&cola, &base, &q);
+        ock_fs_refine(&colb, &base, &q2);
+        ock_fs_heap_sort_into(&cola.heap, got_d, got_r);
+        ock_fs_heap_sort_into(&colb.heap, got2_d, got2_r);
+        for (int j = 0; j < p.k; j++) {
+            if (memcmp(&got_d[j], &want_d[j], sizeof(float)) != 0 || id_of(&p, got_r[j]) != id_of(&p, want_r[j]) ||
+                memcmp(&got2_d[j], &want2_d[j], sizeof(float)) != 0 || id_of(&p, got2_r[j]) != id_of(&p, want2_r[j])) {
+                printf("case %d (avx2 pairs, W=%d N=%zu k=%d norm=%d): result %d differs from brute force\n",
+                       seed_case, W, p.N, p.k, p.norm_mode, j);
+                failures++;
+                break;
+            }
+        }
+        free(p2.lut);
+        free(want2_d);
+        free(got2_d);
+        free(want2_r);
+        free(got2_r);
+        free(hd2);
+        free(hr2);
+        free(qlut2);
+        free(ca);
+        free(cb);
+    }
+#endif
     free(p.codes);
     free(p.blocks);
     free(p.norm_codes);
@@ -255,7 +321,7 @@ static int check_case(int seed_case) {
 
 static double now_s(void) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);  /* CPU time: other processes on a loaded machine do not count */
     return ts.tv_sec + 1e-9 * ts.tv_nsec;
 }
 
@@ -299,6 +365,7 @@ static int bench(size_t N, int W, int nq, int k) {
     uint8_t *qlut = malloc(16 * ock_fs_columns(W) + 64);
     float hd[1024];
     int64_t hr[1024];
+    ock_fs_cand cand[2048 + 256];
     ock_fs_base base = {W, NULL, norm_codes, levels, NULL, NULL, N};
     printf("N=%zu W=%d queries=%d k=%d (one-byte norms)\n", N, W, nq, k);
     for (int level = 0; level <= OCK_FS_AVX512; level++) {
@@ -309,15 +376,36 @@ static int bench(size_t N, int W, int nq, int k) {
             ock_fs_tables t;
             ock_fs_quantize(luts + (size_t)qi * W * 16, W, 0.0f, hi, lo, levels[255], qlut, &t);
             ock_fs_query q = {luts + (size_t)qi * W * 16, qlut, &t};
-            ock_fs_heap h = {hd, hr, k, NULL};
-            ock_fs_heap_init(&h, INFINITY);
+            ock_fs_collector col;
+            ock_fs_collector_init(&col, hd, hr, k, NULL, cand, k + (k > 256 ? k : 256), INFINITY);
             ock_fs_run run = {blocks, 0, N, 0.0f, t.c0, ock_fs_rounding(&t, 0.0)};
-            ock_fs_scan_run_for(level)(&base, &q, &run, &h);
+            ock_fs_scan_run_for(level)(&base, &q, &run, &col);
+            ock_fs_refine(&col, &base, &q);
             sink += hd[0];
         }
         const double dt = now_s() - t0;
-        printf("  %-8s %8.1f us/query  %6.3f ns/row  (%g)\n", level_name[level], 1e6 * dt / nq, 1e9 * dt / nq / N,
-               sink);
+        printf("  %-8s %8.1f us/query  %6.3f ns/row  %lld exact distances per query (%g)\n", level_name[level],
+               1e6 * dt / nq, 1e9 * dt / nq / N, exact_count / nq, sink);
+        exact_count = 0;
+    }
+    /* the block sums alone (no threshold, no exact stage): the throughput of the shuffles */
+    for (int level = 0; level <= OCK_FS_AVX512; level++) {
+        if (!ock_fs_level_supported(level)) continue;
+        ock_fs_tables t;
+        ock_fs_quantize(luts, W, 0.0f, hi, lo, levels[255], qlut, &t);
+        const size_t nb = ock_fs_blocks(N), bb = ock_fs_block_bytes(W);
+        uint16_t sums[32];
+        unsigned sink = 0;
+        const int passes = level == 0 ? 1 : 10;
+        const double t0 = now_s();
+        for (int pass = 0; pass < passes; pass++)
+            for (size_t b = 0; b < nb; b++) {
+                ock_fs_block_sums_for(level)(blocks + b * bb, qlut, &t, norm_codes + b * 32, sums);
+                sink += sums[b & 31];
+            }
+        const double dt = (now_s() - t0) / passes;
+        printf("  %-8s %8.1f us/pass   %6.3f ns/row  block sums only (%u)\n", level_name[level], 1e6 * dt,
+               1e9 * dt / N, sink);
     }
     const double t0 = now_s();
     double sink = 0.0;
@@ -332,7 +420,159 @@ static int bench(size_t N, int W, int nq, int k) {
     return 0;
 }
 
+/* Real data written by a script: PREFIX.blocks (packed rows), PREFIX.luts (nq x W x 16 float32), PREFIX.qconst
+ * (nq float32), PREFIX.nc (N one-byte norm codes), PREFIX.levels (256 float32). Scans `nq` queries in groups sharing
+ * chunks of rows, the way a batch is searched, and prints CPU time per query (best of `reps`). */
+static void *read_all(const char *prefix, const char *ext, size_t *size) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s.%s", prefix, ext);
+    FILE *f = fopen(path, "rb");
+    if (!f) { perror(path); exit(2); }
+    fseek(f, 0, SEEK_END);
+    *size = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    void *p = malloc(*size + 64);
+    if (fread(p, 1, *size, f) != *size) { perror(path); exit(2); }
+    fclose(f);
+    return p;
+}
+
+typedef struct {
+    size_t N;
+    int W, k, group, cap;
+    size_t chunk;
+    uint8_t *blocks, *nc;
+    float *luts, *qconst, *levels;
+    double hi[16], lo[16];
+    uint8_t *qlut;
+    ock_fs_tables *t;
+    ock_fs_collector *col;
+    ock_fs_cand *cand;
+    float *hd, *outd;
+    int64_t *hr, *outr;
+} real_data;
+
+/* Search queries 0..nq-1 in groups sharing chunks of rows (mode: a level, or OCK_FS_AVX512 + 1 for AVX2 in pairs);
+ * returns the CPU time. */
+static double real_run(real_data *r, int nq, int mode) {
+    const int pairs = mode == OCK_FS_AVX512 + 1;
+    const int level = pairs ? OCK_FS_AVX2 : mode;
+    const int W = r->W, k = r->k;
+    const size_t bb = ock_fs_block_bytes(W), qstride = 16 * ock_fs_columns(W) + 64;
+    ock_fs_base base = {W, NULL, r->nc, r->levels, NULL, NULL, r->N};
+    const double t0 = now_s();
+    for (int g0 = 0; g0 < nq; g0 += r->group) {
+        const int g1 = g0 + r->group < nq ? g0 + r->group : nq;
+        for (int qi = g0; qi < g1; qi++) {
+            const int j = qi - g0;
+            ock_fs_quantize(r->luts + (size_t)qi * W * 16, W, r->qconst[qi], r->hi, r->lo, r->levels[255],
+                            r->qlut + j * qstride, &r->t[j]);
+            ock_fs_collector_init(&r->col[j], r->hd + (size_t)j * k, r->hr + (size_t)j * k, k, NULL,
+                                  r->cand + (size_t)j * r->cap, r->cap, INFINITY);
+        }
+        for (size_t c0 = 0; c0 < r->N; c0 += r->chunk) {
+            const size_t c1 = c0 + r->chunk < r->N ? c0 + r->chunk : r->N;
+            ock_fs_query q[2];
+            ock_fs_run run[2];
+            int qi = g0;
+            while (qi < g1) {
+                const int m = pairs && qi + 2 <= g1 ? 2 : 1;
+                for (int x = 0; x < m; x++) {
+                    const int j = qi + x - g0;
+                    q[x] = (ock_fs_query){r->luts + (size_t)(qi + x) * W * 16, r->qlut + j * qstride, &r->t[j]};
+                    run[x] = (ock_fs_run){r->blocks + (c0 / 32) * bb, c0, c1 - c0, r->qconst[qi + x], r->t[j].c0,
+                                          ock_fs_rounding(&r->t[j], 0.0)};
+                }
+#ifdef OCK_FS_X86
+                if (m == 2)
+                    ock_fs_scan_run2_avx2(&base, &q[0], &q[1], &run[0], &run[1], &r->col[qi - g0],
+                                          &r->col[qi - g0 + 1]);
+                else
+#endif
+                    ock_fs_scan_run_for(level)(&base, &q[0], &run[0], &r->col[qi - g0]);
+                qi += m;
+            }
+        }
+        for (int qi = g0; qi < g1; qi++) {
+            const int j = qi - g0;
+            ock_fs_query q = {r->luts + (size_t)qi * W * 16, r->qlut + j * qstride, &r->t[j]};
+            ock_fs_refine(&r->col[j], &base, &q);
+            ock_fs_heap_sort_into(&r->col[j].heap, r->outd, r->outr);
+        }
+    }
+    return now_s() - t0;
+}
+
+static int bench_real(const char *prefix, int W, int nq, int k, int reps, int group, size_t chunk) {
+    size_t sb, sl, sq, sn, sv;
+    real_data r;
+    r.blocks = read_all(prefix, "blocks", &sb);
+    r.nc = read_all(prefix, "nc", &sn);
+    r.luts = read_all(prefix, "luts", &sl);
+    r.qconst = read_all(prefix, "qconst", &sq);
+    r.levels = read_all(prefix, "levels", &sv);
+    r.N = sn;
+    r.W = W;
+    r.k = k;
+    r.group = group;
+    r.chunk = chunk;
+    r.cap = k + (k > 256 ? k : 256);
+    if (nq > (int)(sq / 4)) nq = (int)(sq / 4);
+    ock_fs_norm_bounds(r.levels, r.levels[0], r.hi, r.lo);
+    r.qlut = malloc((size_t)group * (16 * ock_fs_columns(W) + 64));
+    r.t = malloc(sizeof(ock_fs_tables) * group);
+    r.col = malloc(sizeof(ock_fs_collector) * group);
+    r.cand = malloc(sizeof(ock_fs_cand) * (size_t)r.cap * group);
+    r.hd = malloc(sizeof(float) * k * group);
+    r.outd = malloc(sizeof(float) * k);
+    r.hr = malloc(sizeof(int64_t) * k * group);
+    r.outr = malloc(sizeof(int64_t) * k);
+    printf("%s: N=%zu W=%d queries=%d k=%d group=%d chunk=%zu, best of %d (CPU time)\n", prefix, r.N, W, nq, k,
+           group, chunk, reps);
+    /* the calibration: the 8-bit scan's loop over 64-bit codes (8 bytes + a norm byte per row), timed between the
+     * fast scan's runs, so that both see the same machine load */
+    uint8_t *codes8 = malloc(r.N * 8);
+    float *lut8 = malloc(sizeof(float) * 256 * 8);
+    for (size_t i = 0; i < r.N * 8; i++) codes8[i] = (uint8_t)rndi(256);
+    for (int i = 0; i < 256 * 8; i++) lut8[i] = (float)rndu();
+    const int nq8 = nq < 10 ? nq : 10;
+    double best[OCK_FS_AVX512 + 3], best8 = 1e30;
+    for (int m = 0; m < OCK_FS_AVX512 + 3; m++) best[m] = 1e30;
+    long long exact[OCK_FS_AVX512 + 3] = {0};
+    for (int rep = 0; rep < reps; rep++) {
+        for (int mode = 1; mode <= OCK_FS_AVX512 + 1; mode++) {
+            if (!ock_fs_level_supported(mode > OCK_FS_AVX512 ? OCK_FS_AVX2 : mode)) continue;
+            exact_count = 0;
+            const double dt = real_run(&r, nq, mode) / nq;
+            if (dt < best[mode]) best[mode] = dt;
+            exact[mode] = exact_count / nq;
+        }
+        const double s0 = now_s();
+        double sink8 = 0.0;
+        for (int qi = 0; qi < nq8; qi++) {
+            int64_t bestrow = -1;
+            sink8 += scan8(codes8, r.nc, r.levels, r.N, 8, lut8, r.qconst[qi], &bestrow);
+        }
+        const double d8 = (now_s() - s0) / nq8;
+        if (d8 < best8 && sink8 == sink8) best8 = d8;
+    }
+    printf("  %-8s %8.1f us/query  %6.3f ns/row\n", "8-bit", 1e6 * best8, 1e9 * best8 / r.N);
+    for (int mode = 1; mode <= OCK_FS_AVX512 + 1; mode++) {
+        if (best[mode] >= 1e29) continue;
+        printf("  %-8s %8.1f us/query  %6.3f ns/row  %lld exact distances per query; %.2fx the 8-bit loop's speed\n",
+               mode > OCK_FS_AVX512 ? "avx2x2" : level_name[mode], 1e6 * best[mode], 1e9 * best[mode] / r.N,
+               exact[mode], best8 / best[mode]);
+    }
+    (void)sb; (void)sl; (void)sv;
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc >= 3 && strcmp(argv[1], "real") == 0) {
+        return bench_real(argv[2], argc > 3 ? atoi(argv[3]) : 16, argc > 4 ? atoi(argv[4]) : 200,
+                          argc > 5 ? atoi(argv[5]) : 10, argc > 6 ? atoi(argv[6]) : 3, argc > 7 ? atoi(argv[7]) : 16,
+                          argc > 8 ? (size_t)atol(argv[8]) : 32768);
+    }
     if (argc >= 2 && strcmp(argv[1], "bench") == 0) {
         const size_t N = argc > 2 ? (size_t)atol(argv[2]) : 1000000;
         const int W = argc > 3 ? atoi(argv[3]) : 16;
