@@ -126,21 +126,33 @@ static void ock_fs_unpack(const uint8_t *blocks, int W, size_t start, size_t sto
 /* --------------------------------------------------------------------------------------------------------------------
  * Per-query quantized tables. */
 
-/* The lower-bound tables of a one-byte norm code: hi[h] + lo[l] <= levels[16 h + l] for every h, l (in float64).
- * hi[h] = levels[16 h] (the smallest level of group h, levels ascending), lo[l] = min over h of levels[16 h + l] - hi[h]
- * (>= 0). Exact (up to rounding) when the levels are uniform; a valid, looser bound for any ascending levels.
- * `floor` is a value at most every norm term of the rows (the float32 norms' case: a row whose norm lies below
- * levels[0] gets code 0, see ock_fs_norm_select); pass levels[0] for one-byte norm codes. */
-static void ock_fs_norm_bounds(const float *levels, double floor, double *hi, double *lo) {
-    for (int h = 0; h < 16; h++) hi[h] = (double)levels[16 * h];
-    if (floor < hi[0]) hi[0] = floor;
+/* The norm term of one-byte norm codes as the scan bounds it: 16-entry tables with hi[h] + lo[l] <= levels[16 h + l]
+ * for every h, l (in float64). hi[h] = levels[16 h] (the smallest level of group h, the levels ascending),
+ * lo[l] = min over h of levels[16 h + l] - hi[h] (>= 0). The bound is exact (up to rounding) when the levels are
+ * uniform, as the quantizers fit them for K <= 16 (docs/ARCHITECTURE.md, "Fast scan"), and valid, only looser, for
+ * any ascending levels. */
+typedef struct {
+    double hi[16], lo[16];
+    double fit;                /* max over codes of levels[c] - (hi + lo) >= 0: how far a bound may fall below */
+    double magnitude;          /* max |level| */
+} ock_fs_norm;
+
+static void ock_fs_norm_init(const float *levels, ock_fs_norm *n) {
+    for (int h = 0; h < 16; h++) n->hi[h] = (double)levels[16 * h];
     for (int l = 0; l < 16; l++) {
-        double m = (double)levels[l] - hi[0];
-        for (int h = 1; h < 16; h++) {
-            const double v = (double)levels[16 * h + l] - hi[h];
+        double m = INFINITY;
+        for (int h = 0; h < 16; h++) {
+            const double v = (double)levels[16 * h + l] - n->hi[h];
             if (v < m) m = v;
         }
-        lo[l] = m;
+        n->lo[l] = m;
+    }
+    n->fit = 0.0;
+    n->magnitude = 0.0;
+    for (int c = 0; c < 256; c++) {
+        const double gap = (double)levels[c] - (n->hi[c >> 4] + n->lo[c & 15]);
+        if (gap > n->fit) n->fit = gap;
+        if (fabs((double)levels[c]) > n->magnitude) n->magnitude = fabs((double)levels[c]);
     }
 }
 
@@ -150,6 +162,8 @@ typedef struct {
     double scale;              /* real distance per quantized unit (> 0) */
     double c0;                 /* LB(x) = c0 + scale * S(x) <= exact(x) - list term, in real arithmetic */
     double magnitude;          /* |qconst| + sum_w max_j |T_w[j]| + max |norm term| (u8 norms): rounding bound base */
+    double slack;              /* exact(x) - list term <= c0 + scale * S(x) + slack (+ n for float32 norms): what
+                                * the floors cut off, at most a unit per table, plus the norm tables' fit */
     int has_norm;              /* 1: the u8 norm's nibble tables are part of S */
     uint16_t norm_lo[16];      /* quantized lower-bound tables of the norm code's nibbles (has_norm) */
     uint16_t norm_hi[16];
@@ -173,12 +187,12 @@ static inline void ock_fs_table_range(const float *row, double *lo, double *hi, 
 }
 
 /* Quantize one query's float tables lut (W x 16, entries >= K may be +inf: words that cannot occur) into qlut
- * (cols x 16 bytes, the pad column zero) and t. norm_hi / norm_lo: the norm code's lower-bound tables
- * (ock_fs_norm_bounds) or NULL (no norm term, or float32 norms added per row); norm_max: the largest |norm term|
- * (for the rounding bound). Returns 0, or -1 when no scale keeps the sum in uint16 (not seen: the scale below does
- * by construction, and the loop only guards its rounding). */
-static int ock_fs_quantize(const float *lut, int W, float qconst, const double *norm_hi, const double *norm_lo,
-                           double norm_max, uint8_t *qlut, ock_fs_tables *t) {
+ * (cols x 16 bytes, the pad column zero) and t. norm: the one-byte norm codes' bounds (ock_fs_norm_init), or NULL
+ * (no norm term, or float32 norms added per row). Returns 0, or -1 when no scale keeps the sum in uint16 (not seen:
+ * the scale below does by construction, and the loop only guards its rounding). */
+static int ock_fs_quantize(const float *lut, int W, float qconst, const ock_fs_norm *norm, uint8_t *qlut,
+                           ock_fs_tables *t) {
+    const double *norm_hi = norm != NULL ? norm->hi : NULL, *norm_lo = norm != NULL ? norm->lo : NULL;
     double bias_sum = 0.0, range_max = 0.0, range_sum = 0.0, magnitude = fabs((double)qconst);
     t->W = W;
     t->cols = ock_fs_columns(W);
@@ -203,7 +217,7 @@ static int ock_fs_quantize(const float *lut, int W, float qconst, const double *
         }
         nrange_hi = nmax_hi - nmin_hi;
         nrange_lo = nmax_lo - nmin_lo;
-        magnitude += fabs(norm_max);
+        magnitude += norm->magnitude;
     }
     /* The scale: every word entry within a byte, and the whole sum within uint16. */
     double scale = range_max / 255.0;
@@ -212,20 +226,25 @@ static int ock_fs_quantize(const float *lut, int W, float qconst, const double *
     if (!(scale > 0.0)) scale = 1.0;  /* constant tables: every sum is 0, any scale bounds them */
     for (int attempt = 0; attempt < 8; attempt++, scale *= 1.0 + 1e-6) {
         long max_sum = 0;
+        double cut = 0.0;  /* sum over tables of the most a floor cut off, in units */
         for (int w = 0; w < W; w++) {
             const float *row = lut + (size_t)w * OCK_FS_WORDS;
             uint8_t *q = qlut + (size_t)w * OCK_FS_WORDS;
             double bias, hi, amax;
             ock_fs_table_range(row, &bias, &hi, &amax);
             int qmax = 0;
+            double cut_w = 0.0;
             for (int j = 0; j < OCK_FS_WORDS; j++) {
                 const double v = (double)row[j];
-                double u = isfinite(v) ? floor((v - bias) / scale) : 0.0;
+                const double x = isfinite(v) ? (v - bias) / scale : 0.0;
+                double u = floor(x);
                 if (u < 0.0) u = 0.0;
                 if (u > 255.0) u = 255.0;
                 q[j] = (uint8_t)u;
                 if ((int)u > qmax) qmax = (int)u;
+                if (x - u > cut_w) cut_w = x - u;
             }
+            cut += cut_w;
             /* an impossible word (+inf: a code byte >= K, only in a damaged file) gets the column's largest entry:
              * a lower bound of +inf that keeps the sum's bound */
             for (int j = 0; j < OCK_FS_WORDS; j++)
@@ -234,6 +253,7 @@ static int ock_fs_quantize(const float *lut, int W, float qconst, const double *
         }
         if (t->has_norm) {
             int mh = 0, ml = 0;
+            double cut_h = 0.0, cut_l = 0.0;
             for (int j = 0; j < 16; j++) {
                 double uh = floor((norm_hi[j] - nmin_hi) / scale), ul = floor((norm_lo[j] - nmin_lo) / scale);
                 if (uh < 0.0) uh = 0.0;
@@ -242,10 +262,13 @@ static int ock_fs_quantize(const float *lut, int W, float qconst, const double *
                 if (ul > OCK_FS_MAX_SUM) ul = OCK_FS_MAX_SUM;
                 t->norm_hi[j] = (uint16_t)uh;
                 t->norm_lo[j] = (uint16_t)ul;
+                if ((norm_hi[j] - nmin_hi) / scale - uh > cut_h) cut_h = (norm_hi[j] - nmin_hi) / scale - uh;
+                if ((norm_lo[j] - nmin_lo) / scale - ul > cut_l) cut_l = (norm_lo[j] - nmin_lo) / scale - ul;
                 if ((int)uh > mh) mh = (int)uh;
                 if ((int)ul > ml) ml = (int)ul;
             }
             max_sum += mh + ml;
+            cut += cut_h + cut_l;
         }
         if (max_sum <= OCK_FS_MAX_SUM) {
             if (W & 1) memset(qlut + (size_t)W * OCK_FS_WORDS, 0, OCK_FS_WORDS);
@@ -253,6 +276,8 @@ static int ock_fs_quantize(const float *lut, int W, float qconst, const double *
             t->c0 = (double)qconst + bias_sum + (t->has_norm ? nmin_hi + nmin_lo : 0.0);
             t->magnitude = magnitude;
             t->max_sum = (int)max_sum;
+            /* a hair more than the cuts (the divisions above round), plus the norm tables' fit */
+            t->slack = scale * (cut * (1.0 + 1e-9) + 1e-9 * (double)W) + (t->has_norm ? norm->fit : 0.0);
             return 0;
         }
     }
@@ -408,6 +433,19 @@ static inline const float *ock_fs_norm_floats(const ock_fs_base *b, size_t r0, f
     return spare;
 }
 
+/* Blocks ahead that the scan asks the memory system for: a run's blocks are read once, in order, and an inverted
+ * list's (a few kB) are over before the hardware prefetcher has learnt the stream. */
+#define OCK_FS_PREFETCH 4
+
+/* Ask for block bi of a run (its codes, and its norm codes) while earlier blocks are summed. */
+static inline void ock_fs_prefetch(const ock_fs_base *b, const ock_fs_run *run, size_t bi, size_t bytes) {
+    if (bi * OCK_FS_BLOCK >= run->n_rows) return;
+    const char *p = (const char *)(run->blocks + bi * bytes);
+    for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + off);
+    if (b->norm_codes != NULL) __builtin_prefetch(b->norm_codes + run->row0 + bi * OCK_FS_BLOCK);
+    if (b->norms_f32 != NULL) __builtin_prefetch(b->norms_f32 + run->row0 + bi * OCK_FS_BLOCK);
+}
+
 /* The norm term of a row as the exact distance adds it. */
 static inline float ock_fs_norm_term(const ock_fs_base *b, size_t row) {
     if (b->norms_f32 != NULL) return b->norms_f32[row];
@@ -416,7 +454,15 @@ static inline float ock_fs_norm_term(const ock_fs_base *b, size_t row) {
 }
 
 /* --------------------------------------------------------------------------------------------------------------------
- * Candidates and their refinement (the exact stage), shared by every instruction set. */
+ * Candidates and their refinement (the exact stage), shared by every instruction set.
+ *
+ * A row's quantized sum gives two bounds of its exact distance d (as the float sum computes it): lb <= d <= ub. Rows
+ * are collected while lb <= limit, where the limit is the smallest value known to be at least the final k-th best
+ * distance: the k-th smallest ub of the rows seen so far (k rows are at most that far; found every k rows by a
+ * selection among 2 k bounds, without any exact distance), or the heap's worst after an exact refine. The exact distances are
+ * computed once, at the end (or when the buffer is full of rows the bounds cannot separate, as with norm levels the
+ * nibble tables fit badly): the k rows with the smallest lb first, then every other row whose lb is still within
+ * the k-th best. */
 
 typedef struct {
     double lb;                  /* a lower bound of the row's exact distance, as the float sum computes it */
@@ -430,14 +476,20 @@ typedef struct {
 typedef struct {
     ock_fs_heap heap;
     ock_fs_cand *cand;          /* (cap,) */
-    int n, cap;                 /* cap > heap.k */
-    double limit;               /* a row whose lower bound exceeds it cannot enter: the heap's worst after a refine */
+    int n, cap;                 /* cap >= 2 k */
+    double *ub;                 /* (2 k,) upper bounds of rows seen, among them the k smallest so far */
+    int n_ub;
+    double limit;               /* a row whose lower bound exceeds it cannot enter */
 } ock_fs_collector;
 
-/* Start a collection into the heap arrays (k each) and the candidate buffer (cap > k entries): empty slots
- * (bound, -1), so that only rows below `bound` (+inf: any row) may enter. */
+/* The candidate buffer a collector of k results wants (>= 2 k): room for a few hundred rows beyond k, so that it is
+ * rarely full. */
+static inline int ock_fs_collector_cap(int k) { return 2 * k + 512; }
+
+/* Start a collection into the heap arrays (k each), the candidate buffer (cap >= 2 k entries) and the bounds' buffer
+ * (2 k doubles): empty slots (bound, -1), so that only rows below `bound` (+inf: any row) may enter. */
 static void ock_fs_collector_init(ock_fs_collector *c, float *hd, int64_t *hr, int k, const int64_t *ids,
-                                  ock_fs_cand *cand, int cap, float bound) {
+                                  ock_fs_cand *cand, int cap, double *ub, float bound) {
     c->heap.d = hd;
     c->heap.r = hr;
     c->heap.k = k;
@@ -446,16 +498,77 @@ static void ock_fs_collector_init(ock_fs_collector *c, float *hd, int64_t *hr, i
     c->cand = cand;
     c->n = 0;
     c->cap = cap;
+    c->ub = ub;
+    c->n_ub = 0;
     c->limit = (double)bound;
 }
 
-/* The exact ADC distance of a candidate: start + n + sum_w lut[w, word], in this order (the 8-bit scan's). */
+/* Reorder a[0..n-1] so that its k smallest values come first, in any order (0 < k < n); returns the largest of
+ * them. Quickselect with a median-of-three pivot and Hoare partitioning. */
+static double ock_fs_kth_smallest(double *a, int n, int k) {
+    int lo = 0, hi = n - 1;
+    while (lo < hi) {
+        const int mid = lo + (hi - lo) / 2;
+        double t;
+        if (a[mid] < a[lo]) { t = a[mid]; a[mid] = a[lo]; a[lo] = t; }
+        if (a[hi] < a[mid]) {
+            t = a[hi]; a[hi] = a[mid]; a[mid] = t;
+            if (a[mid] < a[lo]) { t = a[mid]; a[mid] = a[lo]; a[lo] = t; }
+        }
+        const double pivot = a[mid];
+        int i = lo, j = hi;
+        while (i <= j) {
+            while (a[i] < pivot) i++;
+            while (a[j] > pivot) j--;
+            if (i <= j) {
+                t = a[i]; a[i] = a[j]; a[j] = t;
+                i++;
+                j--;
+            }
+        }
+        if (k - 1 <= j) hi = j;
+        else if (k - 1 >= i) lo = i;
+        else break;
+    }
+    double kth = a[0];
+    for (int j = 1; j < k; j++)
+        if (a[j] > kth) kth = a[j];
+    return kth;
+}
+
+/* Keep an upper bound: the buffer of bounds holds up to 2 k; when full, its k smallest stay and the limit falls to
+ * the largest of them (k rows are at most that far). A quickselect per k bounds: a few comparisons per row. */
+static inline void ock_fs_offer_ub(ock_fs_collector *c, double ub) {
+    const int k = c->heap.k;
+    c->ub[c->n_ub++] = ub;
+    if (c->n_ub < 2 * k) return;
+    const double kth = ock_fs_kth_smallest(c->ub, c->n_ub, k);
+    c->n_ub = k;
+    if (kth < c->limit) c->limit = kth;
+}
+
+/* The exact ADC distances of up to four candidates at once: start + n + sum_w lut[w, word], each in this order (the
+ * 8-bit scan's order), four independent sums so that each add need not wait for the previous one. */
 OCK_FS_EXACT_FN
-static float ock_fs_exact(const ock_fs_base *b, const ock_fs_query *q, const ock_fs_cand *c) {
-    float d = c->start_term + ock_fs_norm_term(b, (size_t)c->row);
+static void ock_fs_exact4(const ock_fs_base *b, const ock_fs_query *q, const ock_fs_cand *const *x, int m,
+                          float *out) {
     const float *lut = q->lut;
-    for (int w = 0; w < b->W; w++) d = d + lut[(size_t)w * OCK_FS_WORDS + ock_fs_word(c->block, c->i, w)];
-    return d;
+    const ock_fs_cand *x0 = x[0], *x1 = x[m > 1 ? 1 : 0], *x2 = x[m > 2 ? 2 : 0], *x3 = x[m > 3 ? 3 : 0];
+    float d0 = x0->start_term + ock_fs_norm_term(b, (size_t)x0->row);
+    float d1 = x1->start_term + ock_fs_norm_term(b, (size_t)x1->row);
+    float d2 = x2->start_term + ock_fs_norm_term(b, (size_t)x2->row);
+    float d3 = x3->start_term + ock_fs_norm_term(b, (size_t)x3->row);
+    for (int w = 0; w < b->W; w++) {
+        const float *l = lut + (size_t)w * OCK_FS_WORDS;
+        d0 = d0 + l[ock_fs_word(x0->block, x0->i, w)];
+        d1 = d1 + l[ock_fs_word(x1->block, x1->i, w)];
+        d2 = d2 + l[ock_fs_word(x2->block, x2->i, w)];
+        d3 = d3 + l[ock_fs_word(x3->block, x3->i, w)];
+    }
+    out[0] = d0;
+    out[1] = d1;
+    out[2] = d2;
+    out[3] = d3;
 }
 
 static inline void ock_fs_cand_swap(ock_fs_cand *a, ock_fs_cand *b) {
@@ -464,8 +577,8 @@ static inline void ock_fs_cand_swap(ock_fs_cand *a, ock_fs_cand *b) {
     *b = t;
 }
 
-/* Reorder cand[0..n-1] so that its k smallest bounds come first (any order among them; 0 < k < n): quickselect with
- * a median-of-three pivot and Hoare partitioning. */
+/* Reorder cand[0..n-1] so that the k with the smallest lower bounds come first, in any order (0 < k < n):
+ * quickselect with a median-of-three pivot and Hoare partitioning. */
 static void ock_fs_select_smallest(ock_fs_cand *cand, int n, int k) {
     int lo = 0, hi = n - 1;
     while (lo < hi) {
@@ -492,22 +605,44 @@ static void ock_fs_select_smallest(ock_fs_cand *cand, int n, int k) {
     }
 }
 
-/* The exact stage: offer the waiting rows to the heap, the k with the smallest bounds first, then every other one
- * whose bound is within the heap's new worst; empty the buffer and lower the limit to that worst. */
+/* Offer cand[from..to-1] whose lower bound is within the heap's worst, four exact distances at a time. */
+static void ock_fs_offer_range(ock_fs_collector *c, const ock_fs_base *b, const ock_fs_query *q, int from, int to) {
+    const ock_fs_cand *batch[4];
+    float d[4];
+    int m = 0;
+    for (int j = from; j <= to; j++) {
+        if (j < to && c->cand[j].lb <= (double)c->heap.d[0]) batch[m++] = &c->cand[j];
+        if (m == 4 || (j == to && m > 0)) {
+            ock_fs_exact4(b, q, batch, m, d);
+#ifdef OCK_FS_COUNT
+            OCK_FS_COUNT += m;
+#endif
+            for (int x = 0; x < m; x++)
+                if (d[x] <= c->heap.d[0]) ock_fs_heap_offer(&c->heap, d[x], batch[x]->row);
+            m = 0;
+        }
+    }
+}
+
+/* The exact stage: offer the waiting rows to the heap, the k with the smallest lower bounds first, then every other
+ * one whose bound is within the heap's new worst; empty the buffer and lower the limit to that worst. */
 static void ock_fs_refine(ock_fs_collector *c, const ock_fs_base *b, const ock_fs_query *q) {
     const int k = c->heap.k;
     if (c->n > k) ock_fs_select_smallest(c->cand, c->n, k);
-    for (int j = 0; j < c->n; j++) {
-        const ock_fs_cand *x = &c->cand[j];
-        if (x->lb > (double)c->heap.d[0]) continue;
-        const float d = ock_fs_exact(b, q, x);
-#ifdef OCK_FS_COUNT
-        OCK_FS_COUNT++;
-#endif
-        if (d <= c->heap.d[0]) ock_fs_heap_offer(&c->heap, d, x->row);
-    }
+    const int first = c->n < k ? c->n : k;
+    ock_fs_offer_range(c, b, q, 0, first);
+    ock_fs_offer_range(c, b, q, first, c->n);
     c->n = 0;
     if ((double)c->heap.d[0] < c->limit) c->limit = (double)c->heap.d[0];
+}
+
+/* A full buffer: drop the rows the limit has passed since they came; refine when that frees less than half. */
+static void ock_fs_make_room(ock_fs_collector *c, const ock_fs_base *b, const ock_fs_query *q) {
+    int kept = 0;
+    for (int j = 0; j < c->n; j++)
+        if (c->cand[j].lb <= c->limit) c->cand[kept++] = c->cand[j];
+    c->n = kept;
+    if (2 * c->n > c->cap) ock_fs_refine(c, b, q);
 }
 
 /* --------------------------------------------------------------------------------------------------------------------
@@ -557,8 +692,8 @@ static inline void ock_fs_limits_set(ock_fs_limits *L, const ock_fs_base *b, con
 }
 
 /* Append the rows of `mask` (bit i: row i of the block, quantized sum sums[i]) whose bound is within the limit;
- * refine when the buffer fills. Returns 1 when the limit changed (the caller recomputes its thresholds). */
-static inline int ock_fs_collect_block(ock_fs_collector *c, const ock_fs_base *b, const ock_fs_query *q,
+ * make room when the buffer fills. Returns 1 when the limit changed (the caller recomputes its thresholds). */
+OCK_FS_INLINE static inline int ock_fs_collect_block(ock_fs_collector *c, const ock_fs_base *b, const ock_fs_query *q,
                                        const ock_fs_run *run, const uint8_t *block, size_t r0, uint32_t mask,
                                        const uint16_t *sums, const ock_fs_limits *L) {
     const double limit = c->limit;
@@ -567,19 +702,26 @@ static inline int ock_fs_collect_block(ock_fs_collector *c, const ock_fs_base *b
         const int i = __builtin_ctz(mask);
         mask &= mask - 1;
         const size_t row = r0 + (size_t)i;
-        double lb = run->c0 + scale * (double)sums[i] - run->rho;
+        const double base = run->c0 + scale * (double)sums[i];
+        double lb = base - run->rho, ub = base + q->t->slack + run->rho;
         if (L->f32) {
             const double n = (double)b->norms_f32[row];
             lb += n - L->gamma * fabs(n);
+            ub += n + L->gamma * fabs(n);
         }
         if (!(lb <= c->limit)) continue;
+        ock_fs_offer_ub(c, ub);
+        if (!(lb <= c->limit)) continue;
+#ifdef OCK_FS_COUNT_APPENDS
+        OCK_FS_COUNT_APPENDS++;
+#endif
         ock_fs_cand *x = &c->cand[c->n++];
         x->lb = lb;
         x->row = (int64_t)row;
         x->block = block;
         x->start_term = run->start_term;
         x->i = i;
-        if (c->n == c->cap) ock_fs_refine(c, b, q);
+        if (c->n == c->cap) ock_fs_make_room(c, b, q);
     }
     return c->limit != limit;
 }
@@ -807,6 +949,7 @@ static inline void ock_fs_scan_run_avx2_cols(const ock_fs_base *b, const ock_fs_
         if (live == 0) continue;
         const uint8_t *block = run->blocks + bi * bytes;
         const size_t r0 = run->row0 + bi * OCK_FS_BLOCK;
+        ock_fs_prefetch(b, run, bi + OCK_FS_PREFETCH, bytes);
         __m256i s[2];
         ock_fs_sums_avx2(block, q->qlut, cols, s);
         if (has_norm) ock_fs_norm_avx2(ock_fs_norm_bytes(b, r0, spare), tabs, s);

@@ -164,18 +164,12 @@ static int check_case(int seed_case) {
         free(back);
     }
     /* tables */
-    double hi[16], lo[16];
-    double nmax = 0.0;
-    const double *nh = NULL, *nl = NULL;
-    if (p.norm_mode == 1) {
-        ock_fs_norm_bounds(p.levels, (double)p.levels[0], hi, lo);
-        nh = hi;
-        nl = lo;
-        nmax = fabs((double)p.levels[255]);
-    }
+    ock_fs_norm norm;
+    ock_fs_norm_init(p.levels, &norm);
+    const ock_fs_norm *nrm = p.norm_mode == 1 ? &norm : NULL;
     uint8_t *qlut = malloc(16 * ock_fs_columns(W) + 64);
     ock_fs_tables t;
-    if (ock_fs_quantize(p.lut, W, qconst, nh, nl, nmax, qlut, &t) != 0) {
+    if (ock_fs_quantize(p.lut, W, qconst, nrm, qlut, &t) != 0) {
         printf("case %d: quantize failed\n", seed_case);
         return 1;
     }
@@ -186,8 +180,9 @@ static int check_case(int seed_case) {
         if (p.norm_mode == 1) s += t.norm_lo[p.norm_codes[row] & 15] + t.norm_hi[p.norm_codes[row] >> 4];
         const double lb = t.c0 + t.scale * s;
         const double exact = (double)exact_distance(&p, qconst, row);
-        if (lb > exact + ock_fs_rounding(&t, 0.0)) {
-            printf("case %d: lower bound %.9g above exact %.9g (row %zu)\n", seed_case, lb, exact, row);
+        if (lb > exact + ock_fs_rounding(&t, 0.0) || lb + t.slack < exact - ock_fs_rounding(&t, 0.0)) {
+            printf("case %d: bounds [%.9g, %.9g] miss exact %.9g (row %zu)\n", seed_case, lb, lb + t.slack, exact,
+                   row);
             failures++;
             break;
         }
@@ -220,9 +215,10 @@ static int check_case(int seed_case) {
         }
         /* the scan: a small buffer of candidates (refined often) or a large one */
         ock_fs_collector col;
-        const int cap = p.k + 1 + (rndi(2) ? rndi(8) : 300);
+        const int cap = 2 * p.k + (rndi(2) ? rndi(8) : 300);
         ock_fs_cand *cand = malloc(sizeof(ock_fs_cand) * cap);
-        ock_fs_collector_init(&col, hd, hr, p.k, p.ids, cand, cap, bound);
+        double *ubh = malloc(sizeof(double) * 2 * p.k);
+        ock_fs_collector_init(&col, hd, hr, p.k, p.ids, cand, cap, ubh, bound);
         for (int r = 0; r < n_runs; r++) {
             const double term = (double)terms[r] - (double)qconst;  /* the list term, as run->c0 adds it */
             ock_fs_run run = {p.blocks + run_block[r] * bb, starts[r], starts[r + 1] - starts[r], terms[r],
@@ -232,6 +228,7 @@ static int check_case(int seed_case) {
         ock_fs_refine(&col, &base, &q);
         ock_fs_heap_sort_into(&col.heap, got_d, got_r);
         free(cand);
+        free(ubh);
         for (int j = 0; j < p.k; j++) {
             /* rows of equal distance and equal id may come in any order: compare (distance, id) */
             if (memcmp(&got_d[j], &want_d[j], sizeof(float)) != 0 || id_of(&p, got_r[j]) != id_of(&p, want_r[j])) {
@@ -262,13 +259,14 @@ static int check_case(int seed_case) {
         brute_force(&p2, n_runs, starts, terms2, bound, want2_d, want2_r);
         uint8_t *qlut2 = malloc(16 * ock_fs_columns(W) + 64);
         ock_fs_tables t2;
-        ock_fs_quantize(p2.lut, W, qconst2, nh, nl, nmax, qlut2, &t2);
+        ock_fs_quantize(p2.lut, W, qconst2, nrm, qlut2, &t2);
         ock_fs_query q2 = {p2.lut, qlut2, &t2};
-        const int cap = p.k + 1 + rndi(20);
+        const int cap = 2 * p.k + rndi(20);
         ock_fs_cand *ca = malloc(sizeof(ock_fs_cand) * cap), *cb = malloc(sizeof(ock_fs_cand) * cap);
         ock_fs_collector cola, colb;
-        ock_fs_collector_init(&cola, hd, hr, p.k, p.ids, ca, cap, bound);
-        ock_fs_collector_init(&colb, hd2, hr2, p.k, p.ids, cb, cap, bound);
+        double *uba = malloc(sizeof(double) * 2 * p.k), *ubb = malloc(sizeof(double) * 2 * p.k);
+        ock_fs_collector_init(&cola, hd, hr, p.k, p.ids, ca, cap, uba, bound);
+        ock_fs_collector_init(&colb, hd2, hr2, p.k, p.ids, cb, cap, ubb, bound);
         for (int r = 0; r < n_runs; r++) {
             const double ta = (double)terms[r] - (double)qconst, tb = (double)terms2[r] - (double)qconst2;
             ock_fs_run ra = {p.blocks + run_block[r] * bb, starts[r], starts[r + 1] - starts[r], terms[r],
@@ -300,6 +298,8 @@ static int check_case(int seed_case) {
         free(qlut2);
         free(ca);
         free(cb);
+        free(uba);
+        free(ubb);
     }
 #endif
     free(p.codes);
@@ -360,12 +360,13 @@ static int bench(size_t N, int W, int nq, int k) {
         for (int w = 0; w < W; w++)
             for (int j = 0; j < 16; j++) luts[(qi * W + w) * 16 + j] = (float)(rndu() * rndu() * 60.0);
     ock_fs_pack(codes, N, W, blocks);
-    double hi[16], lo[16];
-    ock_fs_norm_bounds(levels, levels[0], hi, lo);
+    ock_fs_norm norm;
+    ock_fs_norm_init(levels, &norm);
     uint8_t *qlut = malloc(16 * ock_fs_columns(W) + 64);
     float hd[1024];
     int64_t hr[1024];
-    ock_fs_cand cand[2048 + 256];
+    ock_fs_cand cand[2 * 1024 + 512];
+    double ubh[2048];
     ock_fs_base base = {W, NULL, norm_codes, levels, NULL, NULL, N};
     printf("N=%zu W=%d queries=%d k=%d (one-byte norms)\n", N, W, nq, k);
     for (int level = 0; level <= OCK_FS_AVX512; level++) {
@@ -374,10 +375,10 @@ static int bench(size_t N, int W, int nq, int k) {
         double sink = 0.0;
         for (int qi = 0; qi < nq; qi++) {
             ock_fs_tables t;
-            ock_fs_quantize(luts + (size_t)qi * W * 16, W, 0.0f, hi, lo, levels[255], qlut, &t);
+            ock_fs_quantize(luts + (size_t)qi * W * 16, W, 0.0f, &norm, qlut, &t);
             ock_fs_query q = {luts + (size_t)qi * W * 16, qlut, &t};
             ock_fs_collector col;
-            ock_fs_collector_init(&col, hd, hr, k, NULL, cand, k + (k > 256 ? k : 256), INFINITY);
+            ock_fs_collector_init(&col, hd, hr, k, NULL, cand, ock_fs_collector_cap(k), ubh, INFINITY);
             ock_fs_run run = {blocks, 0, N, 0.0f, t.c0, ock_fs_rounding(&t, 0.0)};
             ock_fs_scan_run_for(level)(&base, &q, &run, &col);
             ock_fs_refine(&col, &base, &q);
@@ -392,7 +393,7 @@ static int bench(size_t N, int W, int nq, int k) {
     for (int level = 0; level <= OCK_FS_AVX512; level++) {
         if (!ock_fs_level_supported(level)) continue;
         ock_fs_tables t;
-        ock_fs_quantize(luts, W, 0.0f, hi, lo, levels[255], qlut, &t);
+        ock_fs_quantize(luts, W, 0.0f, &norm, qlut, &t);
         const size_t nb = ock_fs_blocks(N), bb = ock_fs_block_bytes(W);
         uint16_t sums[32];
         unsigned sink = 0;
@@ -443,11 +444,12 @@ typedef struct {
     size_t chunk;
     uint8_t *blocks, *nc;
     float *luts, *qconst, *levels;
-    double hi[16], lo[16];
+    ock_fs_norm norm;
     uint8_t *qlut;
     ock_fs_tables *t;
     ock_fs_collector *col;
     ock_fs_cand *cand;
+    double *ubh;
     float *hd, *outd;
     int64_t *hr, *outr;
 } real_data;
@@ -465,10 +467,10 @@ static double real_run(real_data *r, int nq, int mode) {
         const int g1 = g0 + r->group < nq ? g0 + r->group : nq;
         for (int qi = g0; qi < g1; qi++) {
             const int j = qi - g0;
-            ock_fs_quantize(r->luts + (size_t)qi * W * 16, W, r->qconst[qi], r->hi, r->lo, r->levels[255],
-                            r->qlut + j * qstride, &r->t[j]);
+            ock_fs_quantize(r->luts + (size_t)qi * W * 16, W, r->qconst[qi], &r->norm, r->qlut + j * qstride,
+                            &r->t[j]);
             ock_fs_collector_init(&r->col[j], r->hd + (size_t)j * k, r->hr + (size_t)j * k, k, NULL,
-                                  r->cand + (size_t)j * r->cap, r->cap, INFINITY);
+                                  r->cand + (size_t)j * r->cap, r->cap, r->ubh + (size_t)j * 2 * k, INFINITY);
         }
         for (size_t c0 = 0; c0 < r->N; c0 += r->chunk) {
             const size_t c1 = c0 + r->chunk < r->N ? c0 + r->chunk : r->N;
@@ -516,14 +518,15 @@ static int bench_real(const char *prefix, int W, int nq, int k, int reps, int gr
     r.k = k;
     r.group = group;
     r.chunk = chunk;
-    r.cap = k + (k > 256 ? k : 256);
+    r.cap = ock_fs_collector_cap(k);
     if (nq > (int)(sq / 4)) nq = (int)(sq / 4);
-    ock_fs_norm_bounds(r.levels, r.levels[0], r.hi, r.lo);
+    ock_fs_norm_init(r.levels, &r.norm);
     r.qlut = malloc((size_t)group * (16 * ock_fs_columns(W) + 64));
     r.t = malloc(sizeof(ock_fs_tables) * group);
     r.col = malloc(sizeof(ock_fs_collector) * group);
     r.cand = malloc(sizeof(ock_fs_cand) * (size_t)r.cap * group);
     r.hd = malloc(sizeof(float) * k * group);
+    r.ubh = malloc(sizeof(double) * 2 * k * group);
     r.outd = malloc(sizeof(float) * k);
     r.hr = malloc(sizeof(int64_t) * k * group);
     r.outr = malloc(sizeof(int64_t) * k);
