@@ -225,6 +225,10 @@ static int ock_fs_quantize(const float *lut, int W, float qconst, const ock_fs_n
     if (total / OCK_FS_MAX_SUM > scale) scale = total / OCK_FS_MAX_SUM;
     if (!(scale > 0.0)) scale = 1.0;  /* constant tables: every sum is 0, any scale bounds them */
     for (int attempt = 0; attempt < 8; attempt++, scale *= 1.0 + 1e-6) {
+        /* A product by the inverse instead of a division per entry: it may round an entry a hair above an integer
+         * the exact quotient lies below, so that floor exceeds it by one part in 2^50 of the entry, far inside the
+         * rounding allowance rho that every bound carries. */
+        const double inv = 1.0 / scale;
         long max_sum = 0;
         double cut = 0.0;  /* sum over tables of the most a floor cut off, in units */
         for (int w = 0; w < W; w++) {
@@ -236,7 +240,7 @@ static int ock_fs_quantize(const float *lut, int W, float qconst, const ock_fs_n
             double cut_w = 0.0;
             for (int j = 0; j < OCK_FS_WORDS; j++) {
                 const double v = (double)row[j];
-                const double x = isfinite(v) ? (v - bias) / scale : 0.0;
+                const double x = isfinite(v) ? (v - bias) * inv : 0.0;
                 double u = floor(x);
                 if (u < 0.0) u = 0.0;
                 if (u > 255.0) u = 255.0;
@@ -255,15 +259,16 @@ static int ock_fs_quantize(const float *lut, int W, float qconst, const ock_fs_n
             int mh = 0, ml = 0;
             double cut_h = 0.0, cut_l = 0.0;
             for (int j = 0; j < 16; j++) {
-                double uh = floor((norm_hi[j] - nmin_hi) / scale), ul = floor((norm_lo[j] - nmin_lo) / scale);
+                const double xh = (norm_hi[j] - nmin_hi) * inv, xl = (norm_lo[j] - nmin_lo) * inv;
+                double uh = floor(xh), ul = floor(xl);
                 if (uh < 0.0) uh = 0.0;
                 if (ul < 0.0) ul = 0.0;
                 if (uh > OCK_FS_MAX_SUM) uh = OCK_FS_MAX_SUM;
                 if (ul > OCK_FS_MAX_SUM) ul = OCK_FS_MAX_SUM;
                 t->norm_hi[j] = (uint16_t)uh;
                 t->norm_lo[j] = (uint16_t)ul;
-                if ((norm_hi[j] - nmin_hi) / scale - uh > cut_h) cut_h = (norm_hi[j] - nmin_hi) / scale - uh;
-                if ((norm_lo[j] - nmin_lo) / scale - ul > cut_l) cut_l = (norm_lo[j] - nmin_lo) / scale - ul;
+                if (xh - uh > cut_h) cut_h = xh - uh;
+                if (xl - ul > cut_l) cut_l = xl - ul;
                 if ((int)uh > mh) mh = (int)uh;
                 if ((int)ul > ml) ml = (int)ul;
             }
