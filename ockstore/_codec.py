@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _codec_kernels
+from . import _kernels
 from ._blas import blas_single_thread
 
 __all__ = ["SubspaceLayout", "CodecTables", "rotate", "fit_scalar_quantizer", "scalar_encode", "SMALL_ENCODE_ROWS"]
@@ -59,7 +59,6 @@ class SubspaceLayout:
 # Encodings of at most this many rows run on one thread.
 SMALL_ENCODE_ROWS = 256
 
-_NO_ROTATION = np.zeros((0, 0), dtype=np.float32)  # tells encode_beam that its input is already rotated and padded
 
 
 class CodecTables:
@@ -79,7 +78,7 @@ class CodecTables:
         self.rot_pad = layout.pad_rotation(rotation)
         # Without a rotation and without padding, vectors are already in the kernel's layout: skip the product.
         identity = rotation is None and layout.dim == layout.n_subspaces * layout.sub_dim
-        self._encode_rot = _NO_ROTATION if identity else self.rot_pad
+        self._encode_rot = None if identity else self.rot_pad  # None: encode_beam's input is already rotated and padded
         self.words = np.ascontiguousarray(codebooks, dtype=np.float32)
         self.words_t = np.ascontiguousarray(self.words.transpose(0, 3, 1, 2).reshape(M, S, C * K))
         self.word_sqnorms = np.ascontiguousarray(np.einsum("mcks,mcks->mck", self.words, self.words).reshape(M, C * K))
@@ -107,19 +106,19 @@ class CodecTables:
         M = self.words.shape[0]
         codes = np.empty((n, M * self.n_codebooks), dtype=np.uint8)
         errors = np.empty(n, dtype=np.float32)
-        prev = prev_codes if prev_codes is not None else np.zeros((0, 0), dtype=np.uint8)
         beam_width = min(beam_width, self.n_codewords)  # wider than K acts as K (and fits the kernel's int)
         if n <= SMALL_ENCODE_ROWS:
             n_threads = 1  # one or two kernel chunks: not worth waking other threads (results are the same)
         with blas_single_thread():
-            _codec_kernels.encode_beam(X, _NO_ROTATION if rotated else self._encode_rot, self.words_t, self.word_sqnorms, self.pair_tables,
-                                 self.n_codebooks, self.n_codewords, beam_width, prev, codes, errors, n_threads)
+            _kernels.encode_beam(X, None if rotated else self._encode_rot, self.words_t, self.word_sqnorms,
+                                 self.pair_tables, self.n_codebooks, self.n_codewords, beam_width, prev_codes, codes,
+                                 errors, n_threads)
         return codes, errors
 
     def decode_rotated(self, codes, n_threads):
         """(n, M*S) float32 reconstructions in the rotated, padded space."""
         out = np.empty((codes.shape[0], self.rot_pad.shape[1]), dtype=np.float32)
-        _codec_kernels.decode_rotated(codes, self.words, out, n_threads)
+        _kernels.decode_rotated(codes, self.words, out, n_threads)
         return out
 
     def decode(self, codes, n_threads):
@@ -131,7 +130,7 @@ class CodecTables:
 
     def code_sqnorms(self, codes, n_threads):
         out = np.empty(codes.shape[0], dtype=np.float32)
-        _codec_kernels.code_sqnorms(codes, self.word_sqnorms, self.pair_tables, self.n_codebooks, self.n_codewords,
+        _kernels.code_sqnorms(codes, self.word_sqnorms, self.pair_tables, self.n_codebooks, self.n_codewords,
                               out, n_threads)
         return out
 
@@ -141,7 +140,7 @@ def rotate(X, rot_pad, n_threads):
     """X @ rot_pad, (n, M*S) float32, by chunks of rows in parallel."""
     out = np.empty((X.shape[0], rot_pad.shape[1]), dtype=np.float32)
     with blas_single_thread():
-        _codec_kernels.matmul_rows(X, rot_pad, out, n_threads)
+        _kernels.matmul_rows(X, rot_pad, out, n_threads)
     return out
 
 

@@ -1,31 +1,22 @@
-/* The coarse step of the inverted file (ockstore/_ivf_kernels.pyx; docs/ARCHITECTURE.md, "Inverted file"): the inner
- * products of one query with every coarse centroid.
+/* The coarse step of the inverted file (docs/ARCHITECTURE.md, "Inverted file"): the inner products of one query with
+ * every coarse centroid. A level body: _simd_level.h includes it once per SIMD level (OCK_LEVEL, OCK_FN, OCK_TARGET;
+ * _simd.h).
  *
- * In C for the same reasons as _tables.h: `target_clones` adds AVX2 and AVX-512 versions chosen at load time, and
- * "fp-contract=off" forbids fused multiply-adds, so every clone rounds alike. Each output is summed over the P
- * dimensions in order p = 0, 1, ..., P-1 whatever the clone and whatever the other queries of a batch: a query ranks
- * the lists identically when searched alone or in a batch, on any number of threads (a BLAS product of a batch would
- * not promise that: its kernels, hence its roundings, depend on the shape of the batch).
+ * In C for the same reasons as _tables.h: the compiler vectorises it for each level, and no product is fused with its
+ * sum (-ffp-contract=off), so every level rounds alike. Each output is summed over the P dimensions in order
+ * p = 0, 1, ..., P-1 whatever the level and whatever the other queries of a batch: a query ranks the lists identically
+ * when searched alone or in a batch, on any number of threads (a BLAS product of a batch would not promise that: its
+ * kernels, hence its roundings, depend on the shape of the batch).
  */
-#ifndef OCKSTORE_IVF_H
-#define OCKSTORE_IVF_H
-
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
-#define OCK_IVF_FN __attribute__((target_clones("avx512f", "avx2", "default"), \
-                                  optimize("fp-contract=off", "no-wrapv")))
-#elif defined(__GNUC__) && !defined(__clang__)
-#define OCK_IVF_FN __attribute__((optimize("fp-contract=off", "no-wrapv")))
-#else
-#define OCK_IVF_FN
-#endif
 
 /* Outputs computed at once, held in registers across the P dimensions (four AVX-512 or eight AVX2 registers): the
  * centroid matrix is read once per query, from L2 for up to a few thousand lists at P = 128. */
+#ifndef OCK_IVF_BLOCK
 #define OCK_IVF_BLOCK 64
+#endif
 
 /* out[l] = sum_p q[p] * ct[p * L + l] for l < L (ct: the centroids transposed, P rows of L float32 values). */
-OCK_IVF_FN
-static void ock_coarse_dots(const float *q, const float *ct, int P, int L, float *out) {
+OCK_TARGET static void OCK_FN(coarse_dots)(const float *q, const float *ct, int P, int L, float *out) {
     int l0 = 0;
     for (; l0 + OCK_IVF_BLOCK <= L; l0 += OCK_IVF_BLOCK) {
         float t[OCK_IVF_BLOCK];
@@ -43,5 +34,3 @@ static void ock_coarse_dots(const float *q, const float *ct, int P, int L, float
         out[l] = t;
     }
 }
-
-#endif

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _ivf_kernels
+from . import _kernels
 from ._blas import blas_single_thread
 
 __all__ = ["CoarseTables", "train_coarse", "PROBE_L2", "PROBE_IP", "MAX_POINTS_PER_LIST"]
 
-# How the lists are ranked for probing (PROBE_* of _ivf_kernels.pyx).
+# How the lists are ranked for probing (PROBE_* of _kernels.pyx).
 PROBE_L2 = 0  # by ||q - c_l||^2: metrics "l2" and "cosine" (unit vectors: the nearest centroids hold the best cosines)
 PROBE_IP = 1  # by q.c_l, largest first: metric "ip"
 
@@ -54,7 +54,7 @@ class CoarseTables:
         labels = np.empty(n, dtype=np.int32)
         distances = np.empty(n, dtype=np.float32)
         with blas_single_thread():
-            _ivf_kernels.coarse_assign(X, self.neg2_ct, self.sqnorms, labels, distances, n_threads)
+            _kernels.coarse_assign(X, self.neg2_ct, self.sqnorms, labels, distances, n_threads)
         return labels, distances
 
     def probe(self, Q, n_probe, kind, term_factor, n_threads):
@@ -63,7 +63,7 @@ class CoarseTables:
         nq = Q.shape[0]
         lists = np.empty((nq, n_probe), dtype=np.int32)
         terms = np.empty((nq, n_probe), dtype=np.float32)
-        _ivf_kernels.probe(Q, self.ct, self.sqnorms, kind, term_factor, lists, terms, n_threads)
+        _kernels.probe(Q, self.ct, self.sqnorms, kind, term_factor, lists, terms, n_threads)
         return lists, terms
 
 
@@ -107,7 +107,7 @@ def train_coarse(X, n_lists, n_iter, rng, n_threads):
     for _ in range(n_iter):
         labels, distances = CoarseTables(centroids).assign(sample, n_threads)
         history.append(float(distances.mean(dtype=np.float64)))
-        _ivf_kernels.cluster_sums(sample, labels, sums, counts)
+        _kernels.cluster_sums(sample, labels, sums, counts)
         filled = counts > 0
         centroids[filled] = sums[filled] / counts[filled, None]
         if not filled.all():

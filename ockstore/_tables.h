@@ -1,38 +1,15 @@
-/* Query tables of the ADC / SDC scan (ockstore/search.py explains the tables; docs/ARCHITECTURE.md, "Search").
+/* Query tables of the ADC / SDC scans (ockstore/search.py explains the tables; docs/ARCHITECTURE.md, "Search").
+ * A level body: _simd_level.h includes it once per SIMD level (OCK_LEVEL, OCK_FN, OCK_TARGET; _simd.h).
  *
  * In C rather than NumPy because an app searches one query at a time: a handful of NumPy calls per query cost more
  * than the arithmetic (about 80K multiply-adds for 64-bit codes at P = 128). The loops are axpy-shaped (the inner
- * loop runs over contiguous outputs) so gcc vectorises them; `target_clones` adds AVX2 and AVX-512 versions chosen
- * at load time. "fp-contract=off" forbids fused multiply-adds where a product is rounded (the codebook stage), so
- * every clone computes the same roundings; the rotation's products are exact, so it may fuse them (same sums, half
- * the operations). Each sum runs in a fixed order: a query's tables are bit-identical alone or in a batch, whatever
- * the threads and whichever clone runs.
+ * loop runs over contiguous outputs) so the compiler vectorises them for the level in force. Products that are
+ * rounded (the codebook stage) are never fused with the sums (_simd.c is compiled with -ffp-contract=off), so every
+ * level computes the same roundings; the rotation's products are exact, so the levels with FMA fuse them explicitly
+ * (same sums, half the operations). Each sum runs in a fixed order: a query's tables are bit-identical alone or in a
+ * batch, whatever the threads and whichever level runs.
  */
-#ifndef OCKSTORE_TABLES_H
-#define OCKSTORE_TABLES_H
-
-#include <math.h>
-
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
-#define OCK_TABLE_FN __attribute__((target_clones("avx512f", "avx2", "default"), \
-                                    optimize("fp-contract=off", "no-wrapv")))
-#define OCK_EXACT_PRODUCTS_FN __attribute__((target_clones("avx512f", "fma", "default"), \
-                                             optimize("fp-contract=fast", "no-wrapv")))
-#elif defined(__GNUC__) && !defined(__clang__)
-#define OCK_TABLE_FN __attribute__((optimize("fp-contract=off", "no-wrapv")))
-#define OCK_EXACT_PRODUCTS_FN __attribute__((optimize("fp-contract=fast", "no-wrapv")))
-#else
-#define OCK_TABLE_FN
-#define OCK_EXACT_PRODUCTS_FN
-#endif
-#if defined(__clang__)
-#pragma clang fp contract(off)  /* clang contracts a * b + c by default where the target has FMA */
-#endif
-
-/* The kinds of table (TABLE_* in _search_kernels.pyx): what a code's byte adds to its distance or score. */
-#define OCK_TABLE_L2_NORM_TERM 0   /* -2 z_m.d; the constant ||z||^2 and the stored norm term complete it (C >= 2) */
-#define OCK_TABLE_L2_WHOLE 1       /* ||z_m - d||^2: the whole distance (C = 1) */
-#define OCK_TABLE_NEG_DOT 2        /* -z_m.d: minus the inner product (ip, cosine) */
+/* The kinds of table (OCK_TABLE_* in _simd.h) say what a code's byte adds to its distance or score. */
 
 /* out[i] = sum_r a[r] * (double)A[r, i] for i < n, each sum taken over r in order, where the R x n float32 matrix A
  * is stored in panels (ock_panels in ockstore/search.py writes them): columns i0 .. i0+w-1 (w = OCK_PANEL, or what is
@@ -41,65 +18,68 @@
  * the hardware prefetchers stream it, where the rows of a row-major A (a strided walk) took ~25% longer at P = 384
  * (measured on AMD EPYC, Zen 5). The order of every sum stays r = 0, 1, ..., so results equal the plain loop's.
  * Reading the model's float32 values (widened here) rather than float64 copies halves the memory traffic: for P = 384
- * the float64 copies would not fit in L2. The body is a macro because it is compiled twice (below). */
-#define OCK_PANEL 32
-#define OCK_VECMAT_BODY                                                                  \
-    int i0 = 0;                                                                          \
-    for (; i0 + OCK_PANEL <= n; i0 += OCK_PANEL) {                                       \
-        const float *panel = m + (long)i0 * R;                                           \
-        double t[OCK_PANEL];                                                             \
-        for (int j = 0; j < OCK_PANEL; j++) t[j] = 0.0;                                  \
-        for (int r = 0; r < R; r++) {                                                    \
-            const double ar = a[r];                                                      \
-            const float *row = panel + (long)r * OCK_PANEL;                              \
-            for (int j = 0; j < OCK_PANEL; j++) t[j] += ar * (double)row[j];             \
-        }                                                                                \
-        for (int j = 0; j < OCK_PANEL; j++) out[i0 + j] = t[j];                          \
-    }                                                                                    \
-    if (i0 < n) {                                                                        \
-        const int w = n - i0;                                                            \
-        const float *panel = m + (long)i0 * R;                                           \
-        for (int i = 0; i < w; i++) {                                                    \
-            double t = 0.0;                                                              \
-            for (int r = 0; r < R; r++) t += a[r] * (double)panel[(long)r * w + i];      \
-            out[i0 + i] = t;                                                             \
-        }                                                                                \
+ * the float64 copies would not fit in L2. The body is a macro because it is compiled twice (below), with
+ * MULADD(a, b, c) = a * b + c, rounded twice or fused. */
+#ifndef OCK_VECMAT_BODY
+#define OCK_VECMAT_BODY(MULADD)                                                                      \
+    int i0 = 0;                                                                                      \
+    for (; i0 + OCK_PANEL <= n; i0 += OCK_PANEL) {                                                   \
+        const float *panel = m + (long)i0 * R;                                                       \
+        double t[OCK_PANEL];                                                                         \
+        for (int j = 0; j < OCK_PANEL; j++) t[j] = 0.0;                                              \
+        for (int r = 0; r < R; r++) {                                                                \
+            const double ar = a[r];                                                                  \
+            const float *row = panel + (long)r * OCK_PANEL;                                          \
+            for (int j = 0; j < OCK_PANEL; j++) t[j] = MULADD(ar, (double)row[j], t[j]);             \
+        }                                                                                            \
+        for (int j = 0; j < OCK_PANEL; j++) out[i0 + j] = t[j];                                      \
+    }                                                                                                \
+    if (i0 < n) {                                                                                    \
+        const int w = n - i0;                                                                        \
+        const float *panel = m + (long)i0 * R;                                                       \
+        for (int i = 0; i < w; i++) {                                                                \
+            double t = 0.0;                                                                          \
+            for (int r = 0; r < R; r++) t = MULADD(a[r], (double)panel[(long)r * w + i], t);         \
+            out[i0 + i] = t;                                                                         \
+        }                                                                                            \
     }
+#define OCK_MUL_ADD(a, b, c) ((a) * (b) + (c))
+#endif
 
-/* a[r] is any float64 value: its products with the words are rounded, so they must not be fused with the sums. */
-OCK_TABLE_FN
-static void ock_vecmat(const double *a, const float *m, int R, int n, double *out) {
-    OCK_VECMAT_BODY
+/* a[r] is any float64 value: its products with the words are rounded, so they are never fused with the sums. */
+OCK_TARGET static void OCK_FN(vecmat)(const double *a, const float *m, int R, int n, double *out) {
+    OCK_VECMAT_BODY(OCK_MUL_ADD)
 }
 
 /* a[r] is a float64 widened from a float32: every product a[r] * (double)m[r, i] of two 24-bit significands is
- * exact in float64, so a fused multiply-add rounds exactly as the product then the add do. Contraction is allowed
- * here: clones with FMA use it (one operation instead of two), the others compute the same sums with mul + add. */
-OCK_EXACT_PRODUCTS_FN
-static void ock_vecmat_exact_products(const double *a, const float *m, int R, int n, double *out) {
-#if defined(__clang__)
-#pragma clang fp contract(fast)
+ * exact in float64, so a fused multiply-add rounds exactly as the product then the add do. The levels with FMA use
+ * it (one operation instead of two), the portable level computes the same sums with mul + add. */
+#if OCK_LEVEL == OCK_LEVEL_PORTABLE
+#define OCK_EXACT_MUL_ADD OCK_MUL_ADD
+#else
+#define OCK_EXACT_MUL_ADD(a, b, c) __builtin_fma(a, b, c)
 #endif
-    OCK_VECMAT_BODY
+OCK_TARGET static void OCK_FN(vecmat_exact_products)(const double *a, const float *m, int R, int n, double *out) {
+    OCK_VECMAT_BODY(OCK_EXACT_MUL_ADD)
 }
+#undef OCK_EXACT_MUL_ADD
 
 /* z = q @ R in float64, R the P x D rotation in panels (rot); qd is scratch of P doubles. */
-static void ock_rotate(const float *q, const float *rot, int P, int D, double *qd, double *z) {
+OCK_TARGET static void OCK_FN(rotate)(const float *q, const float *rot, int P, int D, double *qd, double *z) {
     for (int p = 0; p < P; p++) qd[p] = (double)q[p];
-    ock_vecmat_exact_products(qd, rot, P, D, z);
+    OCK_FN(vecmat_exact_products)(qd, rot, P, D, z);
 }
 
 /* The tables of one query from its rotated vector z (M*S): lut[(m*C + c)*slots + k] for k < K, +inf for
  * K <= k < slots. words_t holds M blocks of S*C*K values, block m the S x C*K matrix words_t[m, s, c*K + k] =
  * d[m, c, k, s] in panels; sqnorms is (M, C*K) (read for OCK_TABLE_L2_WHOLE only), acc scratch of C*K.
  * Returns the query's constant term (||z||^2 for OCK_TABLE_L2_NORM_TERM, else 0), in float64. */
-OCK_TABLE_FN
-static double ock_tables(const double *z, const float *words_t, const double *sqnorms, int M, int C, int K, int S,
-                         int kind, int slots, double *acc, float *lut) {
+OCK_TARGET static double OCK_FN(tables)(const double *z, const float *words_t, const double *sqnorms, int M, int C,
+                                        int K, int S, int kind, int slots, double *acc, float *lut) {
     const int n = C * K;
     for (int m = 0; m < M; m++) {
         const double *zm = z + (long)m * S;
-        ock_vecmat(zm, words_t + (long)m * S * n, S, n, acc);
+        OCK_FN(vecmat)(zm, words_t + (long)m * S * n, S, n, acc);
         if (kind == OCK_TABLE_L2_WHOLE) {
             double zz = 0.0;
             for (int s = 0; s < S; s++) zz += zm[s] * zm[s];
@@ -122,5 +102,3 @@ static double ock_tables(const double *z, const float *words_t, const double *sq
     for (int j = 0; j < M * S; j++) zz += z[j] * z[j];
     return zz;
 }
-
-#endif

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.linalg
 
-from . import _codec_kernels
+from . import _kernels
 from ._blas import blas_single_thread
 from ._codec import CodecTables, SubspaceLayout, rotate
 
@@ -163,7 +163,7 @@ def _lloyd(Y, layout, words, n_iter, rng, n_threads):
         codes, _ = tables.encode(Y, 1, n_threads)
         gram = np.empty((M, K, K), dtype=np.float64)
         rhs = np.empty((M, K, S), dtype=np.float64)
-        _codec_kernels.normal_equations(codes, Y, 1, K, gram, rhs, n_threads)
+        _kernels.normal_equations(codes, Y, 1, K, gram, rhs, n_threads)
         new = np.empty_like(words)
         for m in range(M):
             counts = np.diag(gram[m])
@@ -187,7 +187,7 @@ def _update_rotation_and_codebooks(X, codes, tables, layout, learn_rotation, sha
     M, C, K, S = tables.words.shape
     CK = C * K
     sums = np.empty((M * CK, P), dtype=np.float64)
-    _codec_kernels.code_sums(codes, X, K, sums, n_threads)
+    _kernels.code_sums(codes, X, K, sums, n_threads)
     sums = sums.reshape(M, CK, P)
     rotation = None
     if learn_rotation:
@@ -198,7 +198,7 @@ def _update_rotation_and_codebooks(X, codes, tables, layout, learn_rotation, sha
         rotation = _procrustes(A_padded, layout)
     rot_pad = layout.pad_rotation(rotation).astype(np.float64)
     gram = np.empty((M, CK, CK), dtype=np.float64)
-    _codec_kernels.code_gram(codes, C, K, gram, n_threads)
+    _kernels.code_gram(codes, C, K, gram, n_threads)
     words = np.empty((M, C, K, S), dtype=np.float64)
     used = np.empty((M, C, K), dtype=bool)
     for m in range(M):

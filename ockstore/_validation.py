@@ -11,7 +11,7 @@ import os
 
 import numpy as np
 
-from . import _codec_kernels
+from . import _kernels
 
 __all__ = [
     "as_vectors",
@@ -70,7 +70,7 @@ def to_float32_rows(arr, name):
         with np.errstate(over="ignore"):  # values beyond float32 become inf: reported below as too large
             out = np.ascontiguousarray(arr, dtype=np.float32)
     if out.size:
-        largest = _codec_kernels.max_abs(out.reshape(-1))  # +inf for NaN too: one test covers NaN, inf, magnitude
+        largest = _kernels.max_abs(out.reshape(-1))  # +inf for NaN too: one test covers NaN, inf, magnitude
         if not largest <= MAX_ABS_VALUE:
             if not np.isfinite(out).all():
                 if arr.dtype.kind == "f" and not np.isfinite(arr).all():
@@ -85,7 +85,7 @@ def rows_beyond_limits(rows):
     """None when every value of the float32 2-D ``rows`` is finite and within +-MAX_ABS_VALUE (what every vector input
     must hold), else a bool mask of the rows that are not (for a message naming the row)."""
     rows = np.ascontiguousarray(rows, dtype=np.float32)
-    if rows.size == 0 or _codec_kernels.max_abs(rows.reshape(-1)) <= MAX_ABS_VALUE:  # +inf for NaN too
+    if rows.size == 0 or _kernels.max_abs(rows.reshape(-1)) <= MAX_ABS_VALUE:  # +inf for NaN too
         return None
     return ~(np.abs(rows) <= MAX_ABS_VALUE).all(axis=1)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _ivf_kernels
+from . import _kernels
 from . import search as _search
 from ._encoding import check_fitted_model, check_store_vectors, encode_all, resolve_norm_encoding
 from ._validation import as_ids, as_vectors, check_int, resolve_n_threads
@@ -70,18 +70,12 @@ def search_lists(tables, ivf, Q, k, codes, ids, list_offsets, n_probe, *, norms=
     if nq == 0:
         return D, rows
     threads = max(1, min(resolve_n_threads(n_threads), nq))  # queries run in parallel: a thread per query at most
-    empty_f32 = np.empty(0, dtype=np.float32)
-    nf = norms if norms is not None else empty_f32
-    nc = norm_codes if norm_codes is not None else np.empty(0, dtype=np.uint8)
-    nl = norm_levels if norm_codes is not None else empty_f32
-    bitmap = allow if allow is not None else np.empty(0, dtype=np.uint64)
     for start in range(0, nq, PROBE_QUERIES_PER_STEP):
         stop = min(nq, start + PROBE_QUERIES_PER_STEP)
         batch = Q if stop - start == nq else Q[start:stop]
         lists, terms = ivf._probe(batch, n_probe, threads)
-        _ivf_kernels.ivf_scan(tables.rot_panels, tables.word_panels, tables.word_sqnorms, tables.n_codebooks,
-                              tables.sub_dim, tables.kind, batch, codes, nf, nc, nl, ids, bitmap, list_offsets,
-                              lists, terms, D[start:stop], rows[start:stop], threads)
+        _kernels.ivf_scan(tables.model, batch, codes, norms, norm_codes, norm_levels if norm_codes is not None else None,
+                          ids, allow, list_offsets, lists, terms, D[start:stop], rows[start:stop], threads)
     return D, rows
 
 

@@ -16,7 +16,7 @@ R is orthogonal, so for a query q with z = R^T q (computed as z = q @ rot_pad):
   -z_m . d[m, c, k] so that the scan, which keeps the smallest sums, keeps the largest scores, and the caller negates
   the sums back into scores. For cosine the queries and the base were normalised to unit length first.
 
-The scan (``_search_kernels.scan``) computes the tables of each query (``_tables.h``), adds qconst + n_b + the W = M*C
+The scan (``_kernels.scan``) computes the tables of each query (``_tables.h``), adds qconst + n_b + the W = M*C
 table entries of each code and keeps the k best (distance, row) pairs of each query, a smaller id winning a tie; rows
 map to ids (and to stored vectors, for re-ranking) afterwards. A row bitmap restricts the scan to allowed rows, tested
 before any table lookup. SDC (symmetric distance) encodes the queries, and uses their reconstructions z_hat_q in place
@@ -38,14 +38,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _search_kernels
+from . import _kernels
 from ._validation import resolve_n_threads
 
 __all__ = ["QueryTables", "search_codes", "rows_bitmap", "panels", "LUT_SLOTS", "TABLE_L2_NORM_TERM", "TABLE_L2_WHOLE",
            "TABLE_NEG_DOT"]
 
 # Table slots per code byte, whatever K is: a byte can only index 0..255, so the scan never reads past a table.
-LUT_SLOTS = _search_kernels.TABLE_SLOTS
+LUT_SLOTS = _kernels.TABLE_SLOTS
 
 # Queries whose SDC reconstructions are computed per call of the scan: bounds the (queries x M*S) float64 vectors of
 # a batch. ADC needs none: the kernel computes each group's tables in its own bounded scratch.
@@ -60,7 +60,7 @@ SMALL_SCAN_CODES = 1 << 17
 MODEL_ALIGN = 64
 
 
-def panels(matrix, width=_search_kernels.TABLE_PANEL):
+def panels(matrix, width=_kernels.TABLE_PANEL):
     """The (R, n) matrix in the table kernel's panel layout, as a 1-D float32 array aligned to MODEL_ALIGN bytes:
     columns i0..i0+w-1 (w = width, or what is left for the last panel) as R rows of w values, panel after panel
     (_tables.h, ock_vecmat). Each panel is then one sequential read."""
@@ -75,9 +75,10 @@ def panels(matrix, width=_search_kernels.TABLE_PANEL):
 
 
 # The kinds of table (_tables.h): what each code byte's table entry holds.
-TABLE_L2_NORM_TERM = 0  # -2 z_m.d: L2 with C >= 2; qconst = ||z||^2, the stored norm term completes the distance
-TABLE_L2_WHOLE = 1      # ||z_m - d||^2: L2 with C = 1, the whole distance
-TABLE_NEG_DOT = 2       # -z_m.d: inner product and cosine (scores are the negated sums; no norm term)
+TABLE_L2_NORM_TERM = _kernels.TABLE_L2_NORM_TERM  # -2 z_m.d: L2 with C >= 2; qconst = ||z||^2, the stored norm
+#                                                  term completes the distance
+TABLE_L2_WHOLE = _kernels.TABLE_L2_WHOLE  # ||z_m - d||^2: L2 with C = 1, the whole distance
+TABLE_NEG_DOT = _kernels.TABLE_NEG_DOT    # -z_m.d: inner product and cosine (scores are the negated sums; no norm term)
 
 
 class QueryTables:
@@ -116,7 +117,7 @@ class QueryTables:
         # The arrays of the table kernel (also read by the inverted file's kernel, which computes its tables itself).
         self.rot_panels = panels(tables.rot_pad)                                                   # (P * M*S,)
         self.word_panels = np.stack([panels(w) for w in np.asarray(tables.words_t, dtype=np.float32)])  # (M, S*C*K)
-        self.model = _search_kernels.TableModel(self.rot_panels, self.word_panels, self.word_sqnorms, C, S, self.kind)
+        self.model = _kernels.TableModel(self.rot_panels, self.word_panels, self.word_sqnorms, C, S, self.kind)
 
     @property
     def uses_norm_term(self) -> bool:
@@ -186,13 +187,13 @@ def search_codes(tables, Q, k, codes, ids, *, distance="adc", norms=None, norm_c
     if norm_codes is None:
         norm_levels = None
     if distance == "adc":
-        _search_kernels.scan(tables.model, Q, None, codes, norms, norm_codes, norm_levels, ids, allow, out_d, out_r,
-                             n_threads)
+        _kernels.scan(tables.model, Q, None, codes, norms, norm_codes, norm_levels, ids, allow, out_d, out_r,
+                      n_threads)
     else:
         for start in range(0, nq, SDC_QUERIES_PER_STEP):
             stop = min(nq, start + SDC_QUERIES_PER_STEP)
-            _search_kernels.scan(tables.model, None, tables.sdc_rotated(Q[start:stop], n_threads), codes, norms,
-                                 norm_codes, norm_levels, ids, allow, out_d[start:stop], out_r[start:stop], n_threads)
+            _kernels.scan(tables.model, None, tables.sdc_rotated(Q[start:stop], n_threads), codes, norms,
+                          norm_codes, norm_levels, ids, allow, out_d[start:stop], out_r[start:stop], n_threads)
     if kk != k:
         D[:, :kk] = out_d
         rows[:, :kk] = out_r

@@ -16,31 +16,19 @@ from pathlib import Path
 # Must be set before ockstore's extension loads the OpenMP runtime; an explicit setting in the environment wins.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
-if str(TESTS) not in sys.path:  # so that test modules can `import reference`
-    sys.path.insert(0, str(TESTS))
+SUPPORT = TESTS / "support"  # helpers, oracles, fuzzers, helper scripts: imported by name (``import reference``)
+if str(SUPPORT) not in sys.path:
+    sys.path.insert(0, str(SUPPORT))
 
-from helpers import data_root  # noqa: E402
+from helpers import data_root, gaussian_mixture  # noqa: E402
 
 DATA_ROOT = data_root()
 SIFT = DATA_ROOT / "sift-real"
 SIFT_SAMPLE_ROWS = 20_000
-
-
-def gaussian_mixture(n, dim, *, n_clusters=8, spread=4.0, seed=0, dtype=np.float32):
-    """n seeded vectors around ``n_clusters`` centres: a structured dataset that quantizers can actually learn.
-
-    Each dimension has its own scale (1 down to 0.1) so that the rotation and the subspace split matter.
-    """
-    rng = np.random.default_rng(seed)
-    centres = rng.normal(scale=spread, size=(n_clusters, dim))
-    scales = np.linspace(1.0, 0.1, dim)
-    X = centres[rng.integers(0, n_clusters, size=n)] + rng.normal(size=(n, dim)) * scales
-    return X.astype(dtype)
 
 
 @pytest.fixture(scope="session")

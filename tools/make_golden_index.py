@@ -19,9 +19,9 @@ on the same machine reproduces the same bytes (``--check`` regenerates into a te
 queries are chosen among candidates so that the k + 1 nearest distances of each are separated by a relative gap of at
 least 1e-4: the expected neighbours then do not depend on the rounding of another machine (for the inverted file, the
 n_probe + 1 nearest lists of each query are separated alike, so the probed lists do not depend on it either).
-tests/test_index_file.py (test_golden_v1_file_I14) and tests/test_ivf_file.py (test_golden_ivf_file_V10) open the
-committed files and compare: this pins format version 1 and its meaning (docs/FORMAT.md I14, V10). Do not regenerate
-the committed files unless the format's major version changes.
+tests/indexfile/test_index_file_checks.py (test_golden_v1_file_I14) and tests/indexfile/test_ivf_file.py
+(test_golden_ivf_file_V10) open the committed files and compare: this pins format version 1 and its meaning
+(docs/FORMAT.md I14, V10). Do not regenerate the committed files unless the format's major version changes.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 Every segment has the collection's quantizer, so one table model serves them all (and, for SDC, one encoding of the
 queries); the kernel computes each query's tables as it scans (a few microseconds per query and segment). The segments
 are scanned in turn (the largest first), each with the k-th best distance found so far as a bound
-(``_search_kernels.scan(..., bound=...)``): its heap only takes codes that can still be among the k best, so ten
+(``_kernels.scan(..., bound=...)``): its heap only takes codes that can still be among the k best, so ten
 segments cost about what one segment of all their rows costs, not ten heaps filling up. The parts' results are then merged exactly (``merge.topk_columns``: by distance, equal distances by the
 smaller id), so the results are those of one scan over the union of the rows, bit for bit.
 
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import _search_kernels
+from .. import _kernels
 from ..search import SMALL_SCAN_CODES
 from .merge import topk_columns
 
@@ -82,9 +82,9 @@ def scan_parts(tables, Q, k, parts, *, distance="adc", n_threads=1):
             out_d = np.empty((nb, kk), dtype=np.float32)
             out_r = np.empty((nb, kk), dtype=np.int64)
             bound = np.nextafter(best.max(axis=1), np.float32(np.inf))  # a code at the k-th best distance enters
-            _search_kernels.scan(tables.model, queries, rotated, pa.codes, pa.norms, pa.norm_codes,
-                                 pa.norm_levels if pa.norm_codes is not None else None, pa.ids, pa.allow, out_d,
-                                 out_r, 1 if nb * N < SMALL_SCAN_CODES else n_threads, bound)
+            _kernels.scan(tables.model, queries, rotated, pa.codes, pa.norms, pa.norm_codes,
+                          pa.norm_levels if pa.norm_codes is not None else None, pa.ids, pa.allow, out_d,
+                          out_r, 1 if nb * N < SMALL_SCAN_CODES else n_threads, bound)
             real = out_r >= 0
             out_i = np.where(real, pa.ids[np.where(real, out_r, 0)], -1)
             found_d.append(out_d)

@@ -1,0 +1,72 @@
+"""Type stub of the compiled kernels (ockstore/_kernels.pyx and its parts). Arguments are C-contiguous arrays of the
+stated dtypes, validated by the callers; outputs are preallocated by the caller and filled in place. An absent array
+is None."""
+
+import numpy as np
+import numpy.typing as npt
+
+F32 = npt.NDArray[np.float32]
+F64 = npt.NDArray[np.float64]
+U8 = npt.NDArray[np.uint8]
+U64 = npt.NDArray[np.uint64]
+I32 = npt.NDArray[np.int32]
+I64 = npt.NDArray[np.int64]
+
+# Constants shared with the Python layers.
+TABLE_PANEL: int
+TABLE_SLOTS: int
+TABLE_L2_NORM_TERM: int
+TABLE_L2_WHOLE: int
+TABLE_NEG_DOT: int
+PROBE_L2: int
+PROBE_IP: int
+SIMD_ENVIRONMENT_VARIABLE: str
+
+# SIMD levels ("portable", "avx2", "avx512").
+def simd_level() -> str: ...
+def _best_simd_level() -> str: ...
+def _set_simd_level(name: str) -> str: ...
+def _set_exact_portable_tables(exact: bool) -> bool: ...
+
+# The codec.
+def encode_beam(
+    X: F32, rot_pad: F32 | None, words_t: F32, word_sqnorms: F32, pair_tables: F32,
+    n_codebooks: int, n_codewords: int, beam_width: int,
+    prev_codes: U8 | None, codes: U8, errors: F32, n_threads: int,
+) -> None: ...
+def matmul_rows(X: F32, B: F32, out: F32, n_threads: int) -> None: ...
+def code_sums(codes: U8, X: F32, n_codewords: int, out: F64, n_threads: int) -> None: ...
+def code_gram(codes: U8, n_codebooks: int, n_codewords: int, gram: F64, n_threads: int) -> None: ...
+def decode_rotated(codes: U8, words: F32, out: F32, n_threads: int) -> None: ...
+def code_sqnorms(
+    codes: U8, word_sqnorms: F32, pair_tables: F32, n_codebooks: int, n_codewords: int, out: F32, n_threads: int,
+) -> None: ...
+def normal_equations(
+    codes: U8, Z: F32, n_codebooks: int, n_codewords: int, gram: F64, rhs: F64, n_threads: int,
+) -> None: ...
+def max_abs(values: F32) -> float: ...
+
+# Search.
+class TableModel:
+    def __init__(
+        self, rot: F32, words: F32, sqnorms: F64, n_codebooks: int, sub_dim: int, kind: int,
+    ) -> None: ...
+
+def scan(
+    model: TableModel, queries: F32 | None, rotated: F64 | None, codes: U8, norms_f32: F32 | None,
+    norm_codes: U8 | None, norm_levels: F32 | None, ids: I64 | None, allow: U64 | None, out_dist: F32,
+    out_rows: I64, n_threads: int, bound: F32 | None = None,
+) -> None: ...
+
+# The inverted file.
+def coarse_assign(X: F32, neg2_ct: F32, c_sqnorms: F32, labels: I32, distances: F32, n_threads: int) -> None: ...
+def cluster_sums(X: F32, labels: I32, sums: F64, counts: I64) -> None: ...
+def probe(
+    queries: F32, ct: F32, c_sqnorms: F32, kind: int, term_factor: float, out_lists: I32, out_terms: F32,
+    n_threads: int,
+) -> None: ...
+def ivf_scan(
+    model: TableModel, queries: F32, codes: U8, norms_f32: F32 | None, norm_codes: U8 | None,
+    norm_levels: F32 | None, ids: I64, allow: U64 | None, list_offsets: I64, lists: I32, terms: F32, out_dist: F32,
+    out_rows: I64, n_threads: int,
+) -> None: ...

@@ -1,0 +1,542 @@
+# The codec (included by _kernels.pyx): beam encoding, decoding, code norms, normal equations, row products.
+#
+# Notation (docs/ARCHITECTURE.md, "The method"): n vectors, P input dims, M subspaces of S dims (the rotated space is
+# zero-padded to M*S), C codebooks per subspace, K words per codebook, T beam width, W = M*C code bytes per vector.
+
+# The encoder's table products at the portable level need a hardware fmaf to be fast (ock_fast_fma); without one they
+# come from BLAS (rounded its own way), unless a test asks for the exact, slow, fmaf path (_set_exact_portable_tables)
+# so that every level gives the same bits.
+cdef bint _portable_fma = ock_fast_fma()
+
+
+def _set_exact_portable_tables(bint exact):
+    """For tests: whether the portable level computes the encoder's table products with fmaf even where fmaf is slow
+    (software), instead of BLAS, so that it gives the same bits as the other levels. Returns the previous setting."""
+    global _portable_fma
+    previous = bool(_portable_fma)
+    _portable_fma = exact or ock_fast_fma()
+    return previous
+
+
+cdef enum:
+    # Vectors per encoding task. Large enough that each sgemm call runs near peak (the tables of one chunk are
+    # ENCODE_CHUNK x C*K floats: 256 KiB for C*K = 512, which stays in L2 next to the pair tables of one subspace),
+    # small enough that two threads get balanced work on small inputs. Results do not depend on it and never on the
+    # number of threads: every chunk is computed the same way whichever thread runs it.
+    ENCODE_CHUNK = 128
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Beam encoding of one subvector.
+#
+# For a subvector z and words d[c, k] (codebook c, word k), with
+#     unary[c*K + k]            = ||d[c,k]||^2 - 2 z.d[c,k]
+#     pair(c, c')[k * K + k']   = 2 d[c,k].d[c',k']           (c < c', one K x K table per pair, precomputed once)
+# the error of a code (k_0, ..., k_{C-1}) is a sum of table entries:
+#     ||z - sum_c d[c,k_c]||^2 = ||z||^2 + sum_c unary[c*K + k_c] + sum_{c<c'} pair(c,c')[k_c*K + k_c'].
+# Choosing k_l after the prefix (k_0..k_{l-1}) with residual r = z - sum_{c<l} d[c,k_c]:
+#     ||r - d[l,k]||^2 - ||r||^2 = unary[l*K + k] + sum_{c<l} pair(c,l)[k_c*K + k]
+# so the "T best candidates for the current residual" at level l are the T smallest of
+#     score_l[k] = partial(prefix) + unary[l*K + k] + sum_{c<l} pair(c,l)[k_c*K + k],
+# which is also the exact partial error of the longer prefix. Levels 0..C-2 keep their T best (ties: smaller k
+# first) and recurse into each; the last level takes its single best; the least error over all leaves wins (ties:
+# the first leaf in the order the candidates were ranked). This equals the direct recursion on residual vectors.
+
+cdef inline int _pair_index(int c, int c2, int C) noexcept nogil:
+    """Index of the table of the pair (c, c2), c < c2, in the order (0,1), (0,2), ..., (0,C-1), (1,2), ..."""
+    return c * C - (c * (c + 1)) // 2 + (c2 - c - 1)
+
+
+cdef struct BeamScratch:
+    float *scores        # (C, K): score row of each level
+    float *cand_score    # (C, T): ranked candidates of each level
+    float *leaf_acc      # (K,): per word of the last level, the least partial error over the candidates above it
+    int *cand_word       # (C, T)
+    int *chosen          # (C,): current prefix
+    int *best_code       # (C,): best leaf so far
+    float best_error
+
+
+# The arrays of a BeamScratch come from two slices of encode_beam's blocks: its floats (scores, cand_score, then
+# leaf_acc) and its ints (cand_word, chosen, then best_code).
+
+cdef inline Py_ssize_t _beam_floats(int C, int K, int T) noexcept nogil:
+    return <Py_ssize_t>C * K + <Py_ssize_t>C * T + K
+
+
+cdef inline Py_ssize_t _beam_ints(int C, int T) noexcept nogil:
+    return <Py_ssize_t>C * T + 2 * C
+
+
+cdef void _beam_scratch_init(BeamScratch *s, float *floats, int *ints, int C, int K, int T) noexcept nogil:
+    """Point the arrays of s into floats (_beam_floats items) and ints (_beam_ints items), owned by the caller."""
+    s.scores = floats
+    s.cand_score = floats + <size_t>C * K
+    s.leaf_acc = s.cand_score + <size_t>C * T
+    s.cand_word = ints
+    s.chosen = ints + <size_t>C * T
+    s.best_code = s.chosen + C
+
+
+cdef const float *_level_row(int level, const float *unary, const float *pairs, const int *prefix, int C, int K,
+                             float *buf) noexcept nogil:
+    """For level >= 2 (C >= 3): buf[k] = unary_l[k] + the pair rows of every prefix word but the last; returns buf.
+
+    The last prefix word's pair row is added by the caller, fused with the minimum or the candidate ranking.
+    """
+    cdef const float *row = unary + <size_t>level * K
+    cdef const float *p
+    cdef int c, k
+    cdef size_t KK = <size_t>K * K
+    for k in range(K):
+        buf[k] = row[k]
+    for c in range(level - 1):
+        p = pairs + _pair_index(c, level, C) * KK + <size_t>prefix[c] * K
+        for k in range(K):
+            buf[k] += p[k]
+    return buf
+
+
+cdef void _descend(int level, float partial, const float *unary, const float *pairs, int C, int K, int T,
+                   BeamScratch *s) noexcept nogil:
+    """Explore level `level` (< C - 1) below the prefix s.chosen[0:level] whose partial error is `partial`."""
+    cdef const float *row = unary + <size_t>level * K
+    cdef float *buf = s.scores + <size_t>level * K
+    cdef const float *last
+    cdef const float *base
+    cdef float *cand_score = s.cand_score + <size_t>level * T
+    cdef int *cand_word = s.cand_word + <size_t>level * T
+    cdef int c, k, t, count, leaf_t, leaf_k
+    cdef float m
+    cdef size_t KK = <size_t>K * K
+    if level == 0 and C == 1:
+        # PQ / CKM: the nearest word.
+        m = ock_min(row, K)
+        s.best_error = m
+        s.best_code[0] = ock_first_index(row, K, m)
+        return
+    if level >= 2:
+        row = _level_row(level, unary, pairs, s.chosen, C, K, buf)
+    # The T best candidates of this level, in rank order.
+    if level > 0:
+        last = pairs + _pair_index(level - 1, level, C) * KK + <size_t>s.chosen[level - 1] * K
+        for k in range(K):
+            buf[k] = partial + (row[k] + last[k])
+        row = buf
+    count = ock_select_smallest(row, K, T, cand_score, cand_word)
+    if level < C - 2:
+        for t in range(count):
+            s.chosen[level] = cand_word[t]
+            _descend(level + 1, cand_score[t], unary, pairs, C, K, T, s)
+        return
+    # The children are leaves: the last level takes its single best word under each candidate, all candidates at
+    # once. Its row without the pair term of this level's word: unary (C = 2) plus the pairs of the earlier prefix.
+    base = unary + <size_t>(C - 1) * K
+    if C >= 3:
+        base = _level_row(C - 1, unary, pairs, s.chosen, C, K, s.scores + <size_t>(C - 1) * K)
+    last = pairs + _pair_index(C - 2, C - 1, C) * KK
+    m = ock_leaves_min(base, last, cand_score, cand_word, count, K, s.leaf_acc)
+    if m < s.best_error:
+        # Strictly less: on equal errors the earlier leaf (in rank order) stays.
+        ock_leaves_locate(base, last, cand_score, cand_word, count, K, s.leaf_acc, m, &leaf_t, &leaf_k)
+        s.best_error = m
+        for c in range(level):
+            s.best_code[c] = s.chosen[c]
+        s.best_code[level] = cand_word[leaf_t]
+        s.best_code[C - 1] = leaf_k
+
+
+cdef float _leaf_error(const float *unary, const float *pairs, const uint8_t *code, int C, int K) noexcept nogil:
+    """The error of a given code (minus ||z||^2), summed exactly as _descend sums it when it reaches that leaf: the
+    beam finds a code with bitwise the same error, so a code is only replaced by a strictly better one."""
+    cdef float partial, row_value
+    cdef int level, c
+    cdef size_t KK = <size_t>K * K
+    if C == 1:
+        return unary[code[0]]
+    partial = unary[code[0]]
+    for level in range(1, C):
+        row_value = unary[<size_t>level * K + code[level]]
+        for c in range(level - 1):
+            row_value = row_value + pairs[_pair_index(c, level, C) * KK + <size_t>code[c] * K + code[level]]
+        if level < C - 1:
+            partial = partial + (row_value + pairs[_pair_index(level - 1, level, C) * KK
+                                                   + <size_t>code[level - 1] * K + code[level]])
+        else:
+            partial = row_value + (partial + pairs[_pair_index(level - 1, level, C) * KK
+                                                   + <size_t>code[level - 1] * K + code[level]])
+    return partial
+
+
+cdef float _code_error(const float *unary, const float *pairs, const uint8_t *code, int C, int K) noexcept nogil:
+    """sum_c unary[c*K + b_c] + sum_{c<c'} pair(c,c')[b_c*K + b_c']: the error of a given code, minus ||z||^2."""
+    cdef float e = 0
+    cdef int c, c2
+    cdef size_t KK = <size_t>K * K
+    for c in range(C):
+        e += unary[<size_t>c * K + code[c]]
+    for c in range(C):
+        for c2 in range(c + 1, C):
+            e += pairs[_pair_index(c, c2, C) * KK + <size_t>code[c] * K + code[c2]]
+    return e
+
+
+cdef void _encode_chunk(const float *X, int n, int P, const float *rot_pad, const float *words_t,
+                        const float *word_sqnorms, const float *pair_tables, int M, int S, int C, int K, int T,
+                        const uint8_t *prev_codes, uint8_t *codes, float *errors,
+                        float *zbuf, float *gbuf, float *beam_floats, int *beam_ints,
+                        bint vector_tables) noexcept nogil:
+    """Encode n vectors (rows of X); see encode_beam for the arguments. The rest is the thread's scratch: zbuf
+    (n x M*S floats), gbuf (n x C*K floats) and the arrays of its BeamScratch (see _beam_scratch_init). vector_tables:
+    the table products come from ock_encoder_tables (else from BLAS: a portable level without a hardware fmaf)."""
+    cdef BeamScratch scratch  # on this thread's stack: its fields are written at every leaf
+    cdef int MS = M * S
+    cdef int CK = C * K
+    cdef int W = M * C
+    cdef size_t pair_stride = <size_t>(C * (C - 1) // 2) * K * K
+    cdef int i, m, c
+    cdef float zz, new_error, old_error
+    cdef float *g
+    cdef const float *z
+    _beam_scratch_init(&scratch, beam_floats, beam_ints, C, K, T)
+    # zbuf (n x MS) = X (n x P) @ rot_pad (P x MS): the rotated, zero-padded vectors, by the table kernel (or BLAS,
+    # as for the tables). Without a rotation (rot_pad NULL) X is already laid out that way (P == MS), used in place.
+    if rot_pad != NULL and vector_tables:
+        ock_encoder_tables(X, P, n, P, rot_pad, MS, MS, NULL, zbuf, MS)
+    elif rot_pad != NULL:
+        _gemm(n, MS, P, X, P, False, rot_pad, MS, zbuf, MS)
+    else:
+        zbuf = <float *>X
+    for i in range(n):
+        errors[i] = 0
+    for m in range(M):
+        # gbuf (n x CK): unary[c*K + k] = ||d[c,k]||^2 - 2 z.d[c,k] for every z (row of z_m, a column block of zbuf)
+        # and word (column of words_t[m], S x CK). Fused multiply-adds in registers (_encoder.h), or, at the portable
+        # level without a hardware FMA, BLAS (rounded its own way: the same on that CPU for any number of threads).
+        if vector_tables:
+            ock_encoder_tables(zbuf + <size_t>m * S, MS, n, S, words_t + <size_t>m * S * CK, CK, CK,
+                               word_sqnorms + <size_t>m * CK, gbuf, CK)
+        else:
+            _gemm(n, CK, S, zbuf + <size_t>m * S, MS, False, words_t + <size_t>m * S * CK, CK, gbuf, CK)
+            for i in range(n):
+                ock_unary_inplace(gbuf + <size_t>i * CK, word_sqnorms + <size_t>m * CK, CK)
+        for i in range(n):
+            g = gbuf + <size_t>i * CK
+            z = zbuf + <size_t>i * MS + <size_t>m * S
+            zz = ock_sum_of_squares(z, S)
+            scratch.best_error = INFINITY
+            for c in range(C):
+                scratch.best_code[c] = 0  # a valid code even if no leaf compares below infinity
+            _descend(0, 0.0, g, pair_tables + m * pair_stride, C, K, T, &scratch)
+            new_error = scratch.best_error
+            if prev_codes != NULL:
+                # A code is replaced only when the new one is strictly better, so the objective never rises.
+                old_error = _leaf_error(g, pair_tables + m * pair_stride, prev_codes + <size_t>i * W + m * C, C, K)
+                if not new_error < old_error:
+                    new_error = old_error
+                    for c in range(C):
+                        scratch.best_code[c] = prev_codes[<size_t>i * W + m * C + c]
+            for c in range(C):
+                codes[<size_t>i * W + m * C + c] = <uint8_t>scratch.best_code[c]
+            # The table sum can dip below zero by rounding when the code is (almost) exact; a squared error cannot.
+            new_error = zz + new_error
+            errors[i] += new_error if new_error > 0 else 0
+
+
+def encode_beam(const float[:, ::1] X,               # IN (n, P)
+                const float[:, ::1] rot_pad,         # IN (P, M*S): rotation, columns grouped by subspace, zero pads;
+                                                     #    None when X is already rotated and padded (P == M*S)
+                const float[:, :, ::1] words_t,      # IN (M, S, C*K): words_t[m, s, c*K + k] = d[m, c, k][s]
+                const float[:, ::1] word_sqnorms,    # IN (M, C*K): ||d[m, c, k]||^2
+                const float[:, ::1] pair_tables,     # IN (M, C(C-1)/2 * K * K) (any shape when C == 1): 2 d.d'
+                int n_codebooks, int n_codewords, int beam_width,
+                const uint8_t[:, ::1] prev_codes,    # IN (n, M*C) or None: the current codes (replace only if better)
+                uint8_t[:, ::1] codes,               # OUT (n, M*C)
+                float[::1] errors,                   # OUT (n,): ||x - decode(code)||^2 of the code written
+                int n_threads):
+    """Beam-encode every row of X (multiple-candidates matching pursuit; greedy pursuit when beam_width == 1)."""
+    cdef int n = X.shape[0]
+    cdef int P = X.shape[1]
+    cdef int M = words_t.shape[0]
+    cdef int S = words_t.shape[1]
+    cdef int C = n_codebooks
+    cdef int K = n_codewords
+    cdef int T = beam_width if beam_width < n_codewords else n_codewords
+    cdef int n_chunks = (n + ENCODE_CHUNK - 1) // ENCODE_CHUNK
+    cdef int chunk, start, count, tid
+    # Thread scratch: one block per buffer, a slice per thread (see _slice_items).
+    cdef Py_ssize_t z_stride = _slice_items(<Py_ssize_t>ENCODE_CHUNK * M * S)
+    cdef Py_ssize_t g_stride = _slice_items(<Py_ssize_t>ENCODE_CHUNK * C * K)
+    cdef Py_ssize_t bf_stride = _slice_items(_beam_floats(C, K, T))
+    cdef Py_ssize_t bi_stride = _slice_items(_beam_ints(C, T))
+    cdef float *zbufs = NULL
+    cdef float *gbufs = NULL
+    cdef float *beam_floats = NULL
+    cdef int *beam_ints = NULL
+    cdef const uint8_t *prev = NULL
+    cdef const float *pairs = NULL
+    cdef const float *rot = NULL
+    cdef bint vector_tables = ock_simd_level() != OCK_LEVEL_PORTABLE or _portable_fma
+    if n == 0:
+        return
+    if n_threads < 1:
+        n_threads = 1
+    if rot_pad is not None:
+        rot = &rot_pad[0, 0]
+    if prev_codes is not None:
+        prev = &prev_codes[0, 0]
+    if C > 1:
+        pairs = &pair_tables[0, 0]
+    try:
+        zbufs = <float *>_alloc(<size_t>n_threads * z_stride * sizeof(float),
+                                "encode_beam's rotated vectors of a chunk (per thread)")
+        gbufs = <float *>_alloc(<size_t>n_threads * g_stride * sizeof(float),
+                                "encode_beam's tables of a chunk (per thread)")
+        beam_floats = <float *>_alloc(<size_t>n_threads * bf_stride * sizeof(float),
+                                      "encode_beam's beam scores (per thread)")
+        beam_ints = <int *>_alloc(<size_t>n_threads * bi_stride * sizeof(int),
+                                  "encode_beam's beam words (per thread)")
+        with nogil, parallel(num_threads=n_threads):
+            tid = threadid()
+            for chunk in prange(n_chunks, schedule='dynamic'):
+                start = chunk * ENCODE_CHUNK
+                count = n - start if n - start < ENCODE_CHUNK else ENCODE_CHUNK
+                _encode_chunk(&X[start, 0], count, P, rot, &words_t[0, 0, 0], &word_sqnorms[0, 0],
+                              pairs, M, S, C, K, T,
+                              (prev + <size_t>start * M * C) if prev != NULL else NULL,
+                              &codes[start, 0], &errors[start], zbufs + tid * z_stride, gbufs + tid * g_stride,
+                              beam_floats + tid * bf_stride, beam_ints + tid * bi_stride, vector_tables)
+    finally:
+        free(zbufs)
+        free(gbufs)
+        free(beam_floats)
+        free(beam_ints)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Products over many rows, in parallel, with results independent of the number of threads.
+
+cdef enum:
+    # Rows per sgemm call in matmul_rows: enough rows that each call runs near BLAS peak, few enough that a training
+    # set splits into many tasks for the threads. The chunks are fixed row ranges, so which thread computes one never
+    # changes its result.
+    PRODUCT_CHUNK = 1024
+    # code_sums sums over at most this many fixed slices of rows, each in float64 and in row order, then adds the
+    # slices in order. A slice has at least SUM_SLICE_ROWS and SUM_ROWS_PER_WORD * K rows (its K x P sums per byte
+    # position are worth zeroing and adding), and the slices hold at most SUM_SLICE_BYTES (SLICES * W*K*P doubles).
+    # The number of slices depends on the shapes only, so the result is the same for any number of threads.
+    SUM_SLICES = 8
+    SUM_SLICE_ROWS = 2048
+    SUM_ROWS_PER_WORD = 16
+    # code_sums gives each task a group of byte positions whose sums (group*K x P doubles) fill about this much cache.
+    SUM_BLOCK_BYTES = 256 * 1024
+
+
+def matmul_rows(const float[:, ::1] X,      # IN (n, P)
+                const float[:, ::1] B,      # IN (P, Q)
+                float[:, ::1] out,          # OUT (n, Q) = X @ B
+                int n_threads):
+    """X @ B by chunks of rows in parallel (BLAS itself must run on one thread: see blas_single_thread)."""
+    cdef Py_ssize_t n = X.shape[0]
+    cdef int P = X.shape[1]
+    cdef int Q = B.shape[1]
+    cdef Py_ssize_t n_chunks = (n + PRODUCT_CHUNK - 1) // PRODUCT_CHUNK
+    cdef Py_ssize_t chunk, start
+    cdef int count
+    if n == 0:
+        return
+    for chunk in prange(n_chunks, nogil=True, num_threads=n_threads, schedule='static'):
+        start = chunk * PRODUCT_CHUNK
+        count = <int>(n - start) if n - start < PRODUCT_CHUNK else PRODUCT_CHUNK
+        _gemm(count, Q, P, &X[start, 0], P, False, &B[0, 0], Q, &out[start, 0], Q)
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Decoding, code norms, normal equations.
+
+def decode_rotated(const uint8_t[:, ::1] codes,      # IN (n, M*C)
+                   const float[:, :, :, ::1] words,  # IN (M, C, K, S)
+                   float[:, ::1] out,                # OUT (n, M*S): sum_c d[m, c, code] per subspace (rotated space)
+                   int n_threads):
+    """Reconstruct the rotated, zero-padded vectors: out[i, m*S:(m+1)*S] = sum_c words[m, c, codes[i, m*C + c]]."""
+    cdef Py_ssize_t n = codes.shape[0]
+    cdef int M = words.shape[0]
+    cdef int C = words.shape[1]
+    cdef int S = words.shape[3]
+    cdef Py_ssize_t i
+    cdef int m, c, s_
+    cdef float *o
+    cdef const float *d
+    for i in prange(n, nogil=True, num_threads=n_threads, schedule='static'):
+        for m in range(M):
+            o = &out[i, m * S]
+            d = &words[m, 0, codes[i, m * C], 0]
+            for s_ in range(S):
+                o[s_] = d[s_]
+            for c in range(1, C):
+                d = &words[m, c, codes[i, m * C + c], 0]
+                for s_ in range(S):
+                    o[s_] = o[s_] + d[s_]
+
+
+def code_sqnorms(const uint8_t[:, ::1] codes,        # IN (n, M*C)
+                 const float[:, ::1] word_sqnorms,   # IN (M, C*K)
+                 const float[:, ::1] pair_tables,    # IN (M, C(C-1)/2 * K * K) (ignored when C == 1)
+                 int n_codebooks, int n_codewords,
+                 float[::1] out,                     # OUT (n,): ||decode(code)||^2
+                 int n_threads):
+    """||sum_m sum_c d[m, c, b]||^2 = sum_m (sum_c ||d||^2 + sum_{c<c'} 2 d.d'): C + C(C-1)/2 lookups per subspace."""
+    cdef Py_ssize_t n = codes.shape[0]
+    cdef int M = word_sqnorms.shape[0]
+    cdef int C = n_codebooks
+    cdef int K = n_codewords
+    cdef Py_ssize_t i
+    cdef int m
+    cdef float acc
+    cdef size_t pair_stride = <size_t>(C * (C - 1) // 2) * K * K
+    cdef const float *pairs = NULL
+    cdef float zero_pair = 0
+    if n == 0:
+        return
+    pairs = &pair_tables[0, 0] if C > 1 else &zero_pair
+    for i in prange(n, nogil=True, num_threads=n_threads, schedule='static'):
+        acc = 0
+        for m in range(M):
+            acc = acc + _code_error(&word_sqnorms[m, 0], pairs + m * pair_stride, &codes[i, m * C], C, K)
+        out[i] = acc
+
+
+def normal_equations(const uint8_t[:, ::1] codes,    # IN (n, M*C)
+                     const float[:, ::1] Z,          # IN (n, M*S): rotated, zero-padded training vectors
+                     int n_codebooks, int n_codewords,
+                     double[:, :, ::1] gram,         # OUT (M, C*K, C*K): B_m^T B_m (co-occurrence counts)
+                     double[:, :, ::1] rhs,          # OUT (M, C*K, S): B_m^T Z_m
+                     int n_threads):
+    """Accumulate the least-squares normal equations of every subspace's codebooks given the codes.
+
+    B_m is the n x C*K binary matrix whose row i has a one in column c*K + codes[i, m*C + c] for each c, so that
+    Z_m ~ B_m D_m with D_m the C*K x S stack of the subspace's codebooks. One subspace per task; sums in float64.
+    """
+    cdef Py_ssize_t n = codes.shape[0]
+    cdef int M = gram.shape[0]
+    cdef int C = n_codebooks
+    cdef int K = n_codewords
+    cdef int S = rhs.shape[2]
+    cdef int m, c, c2, r, s_
+    cdef Py_ssize_t i
+    cdef double *acc
+    cdef const float *z
+    for m in prange(M, nogil=True, num_threads=n_threads, schedule='dynamic'):
+        memset(&gram[m, 0, 0], 0, <size_t>C * K * C * K * sizeof(double))
+        memset(&rhs[m, 0, 0], 0, <size_t>C * K * S * sizeof(double))
+        for i in range(n):
+            z = &Z[i, m * S]
+            for c in range(C):
+                r = c * K + codes[i, m * C + c]
+                acc = &rhs[m, r, 0]
+                for s_ in range(S):
+                    acc[s_] = acc[s_] + z[s_]
+                for c2 in range(C):
+                    gram[m, r, c2 * K + codes[i, m * C + c2]] += 1.0
+
+
+
+cdef Py_ssize_t SUM_SLICE_BYTES = 64 * 1024 * 1024
+
+
+def code_sums(const uint8_t[:, ::1] codes,   # IN (n, W)
+              const float[:, ::1] X,         # IN (n, P)
+              int n_codewords,
+              double[:, ::1] out,            # OUT (W*K, P): out[w*K + k] = the sum of the rows X[i] with codes[i, w] == k
+              int n_threads):
+    """The sum of the vectors that use each word, in float64: B^T X for the n x W*K binary matrix B of the codes.
+
+    Training gets every product it needs from these sums: X^T Zhat = sum over words of (sum of its rows)^T word
+    (Procrustes), and B_m^T Z_m = (B_m^T X) R_pad[:, block m] (the right-hand sides of the normal equations).
+    Tasks are (slice of rows, group of byte positions): each sums its slice's rows in row order, and the slices are
+    then added in slice order, so the result is the same for any n_threads.
+    """
+    cdef Py_ssize_t n = X.shape[0]
+    cdef int P = X.shape[1]
+    cdef int W = codes.shape[1]
+    cdef int K = n_codewords
+    cdef Py_ssize_t KP = <Py_ssize_t>K * P
+    cdef Py_ssize_t WKP = W * KP
+    cdef Py_ssize_t min_rows = SUM_ROWS_PER_WORD * K if SUM_ROWS_PER_WORD * K > SUM_SLICE_ROWS else SUM_SLICE_ROWS
+    cdef Py_ssize_t n_slices = n // min_rows
+    cdef Py_ssize_t slice_rows, start, stop, j, sl, task
+    # Byte positions per task: their WB*K x P sums fill about SUM_BLOCK_BYTES.
+    cdef int WB = <int>(SUM_BLOCK_BYTES // (KP * <Py_ssize_t>sizeof(double))) if KP > 0 else 1
+    cdef int n_groups, w0, wb
+    cdef double *acc = NULL
+    cdef double *flat = &out[0, 0] if W > 0 and P > 0 else NULL
+    cdef double *sums
+    cdef double total
+    if WB < 1:
+        WB = 1
+    if WB > W:
+        WB = W
+    n_groups = (W + WB - 1) // WB if W > 0 else 0
+    if n_slices > SUM_SLICES:
+        n_slices = SUM_SLICES
+    if n_slices > SUM_SLICE_BYTES // (WKP * <Py_ssize_t>sizeof(double) + 1):
+        n_slices = SUM_SLICE_BYTES // (WKP * <Py_ssize_t>sizeof(double) + 1)
+    if n_slices < 1:
+        n_slices = 1
+    slice_rows = (n + n_slices - 1) // n_slices
+    if flat == NULL:
+        return
+    try:
+        # Slice 0 sums straight into out, the others into acc; then out += acc[0], acc[1], ... in slice order.
+        acc = <double *>_alloc(<size_t>(n_slices - 1) * WKP * sizeof(double), "code_sums' float64 sums of the slices")
+        for task in prange(n_slices * n_groups, nogil=True, num_threads=n_threads, schedule='dynamic'):
+            sl = task // n_groups
+            w0 = <int>(task % n_groups) * WB
+            wb = W - w0 if W - w0 < WB else WB
+            sums = (flat if sl == 0 else acc + (sl - 1) * WKP) + w0 * KP
+            memset(sums, 0, wb * KP * sizeof(double))
+            start = sl * slice_rows
+            stop = start + slice_rows if start + slice_rows < n else n
+            if start < stop:
+                ock_add_rows_to_words(sums, &X[start, 0], stop - start, P, &codes[start, w0], W, wb, K)
+        if n_slices > 1:
+            for j in prange(WKP, nogil=True, num_threads=n_threads, schedule='static'):
+                total = flat[j]
+                for sl in range(n_slices - 1):
+                    total = total + acc[sl * WKP + j]
+                flat[j] = total
+    finally:
+        free(acc)
+
+
+def code_gram(const uint8_t[:, ::1] codes,   # IN (n, M*C)
+              int n_codebooks, int n_codewords,
+              double[:, :, ::1] gram,        # OUT (M, C*K, C*K): B_m^T B_m (co-occurrence counts)
+              int n_threads):
+    """The Gram matrices of the normal equations: gram[m, c*K + k, c2*K + k2] = #rows whose code uses word k of
+    codebook c and word k2 of codebook c2 in subspace m (exact counts). One subspace per task."""
+    cdef Py_ssize_t n = codes.shape[0]
+    cdef int M = gram.shape[0]
+    cdef int C = n_codebooks
+    cdef int K = n_codewords
+    cdef int m, c, c2, r
+    cdef Py_ssize_t i
+    for m in prange(M, nogil=True, num_threads=n_threads, schedule='dynamic'):
+        memset(&gram[m, 0, 0], 0, <size_t>C * K * C * K * sizeof(double))
+        for i in range(n):
+            for c in range(C):
+                r = c * K + codes[i, m * C + c]
+                for c2 in range(C):
+                    gram[m, r, c2 * K + codes[i, m * C + c2]] += 1.0
+
+
+def max_abs(const float[::1] values):   # IN (n,)
+    """The largest |value| (0 for none); +inf when any value is NaN or infinite. One vectorised pass (max_abs in
+    _encoder.h) instead of NumPy's min and max (two passes and their call overhead, which dominate the check of a single
+    query)."""
+    cdef long n = values.shape[0]
+    cdef float largest = 0
+    if n:
+        with nogil:
+            largest = ock_max_abs(&values[0], n)
+    return largest

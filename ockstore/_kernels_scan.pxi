@@ -1,0 +1,434 @@
+# The ADC scan of byte codes and the collectors of its k best results, shared by the exhaustive scan
+# (_kernels_search.pxi: a bounded max-heap per query) and the inverted file's scan of probed lists (_kernels_ivf.pxi:
+# a TopK buffer per query). One loop serves both: it is written once over the fused type Collector, and Cython
+# compiles one copy per collector, so neither pays for the other's test.
+#
+# For a query with tables lut[w, k] (w = m*C + c, SLOTS entries each) and a term t (its constant term, plus the list
+# term in an inverted file), the distance to code b with norm term n_b is
+#     dist = t + n_b + sum_w lut[w, b_w]
+# accumulated in exactly this order whatever the threading and the scan, so results never depend on the number of
+# threads, and an inverted file probing every list gives the exhaustive scan's distances.
+
+cdef extern from *:
+    """
+    #include <string.h>
+    /* Eight code bytes as one integer, byte j in bits 8j..8j+7 (the first byte lowest) whatever the byte order. */
+    static inline unsigned long long ock_load_bytes8(const unsigned char *p) {
+        unsigned long long v;
+        memcpy(&v, p, 8);
+    #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+        v = __builtin_bswap64(v);
+    #endif
+        return v;
+    }
+    """
+    uint64_t _load_bytes8 "ock_load_bytes8"(const uint8_t *p) noexcept nogil
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The order of results: pairs (distance, id), lexicographically, so a smaller id wins a tie. Rows map to ids through
+# `ids` (the id of row r is ids[r], or r itself when ids is NULL; row -1 is an empty slot).
+
+cdef inline int64_t _id_of(const int64_t *ids, int64_t row) noexcept nogil:
+    """The id of a row (its row number when ids is NULL); -1 for the empty slot of a heap (row -1)."""
+    if row < 0:
+        return -1
+    return ids[row] if ids != NULL else row
+
+
+cdef inline bint _worse(float d1, int64_t r1, float d2, int64_t r2, const int64_t *ids) noexcept nogil:
+    """(d1, row r1) ranks after (d2, row r2): a larger distance, or an equal one and a larger id."""
+    return d1 > d2 or (d1 == d2 and _id_of(ids, r1) > _id_of(ids, r2))
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# A bounded max-heap of k (distance, row) pairs: the exhaustive scan's collector. Its root is the worst pair kept.
+# _heap_replace_top stays out of line: inlining it into the scan loop slowed that loop by ~14%.
+
+cdef void _heap_replace_top(float *hd, int64_t *hr, int k, float d, int64_t row,
+                            const int64_t *ids) noexcept nogil:
+    """Replace the worst element (the root) of a max-heap by (d, row) and restore the heap."""
+    cdef int pos = 0
+    cdef int child
+    while True:
+        child = 2 * pos + 1
+        if child >= k:
+            break
+        if child + 1 < k and _worse(hd[child + 1], hr[child + 1], hd[child], hr[child], ids):
+            child += 1
+        if not _worse(hd[child], hr[child], d, row, ids):
+            break
+        hd[pos] = hd[child]
+        hr[pos] = hr[child]
+        pos = child
+    hd[pos] = d
+    hr[pos] = row
+
+
+cdef inline void _heap_push(float *hd, int64_t *hr, int k, float d, int64_t row, const int64_t *ids) noexcept nogil:
+    if d < hd[0] or (d == hd[0] and _id_of(ids, row) < _id_of(ids, hr[0])):
+        _heap_replace_top(hd, hr, k, d, row, ids)
+
+
+cdef void _heap_init(float *hd, int64_t *hr, int k, float bound) noexcept nogil:
+    """k empty slots (bound, row -1): only a code at a distance below `bound` enters (INFINITY: any real code)."""
+    cdef int j
+    for j in range(k):
+        hd[j] = bound
+        hr[j] = -1
+
+
+cdef void _heap_sort_into(float *hd, int64_t *hr, int k, const int64_t *ids, float *out_d,
+                          int64_t *out_r) noexcept nogil:
+    """Write the heap's elements to out in ascending (dist, id) order; the heap is consumed.
+
+    Empty slots hold (bound, row -1); every real result is below the bound, so they sort last.
+    """
+    cdef int size = k
+    cdef float d
+    cdef int64_t row
+    while size > 0:
+        # The root is the worst remaining: it goes to the end.
+        out_d[size - 1] = hd[0]
+        out_r[size - 1] = hr[0]
+        size -= 1
+        if size == 0:
+            break
+        d = hd[size]
+        row = hr[size]
+        _heap_replace_top(hd, hr, size, d, row, ids)
+
+
+cdef struct Heap:
+    # One query's heap as a collector of the scan loop.
+    float *d                    # (k,) distances, the worst at d[0]
+    int64_t *r                  # (k,) rows
+    int k
+    const int64_t *ids          # row -> id (NULL: the row number), for ties
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# A top-k collector for short scans (the inverted file's): a buffer of `cap` > k candidates instead of a heap.
+#
+# A heap pays a sift-down of log2(k) unpredictable comparisons for every candidate that enters it, and when a query
+# scans a few thousand codes for k = 100 most candidates do enter (the first k all do): that cost then exceeds the
+# scan itself. The collector appends every candidate not worse than its threshold (one predictable comparison and
+# two stores) and, when the buffer is full, keeps its k best (a quickselect, linear in cap) and sets the threshold
+# to the worst of them. Results are the same as a heap's: the k best (distance, id) pairs of the candidates, in
+# ascending order; the collector only changes the cost.
+
+cdef struct TopK:
+    float *d                    # (cap,) distances of the candidates kept
+    int64_t *r                  # (cap,) their rows
+    int k
+    int cap                     # > k
+    int n                       # candidates held
+    float threshold             # a candidate enters when its distance is <= threshold (no NaN, no +inf ever)
+    const int64_t *ids          # row -> id (NULL: the row number), for ties
+
+
+cdef inline void _topk_init(TopK *t, float *d, int64_t *r, int k, int cap, const int64_t *ids) noexcept nogil:
+    t.d = d
+    t.r = r
+    t.k = k
+    t.cap = cap
+    t.n = 0
+    t.threshold = 3.4028234663852886e+38  # the largest float: +inf (a corrupt code's distance) never enters
+    t.ids = ids
+
+
+cdef inline void _topk_append(TopK *t, float d, int64_t row) noexcept nogil:
+    """Add a candidate already found not worse than the threshold."""
+    t.d[t.n] = d
+    t.r[t.n] = row
+    t.n += 1
+    if t.n == t.cap:
+        _topk_compact(t)
+
+
+cdef inline void _topk_offer(TopK *t, float d, int64_t row) noexcept nogil:
+    if d <= t.threshold:
+        _topk_append(t, d, row)
+
+
+cdef inline void _topk_swap(TopK *t, int i, int j) noexcept nogil:
+    cdef float d = t.d[i]
+    cdef int64_t r = t.r[i]
+    t.d[i] = t.d[j]
+    t.r[i] = t.r[j]
+    t.d[j] = d
+    t.r[j] = r
+
+
+cdef inline void _topk_partition(TopK *t, int lo, int hi, int *i_out, int *j_out) noexcept nogil:
+    """Hoare partition of candidates lo..hi (inclusive, hi > lo) by (distance, id) around a median-of-three pivot;
+    afterwards [lo, j] <= pivot <= [i, hi] with j < i, and equal keys split evenly between the sides."""
+    cdef int mid = lo + (hi - lo) // 2
+    cdef int i = lo
+    cdef int j = hi
+    cdef float pd
+    cdef int64_t pr
+    if _worse(t.d[lo], t.r[lo], t.d[mid], t.r[mid], t.ids):
+        _topk_swap(t, lo, mid)
+    if _worse(t.d[mid], t.r[mid], t.d[hi], t.r[hi], t.ids):
+        _topk_swap(t, mid, hi)
+        if _worse(t.d[lo], t.r[lo], t.d[mid], t.r[mid], t.ids):
+            _topk_swap(t, lo, mid)
+    pd = t.d[mid]
+    pr = t.r[mid]
+    while i <= j:
+        while _worse(pd, pr, t.d[i], t.r[i], t.ids):
+            i += 1
+        while _worse(t.d[j], t.r[j], pd, pr, t.ids):
+            j -= 1
+        if i <= j:
+            _topk_swap(t, i, j)
+            i += 1
+            j -= 1
+    i_out[0] = i
+    j_out[0] = j
+
+
+cdef void _topk_compact(TopK *t) noexcept nogil:
+    """Keep the k best of the n > k candidates (in positions 0..k-1, any order) and set the threshold to the worst
+    kept distance. Quickselect by (distance, id) with a median-of-three pivot and Hoare partitioning (equal keys
+    split evenly, so repeated values cost no more than distinct ones)."""
+    cdef int lo = 0
+    cdef int hi = t.n - 1
+    cdef int i, j
+    cdef float worst
+    while lo < hi:
+        _topk_partition(t, lo, hi, &i, &j)
+        if t.k - 1 <= j:
+            hi = j
+        elif t.k - 1 >= i:
+            lo = i
+        else:
+            break
+    t.n = t.k
+    worst = t.d[0]
+    for i in range(1, t.k):
+        if t.d[i] > worst:
+            worst = t.d[i]
+    t.threshold = worst
+
+
+cdef void _topk_sort(TopK *t, int lo, int hi) noexcept nogil:
+    """Sort candidates lo..hi (inclusive) ascending by (distance, id): quicksort with a median-of-three pivot and
+    Hoare partitioning, recursing into the smaller side (depth <= log2(n)), insertion sort below 16 candidates. Far
+    fewer mispredicted branches than popping a heap."""
+    cdef int i, j
+    cdef float d
+    cdef int64_t r
+    while hi - lo >= 16:
+        _topk_partition(t, lo, hi, &i, &j)
+        if j - lo < hi - i:
+            _topk_sort(t, lo, j)
+            lo = i
+        else:
+            _topk_sort(t, i, hi)
+            hi = j
+    for i in range(lo + 1, hi + 1):
+        d = t.d[i]
+        r = t.r[i]
+        j = i - 1
+        while j >= lo and _worse(t.d[j], t.r[j], d, r, t.ids):
+            t.d[j + 1] = t.d[j]
+            t.r[j + 1] = t.r[j]
+            j -= 1
+        t.d[j + 1] = d
+        t.r[j + 1] = r
+
+
+cdef void _topk_sort_into(TopK *t, float *out_d, int64_t *out_r) noexcept nogil:
+    """Write the k best candidates in ascending (distance, id) order to out (k each), padded with (+inf, -1); the
+    collector is consumed."""
+    cdef int j
+    if t.n > t.k:
+        _topk_compact(t)
+    _topk_sort(t, 0, t.n - 1)
+    for j in range(t.n):
+        out_d[j] = t.d[j]
+        out_r[j] = t.r[j]
+    for j in range(t.n, t.k):  # padding: worse than any candidate, it sorts last
+        out_d[j] = INFINITY
+        out_r[j] = -1
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# The scan loop, over either collector.
+
+ctypedef fused Collector:
+    Heap
+    TopK
+
+
+cdef inline const float *_threshold_of(Collector *c) noexcept nogil:
+    """Where the collector keeps the distance a code must not exceed to enter: the heap's root, the TopK's threshold.
+    The scan loop compares every code with it (one load), and calls _enter only for the few that pass."""
+    if Collector is Heap:
+        return c.d
+    else:
+        return &c.threshold
+
+
+cdef inline void _enter(Collector *c, float d, int64_t row) noexcept nogil:
+    """Offer a code whose distance passed the threshold test."""
+    if Collector is Heap:
+        _heap_push(c.d, c.r, c.k, d, row, c.ids)
+    else:
+        _topk_append(c, d, row)
+
+
+cdef inline void _offer(Collector *c, const float *threshold, float d, Py_ssize_t row,
+                        const uint64_t *allow) noexcept nogil:
+    """Offer code `row` at distance d, if the bitmap `allow` (NULL: every row) allows it. Almost every code fails the
+    first test, so its id (8 bytes, as much memory traffic as the code itself) and its bit are only read for the few
+    that may enter."""
+    if d <= threshold[0] and (allow == NULL or (allow[row >> 6] >> (row & 63)) & 1):
+        _enter(c, d, row)
+
+
+cdef struct NormTerms:
+    # The norm terms n_b of the rows a scan reads, indexed from the first row it scans.
+    const float *f32            # float32 norm terms, or NULL
+    const uint8_t *codes        # one-byte norm codes (when f32 is NULL), or NULL: no norm term
+    const float *levels         # (256,) the levels of `codes`
+
+
+cdef inline NormTerms _norm_terms_from(NormTerms n, Py_ssize_t start) noexcept nogil:
+    """The same norm terms, indexed from row `start`."""
+    if n.f32 != NULL:
+        n.f32 = n.f32 + start
+    if n.codes != NULL:
+        n.codes = n.codes + start
+    return n
+
+
+cdef inline float _with_norm_term(float t, const NormTerms *n, Py_ssize_t j) noexcept nogil:
+    """t + the norm term of row j (t itself when there is none)."""
+    if n.f32 != NULL:
+        return t + n.f32[j]
+    if n.codes != NULL:
+        return t + n.levels[n.codes[j]]
+    return t
+
+
+cdef inline float _code_distance(const uint8_t *c, int W, const float *lut, float d) noexcept nogil:
+    """d + the table entries of one code, in order."""
+    cdef int w
+    for w in range(W):
+        d = d + lut[<size_t>w * SLOTS + c[w]]
+    return d
+
+
+cdef void _scan_rows(Collector *sink, const uint8_t *codes, int W, const float *lut, float term, NormTerms norms,
+                     Py_ssize_t start, Py_ssize_t stop, const uint64_t *allow) noexcept nogil:
+    """Offer rows start..stop-1 to the collector (byte w of a code indexes lut + w * SLOTS); norms indexed from
+    `start`. Every distance is computed; with a bitmap `allow`, only the allowed rows are offered (the way to scan
+    rows of which most are allowed; _scan_allowed_rows reads only the allowed ones)."""
+    cdef const float *threshold = _threshold_of(sink)
+    cdef Py_ssize_t i = start
+    cdef int w, j
+    cdef float d0, d1, d2, d3
+    cdef uint64_t b0, b1, b2, b3
+    cdef const uint8_t *c0
+    cdef const uint8_t *c1
+    cdef const uint8_t *c2
+    cdef const uint8_t *c3
+    cdef const float *l
+    # Four codes at a time: four independent sums, so each add need not wait for the previous one. Their bytes are
+    # read eight at a time (one load instead of eight; the loads of table entries are what bounds this loop). Every
+    # sum still runs over w = 0, 1, ..., W-1 in order.
+    while i + 4 <= stop:
+        c0 = codes + <size_t>i * W
+        c1 = c0 + W
+        c2 = c1 + W
+        c3 = c2 + W
+        if norms.f32 != NULL:
+            d0 = term + norms.f32[i - start]
+            d1 = term + norms.f32[i - start + 1]
+            d2 = term + norms.f32[i - start + 2]
+            d3 = term + norms.f32[i - start + 3]
+        elif norms.codes != NULL:
+            d0 = term + norms.levels[norms.codes[i - start]]
+            d1 = term + norms.levels[norms.codes[i - start + 1]]
+            d2 = term + norms.levels[norms.codes[i - start + 2]]
+            d3 = term + norms.levels[norms.codes[i - start + 3]]
+        else:
+            d0 = term
+            d1 = term
+            d2 = term
+            d3 = term
+        l = lut
+        w = 0
+        while w + 8 <= W:
+            b0 = _load_bytes8(c0 + w)
+            b1 = _load_bytes8(c1 + w)
+            b2 = _load_bytes8(c2 + w)
+            b3 = _load_bytes8(c3 + w)
+            for j in range(8):
+                d0 = d0 + l[b0 & 255]
+                d1 = d1 + l[b1 & 255]
+                d2 = d2 + l[b2 & 255]
+                d3 = d3 + l[b3 & 255]
+                b0 = b0 >> 8
+                b1 = b1 >> 8
+                b2 = b2 >> 8
+                b3 = b3 >> 8
+                l = l + SLOTS
+            w += 8
+        while w < W:
+            d0 = d0 + l[c0[w]]
+            d1 = d1 + l[c1[w]]
+            d2 = d2 + l[c2[w]]
+            d3 = d3 + l[c3[w]]
+            l = l + SLOTS
+            w += 1
+        _offer(sink, threshold, d0, i, allow)
+        _offer(sink, threshold, d1, i + 1, allow)
+        _offer(sink, threshold, d2, i + 2, allow)
+        _offer(sink, threshold, d3, i + 3, allow)
+        i += 4
+    while i < stop:
+        d0 = _code_distance(codes + <size_t>i * W, W, lut, _with_norm_term(term, &norms, i - start))
+        _offer(sink, threshold, d0, i, allow)
+        i += 1
+
+
+cdef void _scan_allowed_rows(Collector *sink, const uint8_t *codes, int W, const float *lut, float term,
+                             NormTerms norms, Py_ssize_t start, Py_ssize_t stop,
+                             const uint64_t *allow) noexcept nogil:
+    """_scan_rows for the rows of start..stop-1 whose bit is set in `allow` (bit r % 64 of word r // 64; bits past
+    the last row are zero); norms indexed from `start`. The bitmap is read 64 rows at a time (the first word masked
+    below `start`) and a row's code is read only when its bit is set, so the cost falls with the fraction of rows
+    allowed."""
+    cdef const float *threshold = _threshold_of(sink)
+    cdef Py_ssize_t first = start - (start & 63)
+    cdef Py_ssize_t row
+    cdef uint64_t word
+    cdef float d
+    if start >= stop:
+        return
+    word = allow[first >> 6] & (~(<uint64_t>0) << (start & 63))
+    while True:
+        while word != 0:
+            row = first + _count_trailing_zeros(word)
+            word = word & (word - 1)
+            if row >= stop:
+                return
+            d = _code_distance(codes + <size_t>row * W, W, lut, _with_norm_term(term, &norms, row - start))
+            _offer(sink, threshold, d, row, NULL)
+        first += 64
+        if first >= stop:
+            return
+        word = allow[first >> 6]
+
+
+cdef NormTerms _norm_terms(const float[::1] norms_f32, const uint8_t[::1] norm_codes, const float[::1] norm_levels):
+    """The NormTerms of a kernel's arguments (None: absent; norm_codes only without norms_f32, with norm_levels)."""
+    cdef NormTerms n
+    n.f32 = &norms_f32[0] if norms_f32 is not None and norms_f32.shape[0] > 0 else NULL
+    n.codes = &norm_codes[0] if n.f32 == NULL and norm_codes is not None and norm_codes.shape[0] > 0 else NULL
+    n.levels = &norm_levels[0] if n.codes != NULL else NULL
+    return n
