@@ -37,10 +37,11 @@
  * held as 16-bit values (two byte shuffles each) so that they do not coarsen the words' scale. A float32 norm is
  * added per block in float, with a rounding allowance per row (ock_fs_limits).
  *
- * Instruction sets: a portable C version (every machine; the oracle), AVX2 and AVX-512BW versions, all computing the
- * same uint16 sums, the same masks and therefore the same heap; each is a separate function with a `target`
- * attribute, so a dispatcher chooses one at run time with no ifunc or target_clones. Everything here trusts its
- * arguments (the Python layers validate), never allocates and never touches Python objects.
+ * This header holds what every instruction set shares: the layout, the tables, the candidates and the exact stage,
+ * and the portable scan (the oracle). _fastscan_kernels.h adds the AVX2 and AVX-512BW scans, each a function with a
+ * `target` attribute, which the kernels' dispatch table (_simd.h) chooses among at run time: every level computes
+ * the same uint16 sums, hence the same results. Everything here trusts its arguments (the Python layers validate),
+ * never allocates and never touches Python objects.
  */
 #ifndef OCKSTORE_FASTSCAN_H
 #define OCKSTORE_FASTSCAN_H
@@ -49,15 +50,6 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
-
-#if defined(__x86_64__) || defined(_M_X64) || defined(__i386__)
-#if defined(__GNUC__) || defined(__clang__)
-#define OCK_FS_X86 1
-#include <immintrin.h>
-#define OCK_FS_TARGET_AVX2 __attribute__((target("avx2")))
-#define OCK_FS_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx2")))
-#endif
-#endif
 
 #if defined(__GNUC__) && !defined(__clang__)
 /* The exact stage adds floats in a fixed order; nothing may be contracted or reassociated. */
@@ -97,7 +89,7 @@ static inline unsigned ock_fs_word(const uint8_t *block, int i, int w) {
 
 /* Pack rows codes[0..n-1] (n x W bytes, each < 16) into ock_fs_blocks(n) blocks at `blocks` (zeroing the padding:
  * the odd column and the rows past n of the last block). */
-static void ock_fs_pack(const uint8_t *codes, size_t n, int W, uint8_t *blocks) {
+static inline void ock_fs_pack(const uint8_t *codes, size_t n, int W, uint8_t *blocks) {
     const int cols = ock_fs_columns(W);
     const size_t bytes = ock_fs_block_bytes(W);
     const size_t nb = ock_fs_blocks(n);
@@ -113,7 +105,7 @@ static void ock_fs_pack(const uint8_t *codes, size_t n, int W, uint8_t *blocks) 
 }
 
 /* The inverse: rows start..stop-1 of the blocks, written to codes (stop - start rows of W bytes). */
-static void ock_fs_unpack(const uint8_t *blocks, int W, size_t start, size_t stop, uint8_t *codes) {
+static inline void ock_fs_unpack(const uint8_t *blocks, int W, size_t start, size_t stop, uint8_t *codes) {
     const size_t bytes = ock_fs_block_bytes(W);
     for (size_t r = start; r < stop; r++) {
         const uint8_t *block = blocks + (r / OCK_FS_BLOCK) * bytes;
@@ -137,7 +129,7 @@ typedef struct {
     double magnitude;          /* max |level| */
 } ock_fs_norm;
 
-static void ock_fs_norm_init(const float *levels, ock_fs_norm *n) {
+static inline void ock_fs_norm_init(const float *levels, ock_fs_norm *n) {
     for (int h = 0; h < 16; h++) n->hi[h] = (double)levels[16 * h];
     for (int l = 0; l < 16; l++) {
         double m = INFINITY;
@@ -190,7 +182,7 @@ static inline void ock_fs_table_range(const float *row, double *lo, double *hi, 
  * (cols x 16 bytes, the pad column zero) and t. norm: the one-byte norm codes' bounds (ock_fs_norm_init), or NULL
  * (no norm term, or float32 norms added per row). Returns 0, or -1 when no scale keeps the sum in uint16 (not seen:
  * the scale below does by construction, and the loop only guards its rounding). */
-static int ock_fs_quantize(const float *lut, int W, float qconst, const ock_fs_norm *norm, uint8_t *qlut,
+static inline int ock_fs_quantize(const float *lut, int W, float qconst, const ock_fs_norm *norm, uint8_t *qlut,
                            ock_fs_tables *t) {
     const double *norm_hi = norm != NULL ? norm->hi : NULL, *norm_lo = norm != NULL ? norm->lo : NULL;
     double bias_sum = 0.0, range_max = 0.0, range_sum = 0.0, magnitude = fabs((double)qconst);
@@ -331,14 +323,14 @@ static inline int ock_fs_worse(float d1, int64_t r1, float d2, int64_t r2, const
     return d1 > d2 || (d1 == d2 && ock_fs_id(ids, r1) > ock_fs_id(ids, r2));
 }
 
-static void ock_fs_heap_init(ock_fs_heap *h, float bound) {
+static inline void ock_fs_heap_init(ock_fs_heap *h, float bound) {
     for (int j = 0; j < h->k; j++) {
         h->d[j] = bound;
         h->r[j] = -1;
     }
 }
 
-static void ock_fs_heap_replace_top(float *hd, int64_t *hr, int k, float d, int64_t row, const int64_t *ids) {
+static inline void ock_fs_heap_replace_top(float *hd, int64_t *hr, int k, float d, int64_t row, const int64_t *ids) {
     int pos = 0;
     for (;;) {
         int child = 2 * pos + 1;
@@ -363,7 +355,7 @@ static inline int ock_fs_heap_offer(ock_fs_heap *h, float d, int64_t row) {
 }
 
 /* Write the heap's pairs in ascending order to out (k each); the heap is consumed. */
-static void ock_fs_heap_sort_into(ock_fs_heap *h, float *out_d, int64_t *out_r) {
+static inline void ock_fs_heap_sort_into(ock_fs_heap *h, float *out_d, int64_t *out_r) {
     int size = h->k;
     while (size > 0) {
         out_d[size - 1] = h->d[0];
@@ -493,7 +485,7 @@ static inline int ock_fs_collector_cap(int k) { return 2 * k + 512; }
 
 /* Start a collection into the heap arrays (k each), the candidate buffer (cap >= 2 k entries) and the bounds' buffer
  * (2 k doubles): empty slots (bound, -1), so that only rows below `bound` (+inf: any row) may enter. */
-static void ock_fs_collector_init(ock_fs_collector *c, float *hd, int64_t *hr, int k, const int64_t *ids,
+static inline void ock_fs_collector_init(ock_fs_collector *c, float *hd, int64_t *hr, int k, const int64_t *ids,
                                   ock_fs_cand *cand, int cap, double *ub, float bound) {
     c->heap.d = hd;
     c->heap.r = hr;
@@ -510,7 +502,7 @@ static void ock_fs_collector_init(ock_fs_collector *c, float *hd, int64_t *hr, i
 
 /* Reorder a[0..n-1] so that its k smallest values come first, in any order (0 < k < n); returns the largest of
  * them. Quickselect with a median-of-three pivot and Hoare partitioning. */
-static double ock_fs_kth_smallest(double *a, int n, int k) {
+static inline double ock_fs_kth_smallest(double *a, int n, int k) {
     int lo = 0, hi = n - 1;
     while (lo < hi) {
         const int mid = lo + (hi - lo) / 2;
@@ -555,14 +547,17 @@ static inline void ock_fs_offer_ub(ock_fs_collector *c, double ub) {
 /* The exact ADC distances of up to four candidates at once: start + n + sum_w lut[w, word], each in this order (the
  * 8-bit scan's order), four independent sums so that each add need not wait for the previous one. */
 OCK_FS_EXACT_FN
-static void ock_fs_exact4(const ock_fs_base *b, const ock_fs_query *q, const ock_fs_cand *const *x, int m,
+static inline void ock_fs_exact4(const ock_fs_base *b, const ock_fs_query *q, const ock_fs_cand *const *x, int m,
                           float *out) {
     const float *lut = q->lut;
     const ock_fs_cand *x0 = x[0], *x1 = x[m > 1 ? 1 : 0], *x2 = x[m > 2 ? 2 : 0], *x3 = x[m > 3 ? 3 : 0];
-    float d0 = x0->start_term + ock_fs_norm_term(b, (size_t)x0->row);
-    float d1 = x1->start_term + ock_fs_norm_term(b, (size_t)x1->row);
-    float d2 = x2->start_term + ock_fs_norm_term(b, (size_t)x2->row);
-    float d3 = x3->start_term + ock_fs_norm_term(b, (size_t)x3->row);
+    float d0 = x0->start_term, d1 = x1->start_term, d2 = x2->start_term, d3 = x3->start_term;
+    if (b->norms_f32 != NULL || b->norm_codes != NULL) {  /* no norm term: nothing added, as the 8-bit scan */
+        d0 = d0 + ock_fs_norm_term(b, (size_t)x0->row);
+        d1 = d1 + ock_fs_norm_term(b, (size_t)x1->row);
+        d2 = d2 + ock_fs_norm_term(b, (size_t)x2->row);
+        d3 = d3 + ock_fs_norm_term(b, (size_t)x3->row);
+    }
     for (int w = 0; w < b->W; w++) {
         const float *l = lut + (size_t)w * OCK_FS_WORDS;
         d0 = d0 + l[ock_fs_word(x0->block, x0->i, w)];
@@ -570,6 +565,8 @@ static void ock_fs_exact4(const ock_fs_base *b, const ock_fs_query *q, const ock
         d2 = d2 + l[ock_fs_word(x2->block, x2->i, w)];
         d3 = d3 + l[ock_fs_word(x3->block, x3->i, w)];
     }
+    /* (A score that divides by the row's norm, as cosine over ||x_hat|| would, multiplies here: d * factor[row]; a
+     * positive factor keeps the order of a row's bounds, which collect_block would then scale alike.) */
     out[0] = d0;
     out[1] = d1;
     out[2] = d2;
@@ -584,7 +581,7 @@ static inline void ock_fs_cand_swap(ock_fs_cand *a, ock_fs_cand *b) {
 
 /* Reorder cand[0..n-1] so that the k with the smallest lower bounds come first, in any order (0 < k < n):
  * quickselect with a median-of-three pivot and Hoare partitioning. */
-static void ock_fs_select_smallest(ock_fs_cand *cand, int n, int k) {
+static inline void ock_fs_select_smallest(ock_fs_cand *cand, int n, int k) {
     int lo = 0, hi = n - 1;
     while (lo < hi) {
         const int mid = lo + (hi - lo) / 2;
@@ -611,7 +608,7 @@ static void ock_fs_select_smallest(ock_fs_cand *cand, int n, int k) {
 }
 
 /* Offer cand[from..to-1] whose lower bound is within the heap's worst, four exact distances at a time. */
-static void ock_fs_offer_range(ock_fs_collector *c, const ock_fs_base *b, const ock_fs_query *q, int from, int to) {
+static inline void ock_fs_offer_range(ock_fs_collector *c, const ock_fs_base *b, const ock_fs_query *q, int from, int to) {
     const ock_fs_cand *batch[4];
     float d[4];
     int m = 0;
@@ -631,7 +628,7 @@ static void ock_fs_offer_range(ock_fs_collector *c, const ock_fs_base *b, const 
 
 /* The exact stage: offer the waiting rows to the heap, the k with the smallest lower bounds first, then every other
  * one whose bound is within the heap's new worst; empty the buffer and lower the limit to that worst. */
-static void ock_fs_refine(ock_fs_collector *c, const ock_fs_base *b, const ock_fs_query *q) {
+static inline void ock_fs_refine(ock_fs_collector *c, const ock_fs_base *b, const ock_fs_query *q) {
     const int k = c->heap.k;
     if (c->n > k) ock_fs_select_smallest(c->cand, c->n, k);
     const int first = c->n < k ? c->n : k;
@@ -642,7 +639,7 @@ static void ock_fs_refine(ock_fs_collector *c, const ock_fs_base *b, const ock_f
 }
 
 /* A full buffer: drop the rows the limit has passed since they came; refine when that frees less than half. */
-static void ock_fs_make_room(ock_fs_collector *c, const ock_fs_base *b, const ock_fs_query *q) {
+static inline void ock_fs_make_room(ock_fs_collector *c, const ock_fs_base *b, const ock_fs_query *q) {
     int kept = 0;
     for (int j = 0; j < c->n; j++)
         if (c->cand[j].lb <= c->limit) c->cand[kept++] = c->cand[j];
@@ -735,7 +732,7 @@ OCK_FS_INLINE static inline int ock_fs_collect_block(ock_fs_collector *c, const 
  * Portable version: the oracle. */
 
 /* S of the 32 rows of a block (norm term included when t->has_norm: norm_bytes holds the rows' 32 norm codes). */
-static void ock_fs_block_sums_portable(const uint8_t *block, const uint8_t *qlut, const ock_fs_tables *t,
+static inline void ock_fs_block_sums_portable(const uint8_t *block, const uint8_t *qlut, const ock_fs_tables *t,
                                        const uint8_t *norm_bytes, uint16_t *out) {
     for (int i = 0; i < OCK_FS_BLOCK; i++) {
         unsigned s = 0;
@@ -762,7 +759,7 @@ static inline uint32_t ock_fs_mask_portable(const uint16_t *sums, const float *n
 }
 
 /* Scan one run for one query into its collector. */
-static void ock_fs_scan_run_portable(const ock_fs_base *b, const ock_fs_query *q, const ock_fs_run *run,
+static inline void ock_fs_scan_run_portable(const ock_fs_base *b, const ock_fs_query *q, const ock_fs_run *run,
                                      ock_fs_collector *c) {
     const size_t bytes = ock_fs_block_bytes(b->W);
     const size_t nb = ock_fs_blocks(run->n_rows);
@@ -783,382 +780,6 @@ static void ock_fs_scan_run_portable(const ock_fs_base *b, const ock_fs_query *q
         if (mask && ock_fs_collect_block(c, b, q, run, block, r0, mask, sums, &L))
             ock_fs_limits_set(&L, b, q, run, c->limit);
     }
-}
-
-#ifdef OCK_FS_X86
-/* --------------------------------------------------------------------------------------------------------------------
- * AVX2: one 32-byte load per two columns, two shuffles (rows 0..15 and 16..31), sums in uint16.
- *
- * Widening bytes to uint16 costs nothing extra: the shuffled bytes are added as 16-bit words (each word then holds
- * an even row's entry plus 256 times the next odd row's), the odd rows' entries are added separately (a shift right
- * by 8), and at the end even = words - 256 * odd. Every sum is taken modulo 2^16, which is exact because no true sum
- * exceeds OCK_FS_MAX_SUM (checked by ock_fs_quantize). */
-
-/* The running sums of one query over a block: per 16-bit word, lane 0 the even columns and lane 1 the odd ones;
- * `w` the words as added (even row + 256 x odd row), `odd` the odd rows alone; lo: rows 0..15, hi: rows 16..31. */
-typedef struct {
-    __m256i lo_w, lo_odd, hi_w, hi_odd;
-} ock_fs_acc_avx2;
-
-OCK_FS_TARGET_AVX2 OCK_FS_INLINE
-static inline void ock_fs_acc_zero_avx2(ock_fs_acc_avx2 *a) {
-    a->lo_w = a->lo_odd = a->hi_w = a->hi_odd = _mm256_setzero_si256();
-}
-
-/* Add the entries of one column pair: lo / hi the nibbles of rows 0..15 / 16..31, tab the pair's two tables. */
-OCK_FS_TARGET_AVX2 OCK_FS_INLINE
-static inline void ock_fs_acc_add_avx2(ock_fs_acc_avx2 *a, __m256i tab, __m256i lo, __m256i hi) {
-    const __m256i rl = _mm256_shuffle_epi8(tab, lo);
-    const __m256i rh = _mm256_shuffle_epi8(tab, hi);
-    a->lo_w = _mm256_add_epi16(a->lo_w, rl);
-    a->lo_odd = _mm256_add_epi16(a->lo_odd, _mm256_srli_epi16(rl, 8));
-    a->hi_w = _mm256_add_epi16(a->hi_w, rh);
-    a->hi_odd = _mm256_add_epi16(a->hi_odd, _mm256_srli_epi16(rh, 8));
-}
-
-/* The 32 sums in row order: rows 0..15 in s[0], 16..31 in s[1]. */
-OCK_FS_TARGET_AVX2 OCK_FS_INLINE
-static inline void ock_fs_acc_finish_avx2(const ock_fs_acc_avx2 *a, __m256i *s) {
-    /* even rows; then the two lanes (even and odd columns) added */
-    const __m256i lo_even = _mm256_sub_epi16(a->lo_w, _mm256_slli_epi16(a->lo_odd, 8));
-    const __m256i hi_even = _mm256_sub_epi16(a->hi_w, _mm256_slli_epi16(a->hi_odd, 8));
-    const __m128i le = _mm_add_epi16(_mm256_castsi256_si128(lo_even), _mm256_extracti128_si256(lo_even, 1));
-    const __m128i lo = _mm_add_epi16(_mm256_castsi256_si128(a->lo_odd), _mm256_extracti128_si256(a->lo_odd, 1));
-    const __m128i he = _mm_add_epi16(_mm256_castsi256_si128(hi_even), _mm256_extracti128_si256(hi_even, 1));
-    const __m128i ho = _mm_add_epi16(_mm256_castsi256_si128(a->hi_odd), _mm256_extracti128_si256(a->hi_odd, 1));
-    /* interleave even and odd rows back into row order */
-    s[0] = _mm256_set_m128i(_mm_unpackhi_epi16(le, lo), _mm_unpacklo_epi16(le, lo));
-    s[1] = _mm256_set_m128i(_mm_unpackhi_epi16(he, ho), _mm_unpacklo_epi16(he, ho));
-}
-
-/* The 32 sums of a block in row order: rows 0..15 in s[0], 16..31 in s[1]. */
-OCK_FS_TARGET_AVX2 OCK_FS_INLINE
-static inline void ock_fs_sums_avx2(const uint8_t *block, const uint8_t *qlut, int cols, __m256i *s) {
-    const __m256i nib = _mm256_set1_epi8(0x0f);
-    ock_fs_acc_avx2 a;
-    ock_fs_acc_zero_avx2(&a);
-    for (int c = 0; c < cols; c += 2) {
-        const __m256i v = _mm256_loadu_si256((const __m256i *)(block + (size_t)c * OCK_FS_LANE));
-        const __m256i tab = _mm256_loadu_si256((const __m256i *)(qlut + (size_t)c * OCK_FS_WORDS));
-        ock_fs_acc_add_avx2(&a, tab, _mm256_and_si256(v, nib), _mm256_and_si256(_mm256_srli_epi16(v, 4), nib));
-    }
-    ock_fs_acc_finish_avx2(&a, s);
-}
-
-/* The same for two queries at once: each column pair is loaded and split into nibbles once for both. */
-OCK_FS_TARGET_AVX2 OCK_FS_INLINE
-static inline void ock_fs_sums2_avx2(const uint8_t *block, const uint8_t *qa, const uint8_t *qb, int cols,
-                                     __m256i *sa, __m256i *sb) {
-    const __m256i nib = _mm256_set1_epi8(0x0f);
-    ock_fs_acc_avx2 a, b;
-    ock_fs_acc_zero_avx2(&a);
-    ock_fs_acc_zero_avx2(&b);
-    for (int c = 0; c < cols; c += 2) {
-        const __m256i v = _mm256_loadu_si256((const __m256i *)(block + (size_t)c * OCK_FS_LANE));
-        const __m256i lo = _mm256_and_si256(v, nib), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
-        ock_fs_acc_add_avx2(&a, _mm256_loadu_si256((const __m256i *)(qa + (size_t)c * OCK_FS_WORDS)), lo, hi);
-        ock_fs_acc_add_avx2(&b, _mm256_loadu_si256((const __m256i *)(qb + (size_t)c * OCK_FS_WORDS)), lo, hi);
-    }
-    ock_fs_acc_finish_avx2(&a, sa);
-    ock_fs_acc_finish_avx2(&b, sb);
-}
-
-/* Add the norm codes' nibble tables (16-bit entries: a shuffle for each byte) to the sums of rows 0..31. */
-OCK_FS_TARGET_AVX2
-static inline void ock_fs_norm_avx2(const uint8_t *norm_bytes, const __m256i *tabs, __m256i *s) {
-    const __m256i nib = _mm256_set1_epi8(0x0f);
-    const __m256i v = _mm256_loadu_si256((const __m256i *)norm_bytes);  /* byte i: row i (lane 1: rows 16..31) */
-    const __m256i lo = _mm256_and_si256(v, nib), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
-    /* tabs: low bytes of lo table, high bytes of lo table, low bytes of hi table, high bytes of hi table */
-    const __m256i a = _mm256_shuffle_epi8(tabs[0], lo), b = _mm256_shuffle_epi8(tabs[1], lo);
-    const __m256i c = _mm256_shuffle_epi8(tabs[2], hi), d = _mm256_shuffle_epi8(tabs[3], hi);
-    /* lane 0: rows 0..7 (unpacklo) and 8..15 (unpackhi); lane 1: rows 16..23 and 24..31 */
-    const __m256i w_lo = _mm256_add_epi16(_mm256_unpacklo_epi8(a, b), _mm256_unpacklo_epi8(c, d));
-    const __m256i w_hi = _mm256_add_epi16(_mm256_unpackhi_epi8(a, b), _mm256_unpackhi_epi8(c, d));
-    s[0] = _mm256_add_epi16(s[0], _mm256_permute2x128_si256(w_lo, w_hi, 0x20));
-    s[1] = _mm256_add_epi16(s[1], _mm256_permute2x128_si256(w_lo, w_hi, 0x31));
-}
-
-/* The four shuffle tables of the norm nibbles (see ock_fs_norm_avx2). */
-OCK_FS_TARGET_AVX2
-static inline void ock_fs_norm_tabs_avx2(const ock_fs_tables *t, __m256i *tabs) {
-    uint8_t b[4][16];
-    for (int j = 0; j < 16; j++) {
-        b[0][j] = (uint8_t)(t->norm_lo[j] & 255);
-        b[1][j] = (uint8_t)(t->norm_lo[j] >> 8);
-        b[2][j] = (uint8_t)(t->norm_hi[j] & 255);
-        b[3][j] = (uint8_t)(t->norm_hi[j] >> 8);
-    }
-    for (int x = 0; x < 4; x++) tabs[x] = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)b[x]));
-}
-
-/* Rows of s[0], s[1] with sum <= thr, as a 32-bit mask in row order. */
-OCK_FS_TARGET_AVX2
-static inline uint32_t ock_fs_mask_avx2(const __m256i *s, __m256i thr) {
-    const __m256i m0 = _mm256_cmpeq_epi16(_mm256_max_epu16(s[0], thr), thr);
-    const __m256i m1 = _mm256_cmpeq_epi16(_mm256_max_epu16(s[1], thr), thr);
-    /* packs interleaves the lanes: rows 0..7, 16..23 | 8..15, 24..31; the permute puts them in order */
-    const __m256i p = _mm256_permute4x64_epi64(_mm256_packs_epi16(m0, m1), 0xd8);
-    return (uint32_t)_mm256_movemask_epi8(p);
-}
-
-OCK_FS_TARGET_AVX2
-static void ock_fs_block_sums_avx2(const uint8_t *block, const uint8_t *qlut, const ock_fs_tables *t,
-                                   const uint8_t *norm_bytes, uint16_t *out) {
-    __m256i s[2];
-    ock_fs_sums_avx2(block, qlut, t->cols, s);
-    if (t->has_norm) {
-        __m256i tabs[4];
-        ock_fs_norm_tabs_avx2(t, tabs);
-        ock_fs_norm_avx2(norm_bytes, tabs, s);
-    }
-    _mm256_storeu_si256((__m256i *)out, s[0]);
-    _mm256_storeu_si256((__m256i *)(out + 16), s[1]);
-}
-
-/* The float32 norms' test of the 32 rows (ock_fs_limits). */
-OCK_FS_TARGET_AVX2
-static inline uint32_t ock_fs_f32_mask_avx2(const __m256i *s, const float *norms, const ock_fs_limits *L) {
-    const __m256 sc = _mm256_set1_ps(L->fscale), ka = _mm256_set1_ps(L->fkappa), th = _mm256_set1_ps(L->fthr);
-    const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-    uint32_t m = 0;
-    for (int g = 0; g < 4; g++) {
-        const __m128i h = (g & 1) ? _mm256_extracti128_si256(s[g >> 1], 1) : _mm256_castsi256_si128(s[g >> 1]);
-        const __m256 sf = _mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(h));
-        const __m256 n = _mm256_loadu_ps(norms + 8 * g);
-        const __m256 y = _mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(sf, sc), n),
-                                       _mm256_mul_ps(ka, _mm256_and_ps(n, magnitude)));
-        m |= (uint32_t)_mm256_movemask_ps(_mm256_cmp_ps(y, th, _CMP_LE_OQ)) << (8 * g);
-    }
-    return m;
-}
-
-/* The scan of a run with `cols` columns; inlined with a constant `cols` for the usual code sizes (the column loop
- * then unrolls completely: no loop counter, no register copies between its iterations). */
-OCK_FS_TARGET_AVX2 OCK_FS_INLINE
-static inline void ock_fs_scan_run_avx2_cols(const ock_fs_base *b, const ock_fs_query *q, const ock_fs_run *run,
-                                             ock_fs_collector *c, const int cols) {
-    const size_t bytes = (size_t)OCK_FS_LANE * (size_t)cols;
-    const size_t nb = ock_fs_blocks(run->n_rows);
-    const int has_norm = q->t->has_norm;
-    ock_fs_limits L;
-    ock_fs_limits_set(&L, b, q, run, c->limit);
-    __m256i thr = _mm256_set1_epi16((short)(uint16_t)(L.thr < 0 ? 0 : L.thr));
-    __m256i tabs[4];
-    if (has_norm) ock_fs_norm_tabs_avx2(q->t, tabs);
-    uint8_t spare[32];
-    float fspare[32];
-    uint16_t sums[OCK_FS_BLOCK];
-    for (size_t bi = 0; bi < nb && L.thr >= 0; bi++) {
-        const uint32_t live = ock_fs_live_bits(b, run, bi);
-        if (live == 0) continue;
-        const uint8_t *block = run->blocks + bi * bytes;
-        const size_t r0 = run->row0 + bi * OCK_FS_BLOCK;
-        ock_fs_prefetch(b, run, bi + OCK_FS_PREFETCH, bytes);
-        __m256i s[2];
-        ock_fs_sums_avx2(block, q->qlut, cols, s);
-        if (has_norm) ock_fs_norm_avx2(ock_fs_norm_bytes(b, r0, spare), tabs, s);
-        const uint32_t mask = live & (L.f32 ? ock_fs_f32_mask_avx2(s, ock_fs_norm_floats(b, r0, fspare), &L)
-                                            : ock_fs_mask_avx2(s, thr));
-        if (mask) {
-            _mm256_storeu_si256((__m256i *)sums, s[0]);
-            _mm256_storeu_si256((__m256i *)(sums + 16), s[1]);
-            if (ock_fs_collect_block(c, b, q, run, block, r0, mask, sums, &L)) {
-                ock_fs_limits_set(&L, b, q, run, c->limit);
-                thr = _mm256_set1_epi16((short)(uint16_t)(L.thr < 0 ? 0 : L.thr));
-            }
-        }
-    }
-}
-
-OCK_FS_TARGET_AVX2
-static void ock_fs_scan_run_avx2(const ock_fs_base *b, const ock_fs_query *q, const ock_fs_run *run,
-                                 ock_fs_collector *c) {
-    ock_fs_scan_run_avx2_cols(b, q, run, c, q->t->cols);
-}
-
-/* Two queries over the same run (a batch's flat scan): the block's codes are read and split once for both. */
-OCK_FS_TARGET_AVX2
-static void ock_fs_scan_run2_avx2(const ock_fs_base *b, const ock_fs_query *qa, const ock_fs_query *qb,
-                                  const ock_fs_run *ra, const ock_fs_run *rb, ock_fs_collector *ca,
-                                  ock_fs_collector *cb) {
-    const int cols = qa->t->cols;
-    const size_t bytes = (size_t)OCK_FS_LANE * (size_t)cols;
-    const size_t nb = ock_fs_blocks(ra->n_rows);
-    const int has_norm = qa->t->has_norm;
-    ock_fs_limits La, Lb;
-    ock_fs_limits_set(&La, b, qa, ra, ca->limit);
-    ock_fs_limits_set(&Lb, b, qb, rb, cb->limit);
-    __m256i thra = _mm256_set1_epi16((short)(uint16_t)(La.thr < 0 ? 0 : La.thr));
-    __m256i thrb = _mm256_set1_epi16((short)(uint16_t)(Lb.thr < 0 ? 0 : Lb.thr));
-    __m256i tabsa[4], tabsb[4];
-    if (has_norm) {
-        ock_fs_norm_tabs_avx2(qa->t, tabsa);
-        ock_fs_norm_tabs_avx2(qb->t, tabsb);
-    }
-    uint8_t spare[32];
-    float fspare[32];
-    uint16_t sums[OCK_FS_BLOCK];
-    for (size_t bi = 0; bi < nb && (La.thr >= 0 || Lb.thr >= 0); bi++) {
-        const uint32_t live = ock_fs_live_bits(b, ra, bi);
-        if (live == 0) continue;
-        const uint8_t *block = ra->blocks + bi * bytes;
-        const size_t r0 = ra->row0 + bi * OCK_FS_BLOCK;
-        __m256i sa[2], sb[2];
-        ock_fs_sums2_avx2(block, qa->qlut, qb->qlut, cols, sa, sb);
-        const uint8_t *nbytes = has_norm ? ock_fs_norm_bytes(b, r0, spare) : NULL;
-        const float *nf = La.f32 ? ock_fs_norm_floats(b, r0, fspare) : NULL;
-        if (has_norm) {
-            ock_fs_norm_avx2(nbytes, tabsa, sa);
-            ock_fs_norm_avx2(nbytes, tabsb, sb);
-        }
-        uint32_t mask = La.thr < 0 ? 0 : live & (La.f32 ? ock_fs_f32_mask_avx2(sa, nf, &La) : ock_fs_mask_avx2(sa, thra));
-        if (mask) {
-            _mm256_storeu_si256((__m256i *)sums, sa[0]);
-            _mm256_storeu_si256((__m256i *)(sums + 16), sa[1]);
-            if (ock_fs_collect_block(ca, b, qa, ra, block, r0, mask, sums, &La)) {
-                ock_fs_limits_set(&La, b, qa, ra, ca->limit);
-                thra = _mm256_set1_epi16((short)(uint16_t)(La.thr < 0 ? 0 : La.thr));
-            }
-        }
-        mask = Lb.thr < 0 ? 0 : live & (Lb.f32 ? ock_fs_f32_mask_avx2(sb, nf, &Lb) : ock_fs_mask_avx2(sb, thrb));
-        if (mask) {
-            _mm256_storeu_si256((__m256i *)sums, sb[0]);
-            _mm256_storeu_si256((__m256i *)(sums + 16), sb[1]);
-            if (ock_fs_collect_block(cb, b, qb, rb, block, r0, mask, sums, &Lb)) {
-                ock_fs_limits_set(&Lb, b, qb, rb, cb->limit);
-                thrb = _mm256_set1_epi16((short)(uint16_t)(Lb.thr < 0 ? 0 : Lb.thr));
-            }
-        }
-    }
-}
-
-/* --------------------------------------------------------------------------------------------------------------------
- * AVX-512BW: the same layout, four columns (two 32-byte pairs) per 64-byte load; a last lone pair is loaded with a
- * mask (zero codes and a zero table add nothing). The four lanes are added down to AVX2's two, then finished alike. */
-
-OCK_FS_TARGET_AVX512 OCK_FS_INLINE
-static inline void ock_fs_sums_avx512(const uint8_t *block, const uint8_t *qlut, int cols, __m256i *s) {
-    const __m512i nib = _mm512_set1_epi8(0x0f);
-    __m512i lo_w = _mm512_setzero_si512(), lo_odd = _mm512_setzero_si512();
-    __m512i hi_w = _mm512_setzero_si512(), hi_odd = _mm512_setzero_si512();
-    for (int c = 0; c < cols; c += 4) {
-        const __mmask64 keep = cols - c >= 4 ? ~(__mmask64)0 : (__mmask64)0xffffffffull;
-        const __m512i v = _mm512_maskz_loadu_epi8(keep, block + (size_t)c * OCK_FS_LANE);
-        const __m512i tab = _mm512_maskz_loadu_epi8(keep, qlut + (size_t)c * OCK_FS_WORDS);
-        const __m512i rl = _mm512_shuffle_epi8(tab, _mm512_and_si512(v, nib));
-        const __m512i rh = _mm512_shuffle_epi8(tab, _mm512_and_si512(_mm512_srli_epi16(v, 4), nib));
-        lo_w = _mm512_add_epi16(lo_w, rl);
-        lo_odd = _mm512_add_epi16(lo_odd, _mm512_srli_epi16(rl, 8));
-        hi_w = _mm512_add_epi16(hi_w, rh);
-        hi_odd = _mm512_add_epi16(hi_odd, _mm512_srli_epi16(rh, 8));
-    }
-    const __m512i lo_even = _mm512_sub_epi16(lo_w, _mm512_slli_epi16(lo_odd, 8));
-    const __m512i hi_even = _mm512_sub_epi16(hi_w, _mm512_slli_epi16(hi_odd, 8));
-    /* lanes 0 + 2 and 1 + 3: the AVX2 layout (lane 0 even columns, lane 1 odd) */
-    const __m256i le2 = _mm256_add_epi16(_mm512_castsi512_si256(lo_even), _mm512_extracti64x4_epi64(lo_even, 1));
-    const __m256i lo2 = _mm256_add_epi16(_mm512_castsi512_si256(lo_odd), _mm512_extracti64x4_epi64(lo_odd, 1));
-    const __m256i he2 = _mm256_add_epi16(_mm512_castsi512_si256(hi_even), _mm512_extracti64x4_epi64(hi_even, 1));
-    const __m256i ho2 = _mm256_add_epi16(_mm512_castsi512_si256(hi_odd), _mm512_extracti64x4_epi64(hi_odd, 1));
-    const __m128i le = _mm_add_epi16(_mm256_castsi256_si128(le2), _mm256_extracti128_si256(le2, 1));
-    const __m128i lo = _mm_add_epi16(_mm256_castsi256_si128(lo2), _mm256_extracti128_si256(lo2, 1));
-    const __m128i he = _mm_add_epi16(_mm256_castsi256_si128(he2), _mm256_extracti128_si256(he2, 1));
-    const __m128i ho = _mm_add_epi16(_mm256_castsi256_si128(ho2), _mm256_extracti128_si256(ho2, 1));
-    s[0] = _mm256_set_m128i(_mm_unpackhi_epi16(le, lo), _mm_unpacklo_epi16(le, lo));
-    s[1] = _mm256_set_m128i(_mm_unpackhi_epi16(he, ho), _mm_unpacklo_epi16(he, ho));
-}
-
-OCK_FS_TARGET_AVX512
-static inline uint32_t ock_fs_mask_avx512(const __m256i *s, int thr) {
-    const __m512i all = _mm512_inserti64x4(_mm512_castsi256_si512(s[0]), s[1], 1);
-    return (uint32_t)_mm512_cmple_epu16_mask(all, _mm512_set1_epi16((short)(uint16_t)thr));
-}
-
-OCK_FS_TARGET_AVX512
-static void ock_fs_block_sums_avx512(const uint8_t *block, const uint8_t *qlut, const ock_fs_tables *t,
-                                     const uint8_t *norm_bytes, uint16_t *out) {
-    __m256i s[2];
-    ock_fs_sums_avx512(block, qlut, t->cols, s);
-    if (t->has_norm) {
-        __m256i tabs[4];
-        ock_fs_norm_tabs_avx2(t, tabs);
-        ock_fs_norm_avx2(norm_bytes, tabs, s);
-    }
-    _mm256_storeu_si256((__m256i *)out, s[0]);
-    _mm256_storeu_si256((__m256i *)(out + 16), s[1]);
-}
-
-OCK_FS_TARGET_AVX512
-static void ock_fs_scan_run_avx512(const ock_fs_base *b, const ock_fs_query *q, const ock_fs_run *run,
-                                   ock_fs_collector *c) {
-    const size_t bytes = ock_fs_block_bytes(b->W);
-    const size_t nb = ock_fs_blocks(run->n_rows);
-    const int cols = q->t->cols;
-    const int has_norm = q->t->has_norm;
-    ock_fs_limits L;
-    ock_fs_limits_set(&L, b, q, run, c->limit);
-    __m256i tabs[4];
-    if (has_norm) ock_fs_norm_tabs_avx2(q->t, tabs);
-    uint8_t spare[32];
-    float fspare[32];
-    uint16_t sums[OCK_FS_BLOCK];
-    for (size_t bi = 0; bi < nb && L.thr >= 0; bi++) {
-        const uint32_t live = ock_fs_live_bits(b, run, bi);
-        if (live == 0) continue;
-        const uint8_t *block = run->blocks + bi * bytes;
-        const size_t r0 = run->row0 + bi * OCK_FS_BLOCK;
-        __m256i s[2];
-        ock_fs_sums_avx512(block, q->qlut, cols, s);
-        if (has_norm) ock_fs_norm_avx2(ock_fs_norm_bytes(b, r0, spare), tabs, s);
-        const uint32_t mask = live & (L.f32 ? ock_fs_f32_mask_avx2(s, ock_fs_norm_floats(b, r0, fspare), &L)
-                                            : ock_fs_mask_avx512(s, L.thr));
-        if (mask) {
-            _mm256_storeu_si256((__m256i *)sums, s[0]);
-            _mm256_storeu_si256((__m256i *)(sums + 16), s[1]);
-            if (ock_fs_collect_block(c, b, q, run, block, r0, mask, sums, &L)) ock_fs_limits_set(&L, b, q, run, c->limit);
-        }
-    }
-}
-#endif /* OCK_FS_X86 */
-
-/* --------------------------------------------------------------------------------------------------------------------
- * The levels a dispatcher chooses from. */
-
-enum { OCK_FS_PORTABLE = 0, OCK_FS_AVX2 = 1, OCK_FS_AVX512 = 2 };
-
-typedef void (*ock_fs_scan_run_fn)(const ock_fs_base *, const ock_fs_query *, const ock_fs_run *, ock_fs_collector *);
-typedef void (*ock_fs_block_sums_fn)(const uint8_t *, const uint8_t *, const ock_fs_tables *, const uint8_t *,
-                                     uint16_t *);
-
-/* Whether this CPU runs a level (the portable one always). */
-static inline int ock_fs_level_supported(int level) {
-    if (level == OCK_FS_PORTABLE) return 1;
-#ifdef OCK_FS_X86
-    __builtin_cpu_init();
-    if (level == OCK_FS_AVX2) return __builtin_cpu_supports("avx2");
-    if (level == OCK_FS_AVX512)
-        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-               __builtin_cpu_supports("avx2");
-#endif
-    return 0;
-}
-
-static inline ock_fs_scan_run_fn ock_fs_scan_run_for(int level) {
-#ifdef OCK_FS_X86
-    if (level == OCK_FS_AVX512) return ock_fs_scan_run_avx512;
-    if (level == OCK_FS_AVX2) return ock_fs_scan_run_avx2;
-#endif
-    (void)level;
-    return ock_fs_scan_run_portable;
-}
-
-static inline ock_fs_block_sums_fn ock_fs_block_sums_for(int level) {
-#ifdef OCK_FS_X86
-    if (level == OCK_FS_AVX512) return ock_fs_block_sums_avx512;
-    if (level == OCK_FS_AVX2) return ock_fs_block_sums_avx2;
-#endif
-    (void)level;
-    return ock_fs_block_sums_portable;
 }
 
 #endif

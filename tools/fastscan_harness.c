@@ -1,4 +1,4 @@
-/* Checks and a microbenchmark of the fast-scan kernel (ockstore/_fastscan.h), in C alone.
+/* Checks and a microbenchmark of the fast-scan kernels (ockstore/_fastscan.h, _fastscan_kernels.h), in C alone.
  *
  *     cc -O2 -o /tmp/fastscan_harness tools/fastscan_harness.c -lm && /tmp/fastscan_harness check
  *     cc -O3 -o /tmp/fastscan_harness tools/fastscan_harness.c -lm && /tmp/fastscan_harness bench [N] [W] [queries]
@@ -20,7 +20,43 @@
 static long long exact_count = 0;
 #define OCK_FS_COUNT exact_count
 #include <math.h>
-#include "../ockstore/_fastscan.h"
+#include "../ockstore/_fastscan_kernels.h"
+
+/* The levels, as the package's dispatch table orders them (_simd.h); here chosen by the harness itself. */
+enum { OCK_FS_PORTABLE = 0, OCK_FS_AVX2 = 1, OCK_FS_AVX512 = 2 };
+
+typedef void (*ock_fs_scan_run_fn)(const ock_fs_base *, const ock_fs_query *, const ock_fs_run *, ock_fs_collector *);
+typedef void (*ock_fs_block_sums_fn)(const uint8_t *, const uint8_t *, const ock_fs_tables *, const uint8_t *,
+                                     uint16_t *);
+
+/* Whether this CPU runs a level (the portable one always). */
+static int ock_fs_level_supported(int level) {
+    if (level == OCK_FS_PORTABLE) return 1;
+#ifdef OCK_FS_X86
+    __builtin_cpu_init();
+    if (level == OCK_FS_AVX2) return __builtin_cpu_supports("avx2");
+    if (level == OCK_FS_AVX512) return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+#endif
+    return 0;
+}
+
+static ock_fs_scan_run_fn ock_fs_scan_run_for(int level) {
+#ifdef OCK_FS_X86
+    if (level == OCK_FS_AVX512) return ock_fs_scan_run_avx512;
+    if (level == OCK_FS_AVX2) return ock_fs_scan_run_avx2;
+#endif
+    (void)level;
+    return ock_fs_scan_run_portable;
+}
+
+static ock_fs_block_sums_fn ock_fs_block_sums_for(int level) {
+#ifdef OCK_FS_X86
+    if (level == OCK_FS_AVX512) return ock_fs_block_sums_avx512;
+    if (level == OCK_FS_AVX2) return ock_fs_block_sums_avx2;
+#endif
+    (void)level;
+    return ock_fs_block_sums_portable;
+}
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 static uint64_t rnd(void) {  /* splitmix64 */
@@ -48,7 +84,7 @@ static float exact_distance(const problem *p, float start_term, size_t row) {
     float n = 0.0f;
     if (p->norm_mode == 1) n = p->levels[p->norm_codes[row]];
     if (p->norm_mode == 2) n = p->norms[row];
-    float d = start_term + n;
+    float d = p->norm_mode ? start_term + n : start_term;
     for (int w = 0; w < p->W; w++) d = d + p->lut[w * 16 + p->codes[row * p->W + w]];
     return d;
 }
