@@ -35,7 +35,12 @@ static inline void ock_fs_scan_run2_portable(const ock_fs_base *b, const ock_fs_
  * Widening bytes to uint16 costs nothing extra: the shuffled bytes are added as 16-bit words (each word then holds
  * an even row's entry plus 256 times the next odd row's), the odd rows' entries are added separately (a shift right
  * by 8), and at the end even = words - 256 * odd. Every sum is taken modulo 2^16, which is exact because no true sum
- * exceeds OCK_FS_MAX_SUM (checked by ock_fs_quantize). */
+ * exceeds OCK_FS_MAX_SUM (checked by ock_fs_quantize).
+ *
+ * The sums stay split by row parity, as the accumulation leaves them: E holds the even rows (0, 2, .., 14 in its low
+ * lane, 16, .., 30 in its high lane), O the odd ones. Comparing them with the threshold in that order and putting the
+ * mask's bits back in row order only for the rare block that has a candidate (ock_fs_unsplit) costs fewer operations
+ * per block than interleaving the sums first; the norm codes are split alike by one byte shuffle. */
 
 /* The running sums of one query over a block: per 16-bit word, lane 0 the even columns and lane 1 the odd ones;
  * `w` the words as added (even row + 256 x odd row), `odd` the odd rows alone; lo: rows 0..15, hi: rows 16..31. */
@@ -59,22 +64,19 @@ static inline void ock_fs_acc_add_avx2(ock_fs_acc_avx2 *a, __m256i tab, __m256i 
     a->hi_odd = _mm256_add_epi16(a->hi_odd, _mm256_srli_epi16(rh, 8));
 }
 
-/* The 32 sums in row order: rows 0..15 in s[0], 16..31 in s[1]. */
+/* E and O (s[0], s[1]) from running sums laid out as AVX2's: even rows, then the two lanes (even and odd columns)
+ * of rows 0..15 and of rows 16..31 added side by side. */
 OCK_FS_TARGET_AVX2 OCK_FS_INLINE
 static inline void ock_fs_acc_finish_avx2(const ock_fs_acc_avx2 *a, __m256i *s) {
-    /* even rows; then the two lanes (even and odd columns) added */
     const __m256i lo_even = _mm256_sub_epi16(a->lo_w, _mm256_slli_epi16(a->lo_odd, 8));
     const __m256i hi_even = _mm256_sub_epi16(a->hi_w, _mm256_slli_epi16(a->hi_odd, 8));
-    const __m128i le = _mm_add_epi16(_mm256_castsi256_si128(lo_even), _mm256_extracti128_si256(lo_even, 1));
-    const __m128i lo = _mm_add_epi16(_mm256_castsi256_si128(a->lo_odd), _mm256_extracti128_si256(a->lo_odd, 1));
-    const __m128i he = _mm_add_epi16(_mm256_castsi256_si128(hi_even), _mm256_extracti128_si256(hi_even, 1));
-    const __m128i ho = _mm_add_epi16(_mm256_castsi256_si128(a->hi_odd), _mm256_extracti128_si256(a->hi_odd, 1));
-    /* interleave even and odd rows back into row order */
-    s[0] = _mm256_set_m128i(_mm_unpackhi_epi16(le, lo), _mm_unpacklo_epi16(le, lo));
-    s[1] = _mm256_set_m128i(_mm_unpackhi_epi16(he, ho), _mm_unpacklo_epi16(he, ho));
+    s[0] = _mm256_add_epi16(_mm256_permute2x128_si256(lo_even, hi_even, 0x20),
+                            _mm256_permute2x128_si256(lo_even, hi_even, 0x31));
+    s[1] = _mm256_add_epi16(_mm256_permute2x128_si256(a->lo_odd, a->hi_odd, 0x20),
+                            _mm256_permute2x128_si256(a->lo_odd, a->hi_odd, 0x31));
 }
 
-/* The 32 sums of a block in row order: rows 0..15 in s[0], 16..31 in s[1]. */
+/* E and O of a block. */
 OCK_FS_TARGET_AVX2 OCK_FS_INLINE
 static inline void ock_fs_sums_avx2(const uint8_t *block, const uint8_t *qlut, int cols, __m256i *s) {
     const __m256i nib = _mm256_set1_epi8(0x0f);
@@ -106,20 +108,26 @@ static inline void ock_fs_sums2_avx2(const uint8_t *block, const uint8_t *qa, co
     ock_fs_acc_finish_avx2(&b, sb);
 }
 
-/* Add the norm codes' nibble tables (16-bit entries: a shuffle for each byte) to the sums of rows 0..31. */
-OCK_FS_TARGET_AVX2
-static inline void ock_fs_norm_avx2(const uint8_t *norm_bytes, const __m256i *tabs, __m256i *s) {
+/* The norm codes of rows 0..31 split by parity, as E and O hold the sums: per lane the even rows' bytes, then the
+ * odd rows'. */
+OCK_FS_TARGET_AVX2 OCK_FS_INLINE
+static inline __m256i ock_fs_norm_split_avx2(const uint8_t *norm_bytes) {
+    const __m256i by_parity = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15,
+                                               0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+    return _mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i *)norm_bytes), by_parity);
+}
+
+/* Add the norm codes' nibble tables (16-bit entries: a shuffle for each byte) to E and O; v: ock_fs_norm_split_avx2. */
+OCK_FS_TARGET_AVX2 OCK_FS_INLINE
+static inline void ock_fs_norm_avx2(__m256i v, const __m256i *tabs, __m256i *s) {
     const __m256i nib = _mm256_set1_epi8(0x0f);
-    const __m256i v = _mm256_loadu_si256((const __m256i *)norm_bytes);  /* byte i: row i (lane 1: rows 16..31) */
     const __m256i lo = _mm256_and_si256(v, nib), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
     /* tabs: low bytes of lo table, high bytes of lo table, low bytes of hi table, high bytes of hi table */
     const __m256i a = _mm256_shuffle_epi8(tabs[0], lo), b = _mm256_shuffle_epi8(tabs[1], lo);
     const __m256i c = _mm256_shuffle_epi8(tabs[2], hi), d = _mm256_shuffle_epi8(tabs[3], hi);
-    /* lane 0: rows 0..7 (unpacklo) and 8..15 (unpackhi); lane 1: rows 16..23 and 24..31 */
-    const __m256i w_lo = _mm256_add_epi16(_mm256_unpacklo_epi8(a, b), _mm256_unpacklo_epi8(c, d));
-    const __m256i w_hi = _mm256_add_epi16(_mm256_unpackhi_epi8(a, b), _mm256_unpackhi_epi8(c, d));
-    s[0] = _mm256_add_epi16(s[0], _mm256_permute2x128_si256(w_lo, w_hi, 0x20));
-    s[1] = _mm256_add_epi16(s[1], _mm256_permute2x128_si256(w_lo, w_hi, 0x31));
+    /* per lane, the first 8 bytes are even rows, the last 8 odd ones: unpacklo gives E's words, unpackhi O's */
+    s[0] = _mm256_add_epi16(s[0], _mm256_add_epi16(_mm256_unpacklo_epi8(a, b), _mm256_unpacklo_epi8(c, d)));
+    s[1] = _mm256_add_epi16(s[1], _mm256_add_epi16(_mm256_unpackhi_epi8(a, b), _mm256_unpackhi_epi8(c, d)));
 }
 
 /* The four shuffle tables of the norm nibbles (see ock_fs_norm_avx2). */
@@ -135,14 +143,47 @@ static inline void ock_fs_norm_tabs_avx2(const ock_fs_tables *t, __m256i *tabs) 
     for (int x = 0; x < 4; x++) tabs[x] = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)b[x]));
 }
 
-/* Rows of s[0], s[1] with sum <= thr, as a 32-bit mask in row order. */
-OCK_FS_TARGET_AVX2
-static inline uint32_t ock_fs_mask_avx2(const __m256i *s, __m256i thr) {
+/* Bits e (bit j: row 2j) and o (bit j: row 2j + 1) interleaved into a row mask. */
+static inline uint32_t ock_fs_interleave_bits(uint32_t e, uint32_t o) {
+    e = (e | (e << 8)) & 0x00ff00ffu;
+    e = (e | (e << 4)) & 0x0f0f0f0fu;
+    e = (e | (e << 2)) & 0x33333333u;
+    e = (e | (e << 1)) & 0x55555555u;
+    o = (o | (o << 8)) & 0x00ff00ffu;
+    o = (o | (o << 4)) & 0x0f0f0f0fu;
+    o = (o | (o << 2)) & 0x33333333u;
+    o = (o | (o << 1)) & 0x55555555u;
+    return e | (o << 1);
+}
+
+/* E's and O's words with sum <= thr, as a mask in "packs" order: bytes E low lane, O low lane, E high, O high. */
+OCK_FS_TARGET_AVX2 OCK_FS_INLINE
+static inline uint32_t ock_fs_split_mask_avx2(const __m256i *s, __m256i thr) {
     const __m256i m0 = _mm256_cmpeq_epi16(_mm256_max_epu16(s[0], thr), thr);
     const __m256i m1 = _mm256_cmpeq_epi16(_mm256_max_epu16(s[1], thr), thr);
-    /* packs interleaves the lanes: rows 0..7, 16..23 | 8..15, 24..31; the permute puts them in order */
-    const __m256i p = _mm256_permute4x64_epi64(_mm256_packs_epi16(m0, m1), 0xd8);
-    return (uint32_t)_mm256_movemask_epi8(p);
+    return (uint32_t)_mm256_movemask_epi8(_mm256_packs_epi16(m0, m1));
+}
+
+/* A mask of ock_fs_split_mask_avx2 in row order. */
+static inline uint32_t ock_fs_unsplit_avx2(uint32_t m) {
+    return ock_fs_interleave_bits((m & 0xffu) | ((m >> 8) & 0xff00u), ((m >> 8) & 0xffu) | ((m >> 16) & 0xff00u));
+}
+
+/* E and O in row order: rows 0..15 in r[0], 16..31 in r[1]. */
+OCK_FS_TARGET_AVX2 OCK_FS_INLINE
+static inline void ock_fs_rows_avx2(const __m256i *s, __m256i *r) {
+    const __m256i lo = _mm256_unpacklo_epi16(s[0], s[1]), hi = _mm256_unpackhi_epi16(s[0], s[1]);
+    r[0] = _mm256_permute2x128_si256(lo, hi, 0x20);
+    r[1] = _mm256_permute2x128_si256(lo, hi, 0x31);
+}
+
+/* Store the sums of E and O in row order. */
+OCK_FS_TARGET_AVX2 OCK_FS_INLINE
+static inline void ock_fs_store_rows_avx2(const __m256i *s, uint16_t *out) {
+    __m256i r[2];
+    ock_fs_rows_avx2(s, r);
+    _mm256_storeu_si256((__m256i *)out, r[0]);
+    _mm256_storeu_si256((__m256i *)(out + 16), r[1]);
 }
 
 OCK_FS_TARGET_AVX2
@@ -153,20 +194,21 @@ static void ock_fs_block_sums_avx2(const uint8_t *block, const uint8_t *qlut, co
     if (t->has_norm) {
         __m256i tabs[4];
         ock_fs_norm_tabs_avx2(t, tabs);
-        ock_fs_norm_avx2(norm_bytes, tabs, s);
+        ock_fs_norm_avx2(ock_fs_norm_split_avx2(norm_bytes), tabs, s);
     }
-    _mm256_storeu_si256((__m256i *)out, s[0]);
-    _mm256_storeu_si256((__m256i *)(out + 16), s[1]);
+    ock_fs_store_rows_avx2(s, out);
 }
 
-/* The float32 norms' test of the 32 rows (ock_fs_limits). */
+/* The float32 norms' test of the 32 rows (ock_fs_limits), from E and O; a row-order mask. */
 OCK_FS_TARGET_AVX2
 static inline uint32_t ock_fs_f32_mask_avx2(const __m256i *s, const float *norms, const ock_fs_limits *L) {
     const __m256 sc = _mm256_set1_ps(L->fscale), ka = _mm256_set1_ps(L->fkappa), th = _mm256_set1_ps(L->fthr);
     const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256i r[2];
+    ock_fs_rows_avx2(s, r);
     uint32_t m = 0;
     for (int g = 0; g < 4; g++) {
-        const __m128i h = (g & 1) ? _mm256_extracti128_si256(s[g >> 1], 1) : _mm256_castsi256_si128(s[g >> 1]);
+        const __m128i h = (g & 1) ? _mm256_extracti128_si256(r[g >> 1], 1) : _mm256_castsi256_si128(r[g >> 1]);
         const __m256 sf = _mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(h));
         const __m256 n = _mm256_loadu_ps(norms + 8 * g);
         const __m256 y = _mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(sf, sc), n),
@@ -176,17 +218,37 @@ static inline uint32_t ock_fs_f32_mask_avx2(const __m256i *s, const float *norms
     return m;
 }
 
-/* The scan of a run with `cols` columns; inlined with a constant `cols` for the usual code sizes (the column loop
- * then unrolls completely: no loop counter, no register copies between its iterations). */
+/* The rows of one query's block that may be within its limit (row order), and their sums in `sums` when any. */
 OCK_FS_TARGET_AVX2 OCK_FS_INLINE
-static inline void ock_fs_scan_run_avx2_cols(const ock_fs_base *b, const ock_fs_query *q, const ock_fs_run *run,
-                                             ock_fs_collector *c, const int cols) {
+static inline uint32_t ock_fs_block_rows_avx2(const __m256i *s, __m256i thr, const ock_fs_limits *L,
+                                              const float *norms, uint32_t live, uint16_t *sums) {
+    uint32_t mask;
+    if (L->f32) {
+        mask = ock_fs_f32_mask_avx2(s, norms, L) & live;
+    } else {
+        mask = ock_fs_split_mask_avx2(s, thr);
+        if (mask == 0) return 0;
+        mask = ock_fs_unsplit_avx2(mask) & live;
+    }
+    if (mask) ock_fs_store_rows_avx2(s, sums);
+    return mask;
+}
+
+OCK_FS_TARGET_AVX2 OCK_FS_INLINE
+static inline __m256i ock_fs_threshold_avx2(const ock_fs_limits *L) {
+    return _mm256_set1_epi16((short)(uint16_t)(L->thr < 0 ? 0 : L->thr));
+}
+
+OCK_FS_TARGET_AVX2
+static void ock_fs_scan_run_avx2(const ock_fs_base *b, const ock_fs_query *q, const ock_fs_run *run,
+                                 ock_fs_collector *c) {
+    const int cols = q->t->cols;
     const size_t bytes = (size_t)OCK_FS_LANE * (size_t)cols;
     const size_t nb = ock_fs_blocks(run->n_rows);
     const int has_norm = q->t->has_norm;
     ock_fs_limits L;
     ock_fs_limits_set(&L, b, q, run, c->limit);
-    __m256i thr = _mm256_set1_epi16((short)(uint16_t)(L.thr < 0 ? 0 : L.thr));
+    __m256i thr = ock_fs_threshold_avx2(&L);
     __m256i tabs[4];
     if (has_norm) ock_fs_norm_tabs_avx2(q->t, tabs);
     uint8_t spare[32];
@@ -200,24 +262,14 @@ static inline void ock_fs_scan_run_avx2_cols(const ock_fs_base *b, const ock_fs_
         ock_fs_prefetch(b, run, bi + OCK_FS_PREFETCH, bytes);
         __m256i s[2];
         ock_fs_sums_avx2(block, q->qlut, cols, s);
-        if (has_norm) ock_fs_norm_avx2(ock_fs_norm_bytes(b, r0, spare), tabs, s);
-        const uint32_t mask = live & (L.f32 ? ock_fs_f32_mask_avx2(s, ock_fs_norm_floats(b, r0, fspare), &L)
-                                            : ock_fs_mask_avx2(s, thr));
-        if (mask) {
-            _mm256_storeu_si256((__m256i *)sums, s[0]);
-            _mm256_storeu_si256((__m256i *)(sums + 16), s[1]);
-            if (ock_fs_collect_block(c, b, q, run, block, r0, mask, sums, &L)) {
-                ock_fs_limits_set(&L, b, q, run, c->limit);
-                thr = _mm256_set1_epi16((short)(uint16_t)(L.thr < 0 ? 0 : L.thr));
-            }
+        if (has_norm) ock_fs_norm_avx2(ock_fs_norm_split_avx2(ock_fs_norm_bytes(b, r0, spare)), tabs, s);
+        const uint32_t mask =
+            ock_fs_block_rows_avx2(s, thr, &L, L.f32 ? ock_fs_norm_floats(b, r0, fspare) : NULL, live, sums);
+        if (mask && ock_fs_collect_block(c, b, q, run, block, r0, mask, sums, &L)) {
+            ock_fs_limits_set(&L, b, q, run, c->limit);
+            thr = ock_fs_threshold_avx2(&L);
         }
     }
-}
-
-OCK_FS_TARGET_AVX2
-static void ock_fs_scan_run_avx2(const ock_fs_base *b, const ock_fs_query *q, const ock_fs_run *run,
-                                 ock_fs_collector *c) {
-    ock_fs_scan_run_avx2_cols(b, q, run, c, q->t->cols);
 }
 
 /* Two queries over the same run (a batch's flat scan): the block's codes are read and split once for both. */
@@ -232,8 +284,7 @@ static void ock_fs_scan_run2_avx2(const ock_fs_base *b, const ock_fs_query *qa, 
     ock_fs_limits La, Lb;
     ock_fs_limits_set(&La, b, qa, ra, ca->limit);
     ock_fs_limits_set(&Lb, b, qb, rb, cb->limit);
-    __m256i thra = _mm256_set1_epi16((short)(uint16_t)(La.thr < 0 ? 0 : La.thr));
-    __m256i thrb = _mm256_set1_epi16((short)(uint16_t)(Lb.thr < 0 ? 0 : Lb.thr));
+    __m256i thra = ock_fs_threshold_avx2(&La), thrb = ock_fs_threshold_avx2(&Lb);
     __m256i tabsa[4], tabsb[4];
     if (has_norm) {
         ock_fs_norm_tabs_avx2(qa->t, tabsa);
@@ -247,38 +298,32 @@ static void ock_fs_scan_run2_avx2(const ock_fs_base *b, const ock_fs_query *qa, 
         if (live == 0) continue;
         const uint8_t *block = ra->blocks + bi * bytes;
         const size_t r0 = ra->row0 + bi * OCK_FS_BLOCK;
+        ock_fs_prefetch(b, ra, bi + OCK_FS_PREFETCH, bytes);
         __m256i sa[2], sb[2];
         ock_fs_sums2_avx2(block, qa->qlut, qb->qlut, cols, sa, sb);
-        const uint8_t *nbytes = has_norm ? ock_fs_norm_bytes(b, r0, spare) : NULL;
-        const float *nf = La.f32 ? ock_fs_norm_floats(b, r0, fspare) : NULL;
         if (has_norm) {
-            ock_fs_norm_avx2(nbytes, tabsa, sa);
-            ock_fs_norm_avx2(nbytes, tabsb, sb);
+            const __m256i nv = ock_fs_norm_split_avx2(ock_fs_norm_bytes(b, r0, spare));
+            ock_fs_norm_avx2(nv, tabsa, sa);
+            ock_fs_norm_avx2(nv, tabsb, sb);
         }
-        uint32_t mask = La.thr < 0 ? 0 : live & (La.f32 ? ock_fs_f32_mask_avx2(sa, nf, &La) : ock_fs_mask_avx2(sa, thra));
-        if (mask) {
-            _mm256_storeu_si256((__m256i *)sums, sa[0]);
-            _mm256_storeu_si256((__m256i *)(sums + 16), sa[1]);
-            if (ock_fs_collect_block(ca, b, qa, ra, block, r0, mask, sums, &La)) {
-                ock_fs_limits_set(&La, b, qa, ra, ca->limit);
-                thra = _mm256_set1_epi16((short)(uint16_t)(La.thr < 0 ? 0 : La.thr));
-            }
+        const float *nf = La.f32 ? ock_fs_norm_floats(b, r0, fspare) : NULL;
+        uint32_t mask = La.thr < 0 ? 0 : ock_fs_block_rows_avx2(sa, thra, &La, nf, live, sums);
+        if (mask && ock_fs_collect_block(ca, b, qa, ra, block, r0, mask, sums, &La)) {
+            ock_fs_limits_set(&La, b, qa, ra, ca->limit);
+            thra = ock_fs_threshold_avx2(&La);
         }
-        mask = Lb.thr < 0 ? 0 : live & (Lb.f32 ? ock_fs_f32_mask_avx2(sb, nf, &Lb) : ock_fs_mask_avx2(sb, thrb));
-        if (mask) {
-            _mm256_storeu_si256((__m256i *)sums, sb[0]);
-            _mm256_storeu_si256((__m256i *)(sums + 16), sb[1]);
-            if (ock_fs_collect_block(cb, b, qb, rb, block, r0, mask, sums, &Lb)) {
-                ock_fs_limits_set(&Lb, b, qb, rb, cb->limit);
-                thrb = _mm256_set1_epi16((short)(uint16_t)(Lb.thr < 0 ? 0 : Lb.thr));
-            }
+        mask = Lb.thr < 0 ? 0 : ock_fs_block_rows_avx2(sb, thrb, &Lb, nf, live, sums);
+        if (mask && ock_fs_collect_block(cb, b, qb, rb, block, r0, mask, sums, &Lb)) {
+            ock_fs_limits_set(&Lb, b, qb, rb, cb->limit);
+            thrb = ock_fs_threshold_avx2(&Lb);
         }
     }
 }
 
 /* --------------------------------------------------------------------------------------------------------------------
  * AVX-512BW: the same layout, four columns (two 32-byte pairs) per 64-byte load; a last lone pair is loaded with a
- * mask (zero codes and a zero table add nothing). The four lanes are added down to AVX2's two, then finished alike. */
+ * mask (zero codes and a zero table add nothing). The four lanes are added down to AVX2's two, then finished alike;
+ * the comparison takes E and O in one register (mask bits 0..15: E's words, 16..31: O's). */
 
 OCK_FS_TARGET_AVX512 OCK_FS_INLINE
 static inline void ock_fs_sums_avx512(const uint8_t *block, const uint8_t *qlut, int cols, __m256i *s) {
@@ -296,25 +341,13 @@ static inline void ock_fs_sums_avx512(const uint8_t *block, const uint8_t *qlut,
         hi_w = _mm512_add_epi16(hi_w, rh);
         hi_odd = _mm512_add_epi16(hi_odd, _mm512_srli_epi16(rh, 8));
     }
-    const __m512i lo_even = _mm512_sub_epi16(lo_w, _mm512_slli_epi16(lo_odd, 8));
-    const __m512i hi_even = _mm512_sub_epi16(hi_w, _mm512_slli_epi16(hi_odd, 8));
-    /* lanes 0 + 2 and 1 + 3: the AVX2 layout (lane 0 even columns, lane 1 odd) */
-    const __m256i le2 = _mm256_add_epi16(_mm512_castsi512_si256(lo_even), _mm512_extracti64x4_epi64(lo_even, 1));
-    const __m256i lo2 = _mm256_add_epi16(_mm512_castsi512_si256(lo_odd), _mm512_extracti64x4_epi64(lo_odd, 1));
-    const __m256i he2 = _mm256_add_epi16(_mm512_castsi512_si256(hi_even), _mm512_extracti64x4_epi64(hi_even, 1));
-    const __m256i ho2 = _mm256_add_epi16(_mm512_castsi512_si256(hi_odd), _mm512_extracti64x4_epi64(hi_odd, 1));
-    const __m128i le = _mm_add_epi16(_mm256_castsi256_si128(le2), _mm256_extracti128_si256(le2, 1));
-    const __m128i lo = _mm_add_epi16(_mm256_castsi256_si128(lo2), _mm256_extracti128_si256(lo2, 1));
-    const __m128i he = _mm_add_epi16(_mm256_castsi256_si128(he2), _mm256_extracti128_si256(he2, 1));
-    const __m128i ho = _mm_add_epi16(_mm256_castsi256_si128(ho2), _mm256_extracti128_si256(ho2, 1));
-    s[0] = _mm256_set_m128i(_mm_unpackhi_epi16(le, lo), _mm_unpacklo_epi16(le, lo));
-    s[1] = _mm256_set_m128i(_mm_unpackhi_epi16(he, ho), _mm_unpacklo_epi16(he, ho));
-}
-
-OCK_FS_TARGET_AVX512
-static inline uint32_t ock_fs_mask_avx512(const __m256i *s, int thr) {
-    const __m512i all = _mm512_inserti64x4(_mm512_castsi256_si512(s[0]), s[1], 1);
-    return (uint32_t)_mm512_cmple_epu16_mask(all, _mm512_set1_epi16((short)(uint16_t)thr));
+    /* lanes 0 + 2 and 1 + 3: AVX2's running sums (lane 0 even columns, lane 1 odd), then AVX2's finish */
+    ock_fs_acc_avx2 a;
+    a.lo_w = _mm256_add_epi16(_mm512_castsi512_si256(lo_w), _mm512_extracti64x4_epi64(lo_w, 1));
+    a.lo_odd = _mm256_add_epi16(_mm512_castsi512_si256(lo_odd), _mm512_extracti64x4_epi64(lo_odd, 1));
+    a.hi_w = _mm256_add_epi16(_mm512_castsi512_si256(hi_w), _mm512_extracti64x4_epi64(hi_w, 1));
+    a.hi_odd = _mm256_add_epi16(_mm512_castsi512_si256(hi_odd), _mm512_extracti64x4_epi64(hi_odd, 1));
+    ock_fs_acc_finish_avx2(&a, s);
 }
 
 OCK_FS_TARGET_AVX512
@@ -325,18 +358,17 @@ static void ock_fs_block_sums_avx512bw(const uint8_t *block, const uint8_t *qlut
     if (t->has_norm) {
         __m256i tabs[4];
         ock_fs_norm_tabs_avx2(t, tabs);
-        ock_fs_norm_avx2(norm_bytes, tabs, s);
+        ock_fs_norm_avx2(ock_fs_norm_split_avx2(norm_bytes), tabs, s);
     }
-    _mm256_storeu_si256((__m256i *)out, s[0]);
-    _mm256_storeu_si256((__m256i *)(out + 16), s[1]);
+    ock_fs_store_rows_avx2(s, out);
 }
 
 OCK_FS_TARGET_AVX512
 static void ock_fs_scan_run_avx512bw(const ock_fs_base *b, const ock_fs_query *q, const ock_fs_run *run,
                                      ock_fs_collector *c) {
-    const size_t bytes = ock_fs_block_bytes(b->W);
-    const size_t nb = ock_fs_blocks(run->n_rows);
     const int cols = q->t->cols;
+    const size_t bytes = (size_t)OCK_FS_LANE * (size_t)cols;
+    const size_t nb = ock_fs_blocks(run->n_rows);
     const int has_norm = q->t->has_norm;
     ock_fs_limits L;
     ock_fs_limits_set(&L, b, q, run, c->limit);
@@ -350,20 +382,24 @@ static void ock_fs_scan_run_avx512bw(const ock_fs_base *b, const ock_fs_query *q
         if (live == 0) continue;
         const uint8_t *block = run->blocks + bi * bytes;
         const size_t r0 = run->row0 + bi * OCK_FS_BLOCK;
+        ock_fs_prefetch(b, run, bi + OCK_FS_PREFETCH, bytes);
         __m256i s[2];
         ock_fs_sums_avx512(block, q->qlut, cols, s);
-        if (has_norm) ock_fs_norm_avx2(ock_fs_norm_bytes(b, r0, spare), tabs, s);
-        const uint32_t mask = live & (L.f32 ? ock_fs_f32_mask_avx2(s, ock_fs_norm_floats(b, r0, fspare), &L)
-                                            : ock_fs_mask_avx512(s, L.thr));
-        if (mask) {
-            _mm256_storeu_si256((__m256i *)sums, s[0]);
-            _mm256_storeu_si256((__m256i *)(sums + 16), s[1]);
-            if (ock_fs_collect_block(c, b, q, run, block, r0, mask, sums, &L)) ock_fs_limits_set(&L, b, q, run, c->limit);
+        if (has_norm) ock_fs_norm_avx2(ock_fs_norm_split_avx2(ock_fs_norm_bytes(b, r0, spare)), tabs, s);
+        uint32_t mask;
+        if (L.f32) {
+            mask = ock_fs_f32_mask_avx2(s, ock_fs_norm_floats(b, r0, fspare), &L) & live;
+        } else {
+            const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(s[0]), s[1], 1);
+            mask = (uint32_t)_mm512_cmple_epu16_mask(both, _mm512_set1_epi16((short)(uint16_t)L.thr));
+            if (mask == 0) continue;
+            mask = ock_fs_interleave_bits(mask & 0xffffu, mask >> 16) & live;
         }
+        if (mask == 0) continue;
+        ock_fs_store_rows_avx2(s, sums);
+        if (ock_fs_collect_block(c, b, q, run, block, r0, mask, sums, &L)) ock_fs_limits_set(&L, b, q, run, c->limit);
     }
 }
-
-
 
 /* The AVX-512 level's entries: the AVX-512BW kernels where the CPU has AVX-512BW, the AVX2 ones otherwise. */
 static int ock_fs_avx512bw = -1;

@@ -144,6 +144,8 @@ cdef struct FsSlot:
     ock_fs_cand *cand           # (cap,)
     double *ub                  # (2 k,)
     float qconst
+    ock_fs_run run              # the run being scanned (a thread's own: a struct written through a pointer inside a
+                                # prange would be shared)
 
 
 cdef struct FsScratch:
@@ -305,7 +307,6 @@ def fastscan_scan(TableModel model not None,          # IN the quantizer's table
     cdef Py_ssize_t ch
     cdef int n_groups, g, q0, m, j, t, tid
     cdef bint split
-    cdef ock_fs_run run
     cdef ock_fs_heap merged
     cdef size_t rows
     cdef const float *bounds = &bound[0] if bound is not None else NULL
@@ -347,9 +348,9 @@ def fastscan_scan(TableModel model not None,          # IN the quantizer's table
                             rows = chunk_blocks * OCK_FS_BLOCK
                             if <size_t>ch * rows + rows > <size_t>N:
                                 rows = <size_t>N - <size_t>ch * rows
-                            _fs_run(&run, &slots[tid], bp + <size_t>ch * chunk_blocks * bb,
+                            _fs_run(&slots[tid].run, &slots[tid], bp + <size_t>ch * chunk_blocks * bb,
                                     <size_t>ch * chunk_blocks * OCK_FS_BLOCK, rows, False, 0)
-                            ock_fs_scan_run(&base, &slots[tid].q, &run, &slots[tid].c)
+                            ock_fs_scan_run(&base, &slots[tid].q, &slots[tid].run, &slots[tid].c)
                     # each thread's exact stage, then their k best merged
                     merged.d = slots[n_threads].heap_d
                     merged.r = slots[n_threads].heap_r
@@ -412,7 +413,6 @@ def fastscan_ivf_scan(TableModel model not None,         # IN the fine quantizer
     cdef const ock_fs_norm *norm_ptr = NULL
     cdef FsScratch s
     cdef FsSlot *slot
-    cdef ock_fs_run run
     cdef size_t bb = ock_fs_block_bytes(W)
     cdef const uint8_t *bp = &blocks[0, 0] if blocks.shape[0] > 0 else NULL
     cdef int q, j, tid
@@ -438,9 +438,9 @@ def fastscan_ivf_scan(TableModel model not None,         # IN the fine quantizer
                 for j in range(n_probe):
                     l = lists[q, j]
                     if list_offsets[l + 1] > list_offsets[l]:
-                        _fs_run(&run, slot, bp + <size_t>list_blocks[l] * bb, list_offsets[l],
+                        _fs_run(&slot.run, slot, bp + <size_t>list_blocks[l] * bb, list_offsets[l],
                                 list_offsets[l + 1] - list_offsets[l], True, terms[q, j])
-                        ock_fs_scan_run(&base, &slot.q, &run, &slot.c)
+                        ock_fs_scan_run(&base, &slot.q, &slot.run, &slot.c)
                 ock_fs_refine(&slot.c, &base, &slot.q)
                 ock_fs_heap_sort_into(&slot.c.heap, &out_dist[q, 0], &out_rows[q, 0])
     finally:
