@@ -21,9 +21,10 @@ from .errors import CollectionLockedError, FormatError, NotFittedError
 from .index import Index
 from .indexfile.reader import file_info, load_quantizer, open_index
 from .indexfile.writer import IndexWriter, build_index, save_quantizer
-from .ivf import IVF
+from .ivf_quantizer import IVF
 from .ivf_index import IVFIndex
 from .quantizers import CKM, ECKM, OCKM, PQ, Quantizer
+from .indexfile import kinds as _index_kinds  # noqa: F401  (registers the kinds of index: flat, inverted file)
 from .collection import Collection, CollectionWarning, create_collection, open_collection
 from . import datasets, evaluation, paths
 

@@ -1,23 +1,84 @@
-"""The options of a search beyond the scan itself: filters (``allow``) and exact re-ranking (``rerank``), checked and
-applied here so that the Index only strings them together (docs/ARCHITECTURE.md, "Search").
+"""The options of a search, checked once: ``search_options`` returns them resolved, as a ``SearchOptions``, for every
+searcher (Index, IVFIndex, a collection, a distributed search of a collection; docs/ARCHITECTURE.md, "Search").
 
-* ``allow`` becomes a bitmap over rows (``search.rows_bitmap``), which the scan tests before any table lookup.
-* ``rerank=R`` makes the scan keep R candidates per query (by row); their exact distances or scores are computed
-  here, in float32, from the stored vectors or from the caller's ``vectors``, and the best k are kept.
+* ``k``, ``distance``, ``n_probe`` (the model says which values it takes), ``n_threads``.
+* ``rerank=R``: the scan keeps R candidates per query, re-ranked exactly by ``_rerank.rerank`` from the stored vectors
+  or from the caller's ``vectors`` (of one row per indexed vector, or by id on a collection).
+* ``allow``: ids (any order; duplicates and unknown ids ignored) or, on an index, a boolean mask over rows; an index
+  turns it into a bitmap over rows (``allow_bitmap``, ``search.rows_bitmap``) that the scan tests before any table
+  lookup.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
-from ._validation import MAX_ABS_VALUE, MAX_K, check_int, rows_beyond_limits
+from ._validation import MAX_K, check_choice, check_int, check_k, resolve_n_threads
 
-__all__ = ["check_rerank", "check_user_vectors", "check_vector_rows", "allow_bitmap", "allow_ids", "IdLookup", "rerank_exact"]
+__all__ = ["SearchOptions", "search_options", "check_rerank", "check_user_vectors", "check_id_vectors", "allow_ids",
+           "allow_bitmap", "IdLookup"]
 
-# Bytes of the float32 temporaries of one step of re-ranking (the gathered candidates, and as much again for the
-# repeated queries and their differences): a step of queries x R x P floats is bounded by this, so that it stays in L2
-# (measured on sift 1M, R = 100, P = 128, 1,000 queries: 16 us per query with steps of 20-60 queries, 27 with 256).
-RERANK_STEP_BYTES = 2 << 20
+
+@dataclass(frozen=True)
+class SearchOptions:
+    """The checked options of one search.
+
+    k : int >= 1
+    distance : "adc" or "sdc"
+    rerank : int or None
+        The candidates the scan keeps for exact re-ranking (k <= R <= max(k, N)), or None: no re-ranking.
+    vectors : array-like or None
+        The caller's vectors for re-ranking (shape and dtype checked, not read), or None: the stored ones.
+    allow : ndarray or None
+        The filter: int64 ids (on an index in the given order, duplicates kept; on a collection sorted and unique),
+        or a boolean mask over the rows of an index; None: every row.
+    n_probe : int or None
+        The lists probed by an inverted file (its default when the caller gave none); None for a flat model.
+    n_threads : int or None
+        Threads (>= 1), or None: every core.
+    """
+
+    k: int
+    distance: str
+    rerank: int | None
+    vectors: object | None
+    allow: np.ndarray | None
+    n_probe: int | None
+    n_threads: int | None
+
+    @property
+    def width(self) -> int:
+        """The candidates a scan keeps per query: rerank, or k without re-ranking."""
+        return self.k if self.rerank is None else self.rerank
+
+
+def search_options(model, n_rows, k, *, n_probe=None, distance="adc", rerank=None, vectors=None, allow=None,
+                   n_threads=None, stored_vectors=False, by_id=False):
+    """The checked, resolved options of a search over ``n_rows`` rows encoded with ``model``, in this order: k,
+    distance, rerank, vectors (and whether re-ranking has vectors: ``stored_vectors`` says whether the searched thing
+    stores them), n_probe (``model._check_n_probe``), n_threads, allow. TypeError or ValueError naming the argument.
+
+    ``by_id``: the searched thing is a collection: ``vectors`` is indexed by id (row i holds the vector of id i) and
+    ``allow`` must be ids (rows have no meaning across segments). Otherwise an index: ``vectors`` has one row per row
+    of the index, and ``allow`` may be a boolean mask over them.
+    """
+    what = "collection" if by_id else "index"
+    k = check_k(k, n_rows)
+    distance = check_choice(distance, "distance", ("adc", "sdc"))
+    rerank = check_rerank(rerank, k, n_rows)
+    if vectors is not None:
+        vectors = check_id_vectors(vectors, model.dim) if by_id else check_user_vectors(vectors, n_rows, model.dim)
+    elif rerank is not None and not stored_vectors:
+        how = ("create the collection with store_vectors=... or pass vectors= (indexed by id)" if by_id else
+               "build the index with store_vectors=... or pass vectors=")
+        raise ValueError(f"rerank needs the original vectors: {how}")
+    n_probe = model._check_n_probe(n_probe, what)
+    n_threads = None if n_threads is None else resolve_n_threads(n_threads)
+    if allow is not None:
+        allow = _collection_allow(allow) if by_id else _index_allow(allow, n_rows)
+    return SearchOptions(k, distance, rerank, vectors, allow, n_probe, n_threads)
 
 
 def check_rerank(rerank, k, n_rows):
@@ -32,8 +93,19 @@ def check_rerank(rerank, k, n_rows):
     return min(rerank, max(k, n_rows))
 
 
+def _real_array_like(vectors):
+    """``vectors`` as given when it has a shape and can be indexed (an ndarray, np.memmap, h5py dataset), else as an
+    ndarray; TypeError unless its dtype is a real numeric one. Not read."""
+    if not hasattr(vectors, "shape") or not hasattr(vectors, "__getitem__"):
+        vectors = np.asarray(vectors)
+    dtype = np.dtype(getattr(vectors, "dtype", np.float64))
+    if dtype.kind not in "iuf":
+        raise TypeError(f"vectors must hold real numbers, got dtype {dtype}")
+    return vectors
+
+
 def check_user_vectors(vectors, n_rows, dim):
-    """``vectors`` given to search: an array-like of shape (N, P) and a real numeric dtype, indexable by an
+    """``vectors`` given to an index's search: an array-like of shape (N, P) and a real numeric dtype, indexable by an
     increasing array of row numbers (an ndarray, np.memmap, h5py dataset). Not read here."""
     if not hasattr(vectors, "shape") or not hasattr(vectors, "__getitem__"):
         vectors = np.asarray(vectors)
@@ -41,10 +113,53 @@ def check_user_vectors(vectors, n_rows, dim):
     if shape != (n_rows, dim):
         raise ValueError(f"vectors must have shape ({n_rows}, {dim}) (one row per indexed vector, in index order), "
                          f"got {shape}")
-    dtype = np.dtype(getattr(vectors, "dtype", np.float64))
-    if dtype.kind not in "iuf":
-        raise TypeError(f"vectors must hold real numbers, got dtype {dtype}")
-    return vectors
+    return _real_array_like(vectors)
+
+
+def check_id_vectors(vectors, dim):
+    """``vectors`` given to a collection's search: an array-like of shape (n, P) whose row i is the vector of id i (an
+    ndarray, np.memmap, HDF5 dataset...). Only the candidates' rows are read, by increasing id."""
+    if not hasattr(vectors, "shape") or not hasattr(vectors, "__getitem__"):
+        vectors = np.asarray(vectors)
+    shape = tuple(vectors.shape)
+    if len(shape) != 2 or shape[1] != dim:
+        raise ValueError(f"vectors must have shape (n, {dim}), row i holding the vector of id i, got {shape}")
+    return _real_array_like(vectors)
+
+
+def allow_ids(arr, expected="an array of integer ids"):
+    """The ids of an ``allow`` given as ids (``arr`` an ndarray, not boolean), as int64 in the given order: an empty
+    list counts as ids, values beyond int64 are dropped (no id can match them). TypeError or ValueError naming
+    ``allow`` (``expected`` says what it may be) otherwise."""
+    if arr.size == 0 and arr.dtype.kind == "f" and arr.ndim == 1:
+        arr = arr.astype(np.int64)  # an empty list has no integer dtype of its own
+    if arr.dtype.kind not in "iu":
+        raise TypeError(f"allow must be {expected}, got dtype {arr.dtype}")
+    if arr.ndim != 1:
+        raise ValueError(f"allow: ids must be a 1-D array, got shape {arr.shape}")
+    if arr.dtype == np.uint64:
+        arr = arr[arr <= np.iinfo(np.int64).max]  # larger values are no id: ignored
+    return np.asarray(arr, dtype=np.int64)
+
+
+def _index_allow(allow, n_rows):
+    """``allow`` of an index's search: a boolean mask of shape (N,) (returned as is), or ids (int64, as given)."""
+    arr = allow if isinstance(allow, np.ndarray) else np.asarray(allow)
+    if arr.dtype == np.bool_:
+        if arr.shape != (n_rows,):
+            raise ValueError(f"allow: a boolean mask must have shape ({n_rows},) (one flag per row), got {arr.shape}")
+        return arr
+    return allow_ids(arr, "an array of integer ids or a boolean mask over rows")
+
+
+def _collection_allow(allow):
+    """``allow`` of a collection's search: ids (any order; duplicates, negative and unknown ids ignored), sorted
+    unique int64. A boolean row mask is refused: rows have no meaning across segments."""
+    arr = allow if isinstance(allow, np.ndarray) else np.asarray(allow)
+    if arr.dtype == np.bool_:
+        raise TypeError("allow must be an array of ids on a collection: a boolean mask over rows has no meaning "
+                        "across segments")
+    return np.unique(allow_ids(arr))
 
 
 class IdLookup:
@@ -67,136 +182,15 @@ class IdLookup:
         return self.order[starts + np.arange(total)]
 
 
-def allow_ids(arr, expected="an array of integer ids"):
-    """The ids of an ``allow`` given as ids (``arr`` an ndarray, not boolean), as int64 in the given order: an empty
-    list counts as ids, values beyond int64 are dropped (no id can match them). TypeError or ValueError naming
-    ``allow`` (``expected`` says what it may be) otherwise. Shared by indexes and collections."""
-    if arr.size == 0 and arr.dtype.kind == "f" and arr.ndim == 1:
-        arr = arr.astype(np.int64)  # an empty list has no integer dtype of its own
-    if arr.dtype.kind not in "iu":
-        raise TypeError(f"allow must be {expected}, got dtype {arr.dtype}")
-    if arr.ndim != 1:
-        raise ValueError(f"allow: ids must be a 1-D array, got shape {arr.shape}")
-    if arr.dtype == np.uint64:
-        arr = arr[arr <= np.iinfo(np.int64).max]  # larger values are no id: ignored
-    return np.asarray(arr, dtype=np.int64)
-
-
 def allow_bitmap(allow, n_rows, ids, id_lookup):
-    """The boolean mask over rows that ``allow`` gives: an array-like of ids (integers; any order, duplicates and
-    unknown ids ignored) or a boolean array of shape (N,). ``ids`` is the index's ids (None: the row numbers);
-    ``id_lookup`` a callable returning its IdLookup (built on first use)."""
-    arr = allow if isinstance(allow, np.ndarray) else np.asarray(allow)
-    if arr.dtype == np.bool_:
-        if arr.shape != (n_rows,):
-            raise ValueError(f"allow: a boolean mask must have shape ({n_rows},) (one flag per row), got {arr.shape}")
-        return arr
-    wanted = allow_ids(arr, "an array of integer ids or a boolean mask over rows")
+    """The boolean mask over rows of a checked ``allow`` (SearchOptions.allow of an index: a mask, or int64 ids).
+    ``ids`` is the index's ids (None: the row numbers); ``id_lookup`` a callable returning its IdLookup (built on
+    first use)."""
+    if allow.dtype == np.bool_:
+        return allow
     mask = np.zeros(n_rows, dtype=bool)
     if ids is None:
-        mask[wanted[(wanted >= 0) & (wanted < n_rows)]] = True
+        mask[allow[(allow >= 0) & (allow < n_rows)]] = True
     else:
-        mask[id_lookup().rows_of(wanted)] = True
+        mask[id_lookup().rows_of(allow)] = True
     return mask
-
-
-def check_vector_rows(block, rows, source=None):
-    """Check the float32 candidates ``block`` (row j is row ``rows[j]`` of the vectors) as every vector input is
-    checked (docs/ARCHITECTURE.md, "Conventions"): finite, within +-MAX_ABS_VALUE. ``source`` None: the caller's
-    ``vectors`` (ValueError naming ``vectors`` and the smallest bad row); else the vectors are an index's stored
-    section, and the values damage: ``source(check, detail)`` makes the FormatError naming its file (as verify)."""
-    bad = rows_beyond_limits(block)
-    if bad is None:
-        return
-    j = np.flatnonzero(bad)[np.argmin(rows[bad])]
-    row, finite = int(rows[j]), bool(np.isfinite(block[j]).all())
-    if source is None:
-        if finite:
-            raise ValueError(f"vectors row {row} holds values of magnitude up to {float(np.abs(block[j]).max()):.3g}; "
-                             f"ockstore accepts at most {MAX_ABS_VALUE:.0e} (exact distances must fit in float32)")
-        raise ValueError(f"vectors row {row} holds NaN or infinite values (or values too large for float32)")
-    if finite:
-        raise source("value out of range", f"section 'vectors': row {row} holds values of magnitude up to "
-                                           f"{float(np.abs(block[j]).max()):.3g}, beyond {MAX_ABS_VALUE:.0e}")
-    raise source("non-finite values", f"section 'vectors': row {row} holds NaN or infinite values")
-
-
-def _candidate_vectors(vectors, rows, source):
-    """float32 copies of vectors[rows] (rows: the candidates' rows, in any order, a row possibly repeated across
-    queries), checked by check_vector_rows. An ndarray (the stored section, a memory map) is indexed directly; any
-    other array-like (an HDF5 dataset) is read once per distinct row, in increasing order, as h5py requires. Either
-    way a row's values are the same."""
-    with np.errstate(over="ignore"):  # float64 values beyond float32 become inf: refused below
-        if isinstance(vectors, np.ndarray):
-            block = vectors[rows].astype(np.float32, copy=False)  # fancy indexing copies
-        else:
-            unique_rows, where = np.unique(rows, return_inverse=True)
-            block = np.asarray(vectors[unique_rows], dtype=np.float32)[where]
-    check_vector_rows(block, rows, source)
-    return block
-
-
-def rerank_exact(Q, rows, vectors, metric, ids, k, source=None):
-    """The best k of each query's candidates by their exact distance or score.
-
-    Parameters
-    ----------
-    Q : (nq, P) float32 queries (unit rows for cosine)
-    rows : (nq, R) int64 candidate rows from the scan, -1 for none (after the real ones)
-    vectors : (N, P) array-like, indexable by increasing row numbers
-    metric : "l2", "ip" or "cosine"
-    ids : (N,) int64 or None (row numbers): the ids returned, which break ties
-    k : int <= R
-    source : None when ``vectors`` is the caller's argument, else (stored vectors) as for ``check_vector_rows``
-
-    Returns (values (nq, k) float32, ids (nq, k) int64): squared L2 distances ascending, or scores descending
-    (inner product; cosine similarity q . x / ||x||), each computed in float32 from the float32 vectors by one
-    NumPy reduction per candidate (its value does not depend on the other candidates); padding (+inf or -inf, -1).
-    """
-    nq, R = rows.shape
-    pad = np.inf if metric == "l2" else -np.inf
-    D = np.full((nq, k), pad, dtype=np.float32)
-    I = np.full((nq, k), -1, dtype=np.int64)
-    step = max(1, RERANK_STEP_BYTES // (4 * R * Q.shape[1]))
-    for start in range(0, nq, step):
-        stop = min(nq, start + step)
-        cand = rows[start:stop]
-        valid = cand >= 0
-        every = bool(valid.all())  # the common case: R real candidates per query
-        flat = cand.reshape(-1) if every else cand[valid]
-        if flat.size == 0:
-            continue
-        V = _candidate_vectors(vectors, flat, source)
-        Qv = np.repeat(Q[start:stop], R, axis=0) if every else Q[start:stop][np.nonzero(valid)[0]]
-        if metric == "l2":
-            diff = Qv - V
-            exact = np.einsum("ij,ij->i", diff, diff)
-        else:
-            exact = np.einsum("ij,ij->i", Qv, V)
-            if metric == "cosine":
-                lengths = np.sqrt(np.einsum("ij,ij->i", V, V))
-                if (lengths == 0).any():
-                    bad = int(flat[lengths == 0].min())
-                    raise ValueError(f"vectors row {bad} is a zero vector: its cosine similarity is undefined")
-                exact = exact / lengths
-        key = exact if metric == "l2" else -exact  # the sort key: ascending
-        found_ids = flat if ids is None else ids[flat]
-        if every:
-            values, cand_ids = key.reshape(cand.shape), found_ids.reshape(cand.shape)
-            tie_ids = cand_ids
-        else:
-            values = np.full(cand.shape, np.inf, dtype=np.float32)  # padding sorts last
-            values[valid] = key
-            cand_ids = np.full(cand.shape, -1, dtype=np.int64)
-            cand_ids[valid] = found_ids
-            tie_ids = np.where(valid, cand_ids, np.iinfo(np.int64).max)
-        order = np.lexsort((tie_ids, values), axis=-1)[:, :k]
-        best = np.take_along_axis(values, order, axis=1)
-        best_ids = np.take_along_axis(cand_ids, order, axis=1)
-        kk = order.shape[1]
-        if every:
-            D[start:stop, :kk] = best if metric == "l2" else -best
-        else:
-            D[start:stop, :kk] = np.where(best_ids >= 0, best if metric == "l2" else -best, pad)
-        I[start:stop, :kk] = best_ids
-    return D, I

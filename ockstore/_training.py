@@ -15,7 +15,7 @@ import scipy.linalg
 
 from . import _kernels
 from ._blas import blas_single_thread
-from ._codec import CodecTables, SubspaceLayout, rotate
+from ._model_tables import CodecTables, SubspaceLayout, rotate
 
 __all__ = ["TrainResult", "train"]
 

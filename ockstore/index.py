@@ -1,24 +1,28 @@
 """Index: a fitted quantizer joined with the codes, norm terms and ids of a base, searched by ADC or SDC.
 
-An index holds the arrays of ``ockstore._encoding`` (codes, norm terms) and the ids of its vectors. The arrays may be
+An index holds the arrays of ``ockstore._index_rows`` (codes, norm terms) and the ids of its vectors. The arrays may be
 read-only (views of a read-only memory map): an index never writes into them and never copies them. Files are written
-by ``ockstore.indexfile.writer`` (``Index.save`` uses it) and opened by ``ockstore.indexfile.reader`` (``open_index``),
-which hands the mapped arrays to this class (docs/ARCHITECTURE.md, "Indexes").
+by the writer of the model's kind (``Index.save`` finds it in ``ockstore._kinds``) and opened by ``open_index``, which
+hands the mapped arrays to the index class of the file's kind (docs/ARCHITECTURE.md, "Indexes").
+
+This is the flat index, and the base of its variants (``ivf_index.IVFIndex``): it never imports them. What differs
+between the kinds is a few hooks here (``_scan``, ``_from_encoded``, ``_row_lists``, ``_flat_scan_rows``,
+``_model_summary``) and the model's own methods (``_summary``, ``_check_n_probe``, ``_encode_for_index``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from . import _search_options
+from . import _kinds, _rerank, _search_options
 from . import search as _search
 from . import storage
-from ._encoding import (
-    BUILD_CHUNK, NORM_ENCODINGS, STORED_VECTOR_DTYPES, check_fitted_quantizer, check_store_vectors, encode_all,
+from ._closable import Closable
+from ._index_rows import (
+    BUILD_CHUNK, NORM_ENCODINGS, STORED_VECTOR_DTYPES, check_model_for, check_store_vectors, encode_all,
     resolve_norm_encoding,
 )
-from ._validation import as_ids, as_vectors, check_choice, check_k, resolve_n_threads
-from .ivf import check_n_probe
+from ._validation import as_ids, as_vectors, check_choice, resolve_n_threads
 
 __all__ = ["Index"]
 
@@ -41,7 +45,7 @@ def _check_array(arr, name, dtype, shape):
     return arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
 
 
-class Index:
+class Index(Closable):
     """Compact codes of a base with their quantizer, searched exhaustively by ADC or SDC.
 
     Parameters
@@ -69,7 +73,7 @@ class Index:
     """
 
     def __init__(self, quantizer, codes, norms, ids, norm_encoding, *, vectors=None, _resource=None):
-        self._attach(check_fitted_quantizer(quantizer), codes, norms, ids, norm_encoding, vectors, _resource)
+        self._attach(check_model_for(type(self), quantizer), codes, norms, ids, norm_encoding, vectors, _resource)
 
     def _attach(self, quantizer, codes, norms, ids, norm_encoding, vectors, _resource):
         """Check and keep the arrays of a fitted model (``__init__`` of this class and of IVFIndex)."""
@@ -117,7 +121,7 @@ class Index:
 
         Parameters
         ----------
-        quantizer : fitted PQ, CKM, ECKM or OCKM
+        quantizer : fitted PQ, CKM, ECKM, OCKM or IVF
         X : array-like of shape (N, P)
             Any real numeric dtype; encoded BUILD_CHUNK rows at a time (temporary memory bounded by the chunk).
         ids : array-like of shape (N,), integers >= 0, or None
@@ -135,23 +139,24 @@ class Index:
         n_threads : int or None
             Threads for encoding; None means all cores.
 
-        With an IVF as ``quantizer`` the result is an inverted-file index (``ockstore.ivf_index.IVFIndex``): rows
-        are stored list after list, and ``norm_encoding`` "none" is refused for metric "l2".
+        The index class is the one of the model's kind (``ockstore._kinds``): with an IVF as ``quantizer`` the result is
+        an inverted-file index (``ockstore.ivf_index.IVFIndex``): rows are stored list after list, and
+        ``norm_encoding`` "none" is refused for metric "l2".
         """
-        from .ivf import IVF  # the inverted file builds on this module, not the other way
-
-        if isinstance(quantizer, IVF) and cls is Index:
-            from .ivf_index import IVFIndex
-
-            return IVFIndex.from_vectors(quantizer, X, ids, norm_encoding=norm_encoding,
-                                         store_vectors=store_vectors, n_threads=n_threads)
-        quantizer = check_fitted_quantizer(quantizer)
+        if cls is Index:  # the flat class stands for every kind: the model decides
+            cls = _kinds.of_model(quantizer).index_class
+        quantizer = check_model_for(cls, quantizer)
         norm_encoding = resolve_norm_encoding(quantizer, norm_encoding)
         store_vectors = check_store_vectors(store_vectors)
         X, _ = as_vectors(X, "X", quantizer.dim, convert=False)
         threads = resolve_n_threads(n_threads)
         ids = None if ids is None else as_ids(ids, "ids", n=X.shape[0])
-        _, codes, norms, vectors = encode_all(quantizer, X, norm_encoding, store_vectors, threads, BUILD_CHUNK)
+        lists, codes, norms, vectors = encode_all(quantizer, X, norm_encoding, store_vectors, threads, BUILD_CHUNK)
+        return cls._from_encoded(quantizer, lists, codes, norms, ids, norm_encoding, vectors)
+
+    @classmethod
+    def _from_encoded(cls, quantizer, lists, codes, norms, ids, norm_encoding, vectors):
+        """The index of rows encoded by ``_index_rows.encode_all`` in the order given (``lists`` None: a flat model)."""
         return cls(quantizer, codes, norms, ids, norm_encoding, vectors=vectors)
 
     # -------------------------------------------------------------------------------------------------- lifecycle
@@ -166,18 +171,6 @@ class Index:
         resource, self._resource = self._resource, None
         if resource is not None:
             resource.close()
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    def __enter__(self):
-        self._check_open()
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        self.close()
-        return False
 
     def _check_open(self):
         if self._closed:
@@ -299,7 +292,7 @@ class Index:
 
     def _model_summary(self):
         """The part of info() that describes the model (IVFIndex adds its lists)."""
-        return _quantizer_summary(self._quantizer)
+        return self._quantizer._summary()
 
     # ------------------------------------------------------------------------------------------------ files
     def save(self, path, metadata=None):
@@ -314,21 +307,33 @@ class Index:
             User metadata stored in the file; None keeps the index's own (the metadata of the file it was opened
             from, {} for an index built in memory).
         """
-        from .indexfile.writer import IndexWriter  # the file layer builds on this module, not the other way
-
         self._check_open()
-        writer = IndexWriter(path, self._quantizer, norm_encoding=self._norm_encoding, store_vectors=self.store_vectors,
-                             metadata=self._metadata if metadata is None else metadata)
-        with writer:
+        writer_class = _kinds.of_model(self._quantizer).writer_class  # the file layer is above this module
+        with writer_class(path, self._quantizer, norm_encoding=self._norm_encoding, store_vectors=self.store_vectors,
+                          metadata=self._metadata if metadata is None else metadata) as writer:
             N = len(self)
             for start in range(0, max(N, 1), BUILD_CHUNK):  # once with zero rows when N == 0: declares ids
-                stop = min(N, start + BUILD_CHUNK)
-                writer._append(
-                    np.ascontiguousarray(self._codes[start:stop]),
-                    None if self._norms is None else np.ascontiguousarray(self._norms[start:stop]),
-                    None if self._ids is None else np.ascontiguousarray(self._ids[start:stop]),
-                    None if self._vectors is None else np.ascontiguousarray(self._vectors[start:stop]),
-                )
+                self._copy_rows(writer, start, min(N, start + BUILD_CHUNK))
+
+    def _copy_rows(self, writer, start, stop, keep=None):
+        """Append rows start..stop-1 (those ``keep``, a boolean mask over them, selects; all when None) to ``writer``
+        (an index writer of this index's model) as they are stored: codes, norm terms, ids, stored vectors and lists,
+        no re-encoding (``save``, and the merges of a collection's segments). Returns the ids appended (None when
+        the ids are the row numbers)."""
+        select = slice(None) if keep is None else keep
+
+        def rows(arr):
+            return None if arr is None else np.ascontiguousarray(arr[start:stop][select])
+
+        ids = rows(self._ids)
+        writer._append(rows(self._codes), rows(self._norms), ids, rows(self._vectors),
+                       list_ids=self._row_lists(start, stop, select))
+        return ids
+
+    def _row_lists(self, start, stop, select):
+        """The list of each of rows start..stop-1 (``select`` of them), for a writer's ``_append``: None, a flat index
+        has no lists (IVFIndex gives them)."""
+        return None
 
     def verify(self):
         """Check the whole index; returns None or raises FormatError naming the check and the section.
@@ -375,8 +380,9 @@ class Index:
                                         f"section 'ids': row {start + row} holds {int(block[row])}, ids must be >= 0")
 
     # ----------------------------------------------------------------------------------------------------- search
-    def search(self, Q, k, *, distance="adc", rerank=None, vectors=None, allow=None, n_threads=None, n_probe=None):
-        """The k best base vectors of each query, by an exhaustive scan of the codes.
+    def search(self, Q, k, *, n_probe=None, distance="adc", rerank=None, vectors=None, allow=None, n_threads=None):
+        """The k best base vectors of each query: by an exhaustive scan of the codes, or (an inverted file) of the
+        lists nearest each query.
 
         Parameters
         ----------
@@ -386,6 +392,11 @@ class Index:
         k : int >= 1
             Results per query; past the last one, results are padding (+inf for "l2", -inf for "ip" and "cosine";
             id -1). At most max(N, 65536): a larger k would only ask for padding and raises ValueError.
+        n_probe : int in 1..n_lists, or None
+            Inverted-file indexes (IVFIndex) scan the n_probe lists whose centroids are nearest to each query (metric
+            "ip": of the largest inner product); None means ``ivf.default_n_probe`` (n_lists / 64 rounded up: 16 of
+            1,024), and n_probe = n_lists gives exactly the exhaustive result over these codes. A flat index scans
+            every code: only None (any other value raises ValueError).
         distance : "adc" or "sdc"
             "adc" (asymmetric): from the query itself to each reconstruction. "sdc" (symmetric): from the query's own
             reconstruction (the query is encoded first) to each reconstruction; for "ip" and "cosine" the score is
@@ -405,9 +416,6 @@ class Index:
             serves every query of the call.
         n_threads : int or None
             None means all cores. Results do not depend on it.
-        n_probe : None
-            Only inverted-file indexes (``IVFIndex.search``) probe lists; a flat index scans every code, and any
-            other value raises ValueError.
 
         Returns
         -------
@@ -420,62 +428,66 @@ class Index:
             searched alone or in a batch.
         """
         self._check_open()
-        check_n_probe(n_probe, self._quantizer)  # a flat index: only None
-        Q, was_1d, k, distance, rerank, vectors, bitmap, threads = self._search_arguments(
-            Q, k, distance, rerank, vectors, allow, n_threads)
-        tables = self._tables
-        if tables is None:  # first search: two threads may both build them; one is kept
-            tables = self._tables = _search.QueryTables(self._quantizer)
-        norm_term = tables.uses_norm_term
-        D, rows = _search.search_codes(
-            tables, Q, k if rerank is None else rerank, self._codes, self._ids, distance=distance,
-            norms=self._norms if norm_term and self._norm_encoding == "f32" else None,
-            norm_codes=self._norms if norm_term and self._norm_encoding == "u8" else None,
-            norm_levels=self._norm_levels, allow=bitmap, n_threads=threads,
-        )
-        return self._search_results(Q, was_1d, k, D, rows, rerank, vectors)
-
-    def _search_arguments(self, Q, k, distance, rerank, vectors, allow, n_threads):
-        """The checked arguments of a search (shared with IVFIndex.search): (Q prepared float32 (nq, P), was_1d, k,
-        distance, rerank (the candidates the scan keeps, or None), vectors for re-ranking or None, the row bitmap
-        of ``allow`` or None, threads)."""
         N = self._codes.shape[0]
-        k = check_k(k, N)
-        distance = check_choice(distance, "distance", ("adc", "sdc"))
-        rerank = _search_options.check_rerank(rerank, k, N)
-        if vectors is not None:
-            vectors = _search_options.check_user_vectors(vectors, N, self._quantizer.dim)
-        elif rerank is not None:
-            if self._vectors is None:
-                raise ValueError("rerank needs the original vectors: build the index with store_vectors=... or pass "
-                                 "vectors=")
-            vectors = self._vectors
-        threads = None if n_threads is None else resolve_n_threads(n_threads)  # None: resolved if the scan needs it
+        opts = _search_options.search_options(
+            self._quantizer, N, k, n_probe=n_probe, distance=distance, rerank=rerank, vectors=vectors, allow=allow,
+            n_threads=n_threads, stored_vectors=self._vectors is not None)
         Q, was_1d = as_vectors(Q, "Q", self._quantizer.dim)
         Q = self._quantizer._prepare(Q, "Q")
         bitmap = None
-        if allow is not None:
-            mask = _search_options.allow_bitmap(allow, N, self._ids, self._ids_lookup)
+        if opts.allow is not None:
+            mask = _search_options.allow_bitmap(opts.allow, N, self._ids, self._ids_lookup)
             if not mask.all():
                 bitmap = _search.rows_bitmap(mask)
-        return Q, was_1d, k, distance, rerank, vectors, bitmap, threads
-
-    def _search_results(self, Q, was_1d, k, D, rows, rerank, vectors):
-        """What search returns, from the scan's (D, rows): re-ranked, rows mapped to ids, scores for "ip"/"cosine"."""
-        metric = self._quantizer.metric
-        if rerank is not None:
-            source = self._damaged if vectors is self._vectors else None  # the stored section, or the caller's
-            D, I = _search_options.rerank_exact(Q, rows, vectors, metric, self._ids, k, source)
+        D, rows = self._scan(Q, opts, bitmap)
+        if opts.rerank is not None:
+            D, I = _rerank.rerank(Q, rows, self._fetch(opts.vectors), self._quantizer.metric, opts.k)
         else:
             I = rows
-            if self._ids is not None and self._codes.shape[0] > 0:
+            if self._ids is not None and N > 0:
                 I = self._ids[rows]  # row -1 (padding) takes the last id here, and gets -1 back below
                 np.putmask(I, rows < 0, -1)
-            if metric != "l2":
+            if self._quantizer.metric != "l2":
                 np.negative(D, out=D)  # the scan ranks by minus the score: scores descending, padding -inf
         if was_1d:
             return D[0], I[0]
         return D, I
+
+    def _scan(self, Q, opts, bitmap):
+        """(D, rows) of the scan: the opts.width best rows of each prepared query (see ``search.search_codes``)."""
+        return _search.search_codes(self._query_tables(), Q, opts.width, self._code_rows(bitmap),
+                                    distance=opts.distance, n_threads=opts.n_threads)
+
+    def _query_tables(self):
+        """The QueryTables of the model, built on first search (opening a file stays cheap): two threads may both
+        build them; one is kept."""
+        tables = self._tables
+        if tables is None:
+            tables = self._tables = _search.QueryTables(self._quantizer)
+        return tables
+
+    def _code_rows(self, bitmap):
+        """The rows of this index as a scan reads them (search.CodeRows), restricted to ``bitmap`` (or all)."""
+        encoding = self._norm_encoding  # "none" exactly when the tables need no norm term (resolve_norm_encoding)
+        return _search.CodeRows(self._codes, self._ids, self._norms if encoding == "f32" else None,
+                                self._norms if encoding == "u8" else None, self._norm_levels, bitmap)
+
+    def _flat_scan_rows(self, bitmap):
+        """The rows for one scan with the tables of the model shared by several indexes (a collection's segments,
+        ``collection.scan.scan_parts``), or None when this index's rows cannot be scanned so (IVFIndex)."""
+        return self._code_rows(bitmap)
+
+    def _fetch(self, vectors):
+        """``fetch`` of ``_rerank.rerank`` over this index's rows: the candidates' vectors from ``vectors`` (the
+        caller's) or the stored section (whose damage is a FormatError naming the file), and their ids."""
+        source = self._vectors if vectors is None else vectors
+        damaged = self._damaged if source is self._vectors else None
+        ids = self._ids
+
+        def fetch(rows):
+            return _rerank.gather_rows(source, rows, damaged), (rows if ids is None else ids[rows])
+
+        return fetch
 
     def _damaged(self, check, detail):
         """The FormatError of damage found in this index's arrays (named as verify names them)."""
@@ -487,14 +499,3 @@ class Index:
         if lookup is None:
             lookup = self._id_lookup = _search_options.IdLookup(self._ids)
         return lookup
-
-
-def _quantizer_summary(q):
-    """P, method, metric, M, C, K, T, bits of a fitted quantizer (the part of info() that describes the model); for an
-    IVF those of its fine quantizer, then n_lists."""
-    from .ivf import IVF  # the inverted file builds on the quantizers, not on this module
-
-    if isinstance(q, IVF):
-        return {**_quantizer_summary(q.quantizer), "n_lists": int(q.n_lists)}
-    return {"P": int(q.dim), "method": q.method, "metric": q.metric, "M": int(q.n_subspaces), "C": int(q.n_codebooks),
-            "K": int(q.n_codewords), "T": int(q.beam_width), "bits": int(q.bits)}

@@ -6,6 +6,10 @@ reordered; without user ids they are the insertion order 0..N-1). A search compu
 n_probe best lists and their terms -2 q.c_l), one ADC table, and scans the probed lists only
 (docs/ARCHITECTURE.md, "Inverted file"). Files are written by ``ockstore.indexfile.ivf_writer`` and opened by
 ``open_index``, which hands the mapped arrays to this class.
+
+IVFIndex builds on the flat ``Index`` (every attribute and method of an index applies) and overrides its hooks: how
+rows are made from encoded vectors (sorted list after list), how they are scanned (by probing lists), which list each
+row belongs to (for copying rows into a writer), and what info() says of the model.
 """
 
 from __future__ import annotations
@@ -14,10 +18,9 @@ import numpy as np
 
 from . import _kernels
 from . import search as _search
-from ._encoding import check_fitted_model, check_store_vectors, encode_all, resolve_norm_encoding
-from ._validation import as_ids, as_vectors, check_int, resolve_n_threads
-from .index import Index, _quantizer_summary
-from .ivf import IVF, ROWS_PER_STEP, check_n_probe
+from ._index_rows import check_model_for
+from ._validation import check_int, resolve_n_threads
+from .index import Index
 
 __all__ = ["IVFIndex", "search_lists", "check_list_offsets"]
 
@@ -47,8 +50,7 @@ def check_list_offsets(offsets, n_lists, n_rows, name="list_offsets"):
 PROBE_QUERIES_PER_STEP = 8192
 
 
-def search_lists(tables, ivf, Q, k, codes, ids, list_offsets, n_probe, *, norms=None, norm_codes=None,
-                 norm_levels=None, allow=None, n_threads=1):
+def search_lists(tables, ivf, Q, k, rows, list_offsets, n_probe, *, n_threads=1):
     """The k best rows of each query among its n_probe best lists (no input validation).
 
     Parameters
@@ -57,26 +59,27 @@ def search_lists(tables, ivf, Q, k, codes, ids, list_offsets, n_probe, *, norms=
     ivf : fitted IVF
     Q : ndarray of shape (nq, P), dtype float32, C-contiguous, finite (unit rows for cosine)
     k : int >= 1
-    codes, ids, list_offsets : the rows of the index, list after list (ids (N,) int64)
+    rows : search.CodeRows of the index, list after list (ids (N,) int64 always)
+    list_offsets : (n_lists + 1,) int64: list l holds rows list_offsets[l] .. list_offsets[l + 1] - 1
     n_probe : int in 1..n_lists
-    norms, norm_codes, norm_levels, allow : as for ``search.search_codes``
     n_threads : int >= 1, or None (every core)
 
     Returns (D (nq, k) float32 ascending, rows (nq, k) int64; (inf, -1) past the last result).
     """
     nq = Q.shape[0]
     D = np.empty((nq, k), dtype=np.float32)
-    rows = np.empty((nq, k), dtype=np.int64)
+    found = np.empty((nq, k), dtype=np.int64)
     if nq == 0:
-        return D, rows
+        return D, found
     threads = max(1, min(resolve_n_threads(n_threads), nq))  # queries run in parallel: a thread per query at most
     for start in range(0, nq, PROBE_QUERIES_PER_STEP):
         stop = min(nq, start + PROBE_QUERIES_PER_STEP)
         batch = Q if stop - start == nq else Q[start:stop]
         lists, terms = ivf._probe(batch, n_probe, threads)
-        _kernels.ivf_scan(tables.model, batch, codes, norms, norm_codes, norm_levels if norm_codes is not None else None,
-                          ids, allow, list_offsets, lists, terms, D[start:stop], rows[start:stop], threads)
-    return D, rows
+        _kernels.ivf_scan(tables.model, batch, rows.codes, rows.norms, rows.norm_codes,
+                          rows.norm_levels if rows.norm_codes is not None else None, rows.ids, rows.allow,
+                          list_offsets, lists, terms, D[start:stop], found[start:stop], threads)
+    return D, found
 
 
 class IVFIndex(Index):
@@ -103,12 +106,15 @@ class IVFIndex(Index):
 
     Most users build with ``Index.from_vectors(ivf, X)`` or ``IndexWriter(path, ivf)``, or open a file with
     ``open_index``. Every attribute and method of :class:`Index` applies; ``quantizer`` is the IVF.
+
+    ``search(Q, k, n_probe=...)`` scans the n_probe lists nearest each query (see :meth:`Index.search`); a query
+    whose probed lists hold fewer than k (allowed) vectors gets padding after them. ``allow`` given as a boolean mask
+    and ``vectors`` (for ``rerank``) are in the index's row order: list after list, not the order the vectors were
+    added (row r holds id ``ids[r]``; with the default ids, which are positions in the base X, pass ``X[index.ids]``).
     """
 
     def __init__(self, ivf, codes, norms, ids, list_offsets, norm_encoding, *, vectors=None, _resource=None):
-        ivf = check_fitted_model(ivf)
-        if not isinstance(ivf, IVF):
-            raise TypeError(f"ivf must be a fitted IVF, got {type(ivf).__name__}: a flat quantizer makes an Index")
+        ivf = check_model_for(type(self), ivf, "ivf")
         n_rows = codes.shape[0] if isinstance(codes, np.ndarray) and codes.ndim == 2 else None
         if ids is None and n_rows is not None:
             ids = np.arange(n_rows, dtype=np.int64)  # rows are in list order: their ids are kept explicitly
@@ -117,23 +123,11 @@ class IVFIndex(Index):
 
     # ----------------------------------------------------------------------------------------------- construction
     @classmethod
-    def from_vectors(cls, ivf, X, ids=None, *, norm_encoding=None, store_vectors=None, n_threads=None):
-        """Encode base vectors into a new in-memory IVF index (``Index.from_vectors`` with an IVF comes here).
-
-        Parameters as for :meth:`Index.from_vectors`; ``norm_encoding`` None means "u8" for metric "l2" and "none"
-        for "ip" and "cosine". Rows are stored list after list, in the order given within a list; without ids, the
-        ids are the positions in X.
-        """
-        ivf = check_fitted_model(ivf)
-        if not isinstance(ivf, IVF):
-            raise TypeError(f"ivf must be a fitted IVF, got {type(ivf).__name__}")
-        norm_encoding = resolve_norm_encoding(ivf, norm_encoding)
-        store_vectors = check_store_vectors(store_vectors)
-        X, _ = as_vectors(X, "X", ivf.dim, convert=False)
-        threads = resolve_n_threads(n_threads)
-        N = X.shape[0]
-        ids = np.arange(N, dtype=np.int64) if ids is None else as_ids(ids, "ids", n=N)
-        lists, codes, norms, vectors = encode_all(ivf, X, norm_encoding, store_vectors, threads, ROWS_PER_STEP)
+    def _from_encoded(cls, ivf, lists, codes, norms, ids, norm_encoding, vectors):
+        """``Index.from_vectors`` with an IVF comes here: rows are stored list after list, in the order given within
+        a list; without ids, the ids are the positions in X."""
+        N = codes.shape[0]
+        ids = np.arange(N, dtype=np.int64) if ids is None else ids
         order = np.argsort(lists, kind="stable")  # list after list, insertion order within a list
         offsets = np.zeros(ivf.n_lists + 1, dtype=np.int64)
         np.cumsum(np.bincount(lists, minlength=ivf.n_lists), out=offsets[1:])
@@ -147,7 +141,7 @@ class IVFIndex(Index):
 
     # ------------------------------------------------------------------------------------------------- attributes
     @property
-    def ivf(self) -> IVF:
+    def ivf(self):
         """The IVF (also ``quantizer``)."""
         self._check_open()
         return self._quantizer
@@ -203,80 +197,37 @@ class IVFIndex(Index):
         sizes = self.list_sizes
         stats = {"min": int(sizes.min()), "max": int(sizes.max()), "mean": float(sizes.mean()),
                  "median": float(np.median(sizes)), "empty": int((sizes == 0).sum())}
-        return {**ivf_summary(self._quantizer), "default_n_probe": int(self._quantizer.default_n_probe),
+        return {**self._quantizer._summary(), "default_n_probe": int(self._quantizer.default_n_probe),
                 "list_sizes": stats}
 
-    # ------------------------------------------------------------------------------------------------ files
-    def save(self, path, metadata=None):
-        """Write this index to an index file, atomically (the writer of IndexWriter(path, ivf): same bytes).
+    # ------------------------------------------------------------------------------------------- the hooks of Index
+    def _row_lists(self, start, stop, select):
+        """The list of each of rows start..stop-1 (``select`` of them): an IVF writer's ``_append`` sorts by them."""
+        return self.row_lists(start, stop)[select]
 
-        Parameters as for :meth:`Index.save`.
-        """
-        from .indexfile.writer import IndexWriter
-
-        self._check_open()
-        writer = IndexWriter(path, self._quantizer, norm_encoding=self._norm_encoding,
-                             store_vectors=self.store_vectors,
-                             metadata=self._metadata if metadata is None else metadata)
-        with writer:
-            N = len(self)
-            for start in range(0, max(N, 1), ROWS_PER_STEP):  # once with zero rows when N == 0
-                stop = min(N, start + ROWS_PER_STEP)
-                writer._append(
-                    np.ascontiguousarray(self._codes[start:stop]),
-                    None if self._norms is None else np.ascontiguousarray(self._norms[start:stop]),
-                    np.ascontiguousarray(self._ids[start:stop]),
-                    None if self._vectors is None else np.ascontiguousarray(self._vectors[start:stop]),
-                    list_ids=self.row_lists(start, stop),
-                )
-
-    # ----------------------------------------------------------------------------------------------------- search
-    def search(self, Q, k, *, n_probe=None, distance="adc", rerank=None, vectors=None, allow=None, n_threads=None):
-        """The k best base vectors of each query among the lists it probes.
-
-        Parameters
-        ----------
-        n_probe : int in 1..n_lists, or None
-            The lists each query scans: those whose centroids are nearest to it (metric "ip": of the largest inner
-            product), best first. None means ``ivf.default_n_probe`` (n_lists / 64 rounded up: 16 of 1,024).
-            n_probe = n_lists scans every list and gives exactly the exhaustive ADC result over these codes.
-        Q, k, distance, rerank, vectors, allow, n_threads
-            As for :meth:`Index.search`. ``distance="sdc"`` replaces each query by its own reconstruction
-            c_l + R z_hat (the query encoded by the IVF) before the coarse step and the scan. ``allow`` is a set of
-            ids or a boolean mask over the rows of this index, and ``vectors`` (for ``rerank``) holds one vector per
-            row, both in the index's row order (list after list, not the order the vectors were added: row r holds
-            id ``ids[r]``; with the default ids, which are positions in the base X, pass ``X[index.ids]``). Results
-            do not depend on ``n_threads``; queries are searched in parallel, each on one thread.
-
-        Returns
-        -------
-        D, I : as for :meth:`Index.search`. A query whose probed lists hold fewer than k (allowed) vectors gets
-            padding (+inf for "l2", -inf for "ip" and "cosine"; id -1) after them.
-        """
-        self._check_open()
-        ivf = self._quantizer
-        n_probe = min(check_n_probe(n_probe, ivf), ivf.n_lists)
-        Q, was_1d, k, distance, rerank, vectors, bitmap, threads = self._search_arguments(
-            Q, k, distance, rerank, vectors, allow, n_threads)
-        threads = resolve_n_threads(threads)  # None: every core
-        scan_Q = Q
-        if distance == "sdc":
-            lists, codes = ivf._encode_prepared(Q, threads)
-            scan_Q = np.ascontiguousarray(ivf._reconstruct(lists, codes, threads))
+    def _query_tables(self):
+        """One ADC table per query serves every list: TABLE_L2_NORM_TERM for "l2" whatever C is (the stored norm term
+        of the whole reconstruction completes the distance), TABLE_NEG_DOT for "ip" and "cosine"."""
         tables = self._tables
         if tables is None:  # first search: two threads may both build them; one is kept
-            kind = _search.TABLE_L2_NORM_TERM if ivf.metric == "l2" else _search.TABLE_NEG_DOT
-            tables = self._tables = _search.QueryTables(ivf.quantizer, kind=kind)
-        norm_term = tables.uses_norm_term
-        D, rows = search_lists(
-            tables, ivf, scan_Q, k if rerank is None else rerank, self._codes, self._ids, self._list_offsets,
-            n_probe, norms=self._norms if norm_term and self._norm_encoding == "f32" else None,
-            norm_codes=self._norms if norm_term and self._norm_encoding == "u8" else None,
-            norm_levels=self._norm_levels, allow=bitmap, n_threads=threads,
-        )
-        return self._search_results(Q, was_1d, k, D, rows, rerank, vectors)
+            kind = _search.TABLE_L2_NORM_TERM if self._quantizer.metric == "l2" else _search.TABLE_NEG_DOT
+            tables = self._tables = _search.QueryTables(self._quantizer.quantizer, kind=kind)
+        return tables
 
+    def _scan(self, Q, opts, bitmap):
+        """The opts.width best rows of each prepared query among its opts.n_probe lists (``search_lists``).
+        ``distance="sdc"`` replaces each query by its own reconstruction c_l + R z_hat (the query encoded by the IVF)
+        before the coarse step and the scan. Queries are searched in parallel, each on one thread."""
+        ivf = self._quantizer
+        threads = resolve_n_threads(opts.n_threads)  # None: every core
+        scan_Q = Q
+        if opts.distance == "sdc":
+            lists, codes = ivf._encode_prepared(Q, threads)
+            scan_Q = np.ascontiguousarray(ivf._reconstruct(lists, codes, threads))
+        return search_lists(self._query_tables(), ivf, scan_Q, opts.width, self._code_rows(bitmap),
+                            self._list_offsets, opts.n_probe, n_threads=threads)
 
-def ivf_summary(ivf):
-    """P, method, metric, M, C, K, T, bits of the fine quantizer, and n_lists (what describes an IVF model)."""
-    return _quantizer_summary(ivf)
+    def _flat_scan_rows(self, bitmap):
+        """None: each list has its own term (-2 q.c_l), so these rows cannot join one flat scan; a collection of IVF
+        segments searches each with its own ``search`` and merges the results."""
+        return None

@@ -21,19 +21,65 @@ import inspect
 import numpy as np
 
 from . import _training
-from ._codec import CodecTables, SubspaceLayout, fit_scalar_quantizer
+from ._model_tables import CodecTables, SubspaceLayout
+from ._norm_levels import fit_scalar_quantizer
 from ._params import PARAMETERS, STORED_PARAMETERS
 from ._validation import as_codes, as_vectors, normalize_rows, resolve_n_threads, to_float32_rows
 from .errors import NotFittedError
 
-__all__ = ["PQ", "CKM", "ECKM", "OCKM", "Quantizer", "METHODS", "PARAMETERS", "quantizer_from_state"]
+__all__ = ["PQ", "CKM", "ECKM", "OCKM", "Quantizer", "METHODS", "PARAMETERS", "quantizer_from_state", "Model",
+           "learned"]
 
 # Rows converted to float32 and encoded per step in encode/decode/distortion: bounds the temporary memory of a call
 # (a float32 copy of this many rows plus its tables) whatever the number of rows given.
 ROWS_PER_STEP = 65536
 
 
-class Quantizer:
+def learned(name, doc=None):
+    """A read-only property giving the learned attribute ``name`` of a fitted model (NotFittedError before fit)."""
+    def get(self):
+        self._check_fitted()
+        return getattr(self, name)
+
+    return property(get, doc=doc)
+
+
+class Model:
+    """What every model (the quantizers below, and the IVF of ivf_quantizer.py) does with its ``seed`` and
+    ``n_threads`` parameters."""
+
+    def _rng(self):
+        """The Generator of ``seed`` (a fresh one seeded by it, or the Generator given)."""
+        if isinstance(self.seed, np.random.Generator):
+            return self.seed
+        return np.random.default_rng(self.seed)
+
+    def _threads(self, n_threads=None):
+        """The threads of a call: ``n_threads``, else the model's own (None: every core)."""
+        return resolve_n_threads(self.n_threads if n_threads is None else n_threads)
+
+    def distortion(self, X, *, n_threads=None) -> float:
+        """Mean squared reconstruction error per vector, (1/n) sum_i ||x_i - x_hat_i||^2 in float64, x_hat_i the
+        reconstruction of x_i's encoding (``decode(encode(x_i))``; for an IVF ``decode(*encode(x_i))``).
+
+        X : array-like of shape (n, P) or (P,), n >= 1 (normalised first for metric "cosine"); converted to float32
+        a step of rows at a time (memory stays bounded).
+        """
+        self._check_fitted()
+        X, _ = as_vectors(X, "X", self.dim, convert=False)
+        if X.shape[0] == 0:
+            raise ValueError("X has no rows: the distortion of zero vectors is undefined")
+        threads = self._threads(n_threads)
+        step = self._rows_per_step()
+        total = 0.0
+        for start in range(0, X.shape[0], step):
+            rows = self._prepare(to_float32_rows(X[start:start + step], "X"), "X", start)
+            diff = rows.astype(np.float64) - self._reconstruct_prepared(rows, threads)
+            total += float(np.einsum("ij,ij->", diff, diff))
+        return total / X.shape[0]
+
+
+class Quantizer(Model):
     """Common machinery of the four methods; use PQ, CKM, ECKM or OCKM.
 
     Learned attributes (after ``fit``)
@@ -67,13 +113,8 @@ class Quantizer:
         self._reset()
 
     def _reset(self):
-        self.dim = None
-        self._rotation = None
-        self._codebooks = None
-        self._history = None
-        self._norm_levels = None
-        self._codec_tables = None
-        self.stop_reason = None
+        self.dim = self.stop_reason = None
+        self._rotation = self._codebooks = self._history = self._norm_levels = self._codec_tables = None
 
     # ---------------------------------------------------------------------------------------------------- parameters
     @property
@@ -155,25 +196,10 @@ class Quantizer:
         if self._codebooks is None:
             raise NotFittedError(f"this {type(self).__name__} is not fitted yet: call fit(X) first")
 
-    @property
-    def rotation(self):
-        self._check_fitted()
-        return self._rotation
-
-    @property
-    def codebooks(self):
-        self._check_fitted()
-        return self._codebooks
-
-    @property
-    def objective_history(self):
-        self._check_fitted()
-        return self._history
-
-    @property
-    def norm_levels(self):
-        self._check_fitted()
-        return self._norm_levels
+    rotation = learned("_rotation")
+    codebooks = learned("_codebooks")
+    objective_history = learned("_history")
+    norm_levels = learned("_norm_levels")
 
     @property
     def subspace_dims(self) -> np.ndarray:
@@ -203,16 +229,6 @@ class Quantizer:
     __hash__ = None
 
     # ---------------------------------------------------------------------------------------------------------- fit
-    def _rng(self):
-        if isinstance(self.seed, np.random.Generator):
-            return self.seed
-        return np.random.default_rng(self.seed)
-
-    def _threads(self, n_threads=None):
-        if n_threads is not None:
-            return resolve_n_threads(n_threads)
-        return resolve_n_threads(self.n_threads)
-
     def fit(self, X):
         """Learn the rotation and codebooks from training vectors.
 
@@ -340,24 +356,12 @@ class Quantizer:
             out[start:start + block.shape[0]] = self._tables.decode(block, threads)
         return out[0] if was_1d else out
 
-    def distortion(self, X, *, n_threads=None) -> float:
-        """Mean squared reconstruction error per vector, (1/n) sum_i ||x_i - decode(encode(x_i))||^2, in float64.
+    def _rows_per_step(self):
+        return ROWS_PER_STEP
 
-        X : array-like of shape (n, P) or (P,), n >= 1.
-        """
-        self._check_fitted()
-        X, _ = as_vectors(X, "X", self.dim, convert=False)
-        if X.shape[0] == 0:
-            raise ValueError("X has no rows: the distortion of zero vectors is undefined")
-        threads = self._threads(n_threads)
-        total = 0.0
-        T = self._encode_beam_width()
-        for start in range(0, X.shape[0], ROWS_PER_STEP):
-            rows = self._prepare(to_float32_rows(X[start:start + ROWS_PER_STEP], "X"), "X", start)
-            codes, _ = self._tables.encode(rows, T, threads)
-            diff = rows.astype(np.float64) - self._tables.decode(codes, threads)
-            total += float(np.einsum("ij,ij->", diff, diff))
-        return total / X.shape[0]
+    def _reconstruct_prepared(self, rows, n_threads):
+        """x_hat = decode(encode(rows)) of rows already checked and prepared, (n, P) float32."""
+        return self._tables.decode(self._encode_prepared(rows, n_threads), n_threads)
 
     def code_norms(self, codes, *, n_threads=None):
         """||decode(code)||^2 of each code, shape (n,), float32 (from tables: C + C(C-1)/2 lookups per subspace)."""
@@ -365,6 +369,44 @@ class Quantizer:
         codes, was_1d = as_codes(codes, "codes", self.code_size, self.n_codewords)
         out = self._tables.code_sqnorms(codes, self._threads(n_threads))
         return out[0] if was_1d else out
+
+    # ------------------------------------------------------------------------------------- what indexes ask of a model
+    # The IVF (ivf_quantizer.py) has the same methods: indexes, writers and collections call them, never asking
+    # which kind of model they hold (docs/ARCHITECTURE.md, "Kinds of index").
+    def _encode_for_index(self, X, n_threads, first_row=0, norm_terms=True):
+        """(None, codes (n, M*C) uint8, norm terms ||x_hat||^2 (n,) float32 or None) of checked rows ``X`` (any real
+        dtype, right dimension; values are checked here; a bad row is named by its number plus ``first_row``). A flat
+        quantizer puts every vector in one list: the first item, the lists, is None."""
+        codes, _ = self._encode_rows(X, n_threads, first_row)
+        return None, codes, (self.code_norms(codes, n_threads=n_threads) if norm_terms else None)
+
+    def _norm_term_need(self):
+        """(needed, reason): whether L2 distances need the stored norm term ||x_hat||^2 (C >= 2 with metric "l2"),
+        and the words error messages about ``norm_encoding`` give for it."""
+        name = type(self).__name__
+        if self.n_codebooks == 1:
+            return False, f"{name} with one codebook per subspace: its tables hold the whole distance"
+        return self.metric == "l2", f"{name} with n_codebooks={self.n_codebooks}: its distances need the norm term"
+
+    def _check_n_probe(self, n_probe, what="index"):
+        """The n_probe of a search over codes of this model: None, the only value a flat model takes (it scans every
+        code); ValueError naming n_probe otherwise (``what``: "index" or "collection")."""
+        if n_probe is not None:
+            raise ValueError(f"n_probe applies to inverted-file (IVF) indexes only: this {what} is flat and scans "
+                             "every code; leave n_probe out")
+        return None
+
+    def _summary(self) -> dict:
+        """P, method, metric, M, C, K, T, bits: the part of an index's info() that describes its model."""
+        return {"P": int(self.dim), "method": self.method, "metric": self.metric, "M": int(self.n_subspaces),
+                "C": int(self.n_codebooks), "K": int(self.n_codewords), "T": int(self.beam_width),
+                "bits": int(self.bits)}
+
+    def _file_summary(self) -> dict:
+        """What file_info says of the model of a quantizer file: ``_summary``, then code_size, iterations and
+        objective (the last training objective)."""
+        return {**self._summary(), "code_size": int(self.code_size), "iterations": int(len(self._history) - 1),
+                "objective": float(self._history[-1])}
 
     # ------------------------------------------------------------------------------------------------- state
     def _get_state(self):
@@ -467,12 +509,8 @@ class OCKM(Quantizer):
     beam_width : int, default 10
         T, candidates kept at each of the first C-1 levels of the pursuit (values above n_codewords act as
         n_codewords; T = K makes C = 2 encoding exhaustive).
-    n_codewords : int, default 256
-        K, 2..256 words per codebook.
-    metric : "l2", "ip" or "cosine", default "l2"
-        What search ranks by: squared L2 distance (ascending), inner product or cosine similarity (descending).
-        "cosine" normalises every vector to unit length in fit, encode, decode's inputs and search (a zero vector
-        raises ValueError naming its row); the model then describes unit vectors.
+    n_codewords, metric
+        As for PQ: K, 2..256 words per codebook (default 256); "l2" (default), "ip" or "cosine".
     n_iter : int, default 25
         Maximum number of iterations of (Procrustes, codebooks, codes). Why 25, fewer than CKM's 30: an iteration
         costs a beam encoding of the training set (about 1.4 times a nearest-word encoding), and 25 keeps training

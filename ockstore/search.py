@@ -36,13 +36,15 @@ returned, instead of reading outside the table.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from . import _kernels
 from ._validation import resolve_n_threads
 
-__all__ = ["QueryTables", "search_codes", "rows_bitmap", "panels", "LUT_SLOTS", "TABLE_L2_NORM_TERM", "TABLE_L2_WHOLE",
-           "TABLE_NEG_DOT"]
+__all__ = ["QueryTables", "CodeRows", "search_codes", "rows_bitmap", "panels", "LUT_SLOTS", "TABLE_L2_NORM_TERM",
+           "TABLE_L2_WHOLE", "TABLE_NEG_DOT"]
 
 # Table slots per code byte, whatever K is: a byte can only index 0..255, so the scan never reads past a table.
 LUT_SLOTS = _kernels.TABLE_SLOTS
@@ -138,8 +140,33 @@ class QueryTables:
         return np.ascontiguousarray(z.reshape(nq, M * self.sub_dim))
 
 
-def search_codes(tables, Q, k, codes, ids, *, distance="adc", norms=None, norm_codes=None, norm_levels=None,
-                 allow=None, n_threads=1):
+@dataclass(frozen=True)
+class CodeRows:
+    """The rows of an index as a scan reads them (an index, or one segment of a collection). Arrays may be read-only
+    (views of a read-only memory map): a scan only reads them, never copies them.
+
+    codes : ndarray of shape (N, M*C), dtype uint8, C-contiguous
+    ids : ndarray of shape (N,), dtype int64, C-contiguous, or None
+        The id of each row, which breaks ties; None: the row number.
+    norms : ndarray of shape (N,), dtype float32, or None
+        The float32 norm term ||x_hat||^2 of each code (L2 with C >= 2).
+    norm_codes : ndarray of shape (N,), dtype uint8, or None
+        The one-byte norm term of each code, decoded through ``norm_levels``. At most one of norms / norm_codes, and
+        only when the tables use the norm term (``QueryTables.uses_norm_term``).
+    norm_levels : ndarray of shape (256,), dtype float32, or None (with norm_codes only)
+    allow : ndarray of shape (ceil(N / 64),), dtype uint64, or None
+        Bitmap of the rows to scan (``rows_bitmap``); None scans every row.
+    """
+
+    codes: np.ndarray
+    ids: np.ndarray | None
+    norms: np.ndarray | None
+    norm_codes: np.ndarray | None
+    norm_levels: np.ndarray | None
+    allow: np.ndarray | None
+
+
+def search_codes(tables, Q, k, rows, *, distance="adc", n_threads=1):
     """The k best codes of each query by ADC or SDC, scanning the codes exhaustively (no input validation).
 
     Parameters
@@ -147,18 +174,8 @@ def search_codes(tables, Q, k, codes, ids, *, distance="adc", norms=None, norm_c
     tables : QueryTables
     Q : ndarray of shape (nq, P), dtype float32, C-contiguous, finite (unit rows for cosine)
     k : int >= 1
-    codes : ndarray of shape (N, M*C), dtype uint8, C-contiguous
-        May be read-only (e.g. a view of a read-only memory map): it is only read, never copied.
-    ids : ndarray of shape (N,), dtype int64, C-contiguous, or None
-        The id of each code, which breaks ties (read-only arrays welcome); None: the row number.
+    rows : CodeRows
     distance : "adc" or "sdc"
-    norms : ndarray of shape (N,), dtype float32, or None
-        The float32 norm term ||x_hat||^2 of each code (L2 with C >= 2).
-    norm_codes : ndarray of shape (N,), dtype uint8, or None
-        The one-byte norm term of each code, decoded through ``norm_levels`` (256,) float32.
-        At most one of norms / norm_codes, and only when ``tables.uses_norm_term``.
-    allow : ndarray of shape (ceil(N / 64),), dtype uint64, or None
-        Bitmap of the rows to scan (``rows_bitmap``); None scans every row.
     n_threads : int >= 1, or None (every core, resolved only when the scan is large enough to use them)
 
     Returns
@@ -168,24 +185,24 @@ def search_codes(tables, Q, k, codes, ids, *, distance="adc", norms=None, norm_c
     rows : ndarray of shape (nq, k), dtype int64
         The row numbers of the results; -1 past the last result. Equal values are ordered by id.
     """
+    codes, ids, norms, norm_codes, allow = rows.codes, rows.ids, rows.norms, rows.norm_codes, rows.allow
+    norm_levels = rows.norm_levels if norm_codes is not None else None
     nq = Q.shape[0]
     N = codes.shape[0]
     kk = min(k, N)
     if kk == k and nq > 0:  # the kernel writes every entry
         D = np.empty((nq, k), dtype=np.float32)
-        rows = np.empty((nq, k), dtype=np.int64)
+        found = np.empty((nq, k), dtype=np.int64)
     else:
         D = np.full((nq, k), np.inf, dtype=np.float32)
-        rows = np.full((nq, k), -1, dtype=np.int64)
+        found = np.full((nq, k), -1, dtype=np.int64)
     if nq == 0 or kk == 0:
-        return D, rows
+        return D, found
     if nq * N < SMALL_SCAN_CODES:
         n_threads = 1  # waking other threads costs more than scanning this few codes (results are the same)
     elif n_threads is None:
         n_threads = resolve_n_threads(None)
-    out_d, out_r = (D, rows) if kk == k else (D[:, :kk].copy(), rows[:, :kk].copy())
-    if norm_codes is None:
-        norm_levels = None
+    out_d, out_r = (D, found) if kk == k else (D[:, :kk].copy(), found[:, :kk].copy())
     if distance == "adc":
         _kernels.scan(tables.model, Q, None, codes, norms, norm_codes, norm_levels, ids, allow, out_d, out_r,
                       n_threads)
@@ -196,8 +213,8 @@ def search_codes(tables, Q, k, codes, ids, *, distance="adc", norms=None, norm_c
                           norm_codes, norm_levels, ids, allow, out_d[start:stop], out_r[start:stop], n_threads)
     if kk != k:
         D[:, :kk] = out_d
-        rows[:, :kk] = out_r
-    return D, rows
+        found[:, :kk] = out_r
+    return D, found
 
 
 def rows_bitmap(mask):

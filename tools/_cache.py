@@ -1,10 +1,20 @@
-"""The OCKM(4, 2, 10) quantizer the collection and distributed benchmarks share, trained once and cached (tools only;
-never imported by the package)."""
+"""What the collection and distributed benchmarks share (tools only; never imported by the package): their data,
+cache and work-folder options, and the OCKM(4, 2, 10) quantizer, trained once and cached."""
 
 import time
 from pathlib import Path
 
 import ockstore
+
+
+def add_common_arguments(parser, repo):
+    """--sift (default: shared/data/sift-real beside the repository ``repo``), --cache-dir, --work, --queries,
+    --repeats: the options both benchmarks take."""
+    parser.add_argument("--sift", default=str(Path(repo).parent / "shared" / "data" / "sift-real"))
+    parser.add_argument("--cache-dir", default="/tmp/ockstore-bench-cache")
+    parser.add_argument("--work", default=None, help="folder for the files made (default: a temporary folder)")
+    parser.add_argument("--queries", type=int, default=1000)
+    parser.add_argument("--repeats", type=int, default=3)
 
 
 def cached_sift_ockm(cache_dir, learn_size, load_learn):

@@ -52,7 +52,7 @@ if str(REPO) not in sys.path:
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import ockstore  # noqa: E402
-from _cache import cached_sift_ockm  # noqa: E402
+from _cache import add_common_arguments, cached_sift_ockm  # noqa: E402
 from _machine import core_count, cpu_model  # noqa: E402
 from ockstore.datasets import load_texmex  # noqa: E402
 
@@ -174,11 +174,7 @@ def child_compact(folder):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--sift", default=str(REPO.parent / "shared" / "data" / "sift-real"))
-    parser.add_argument("--cache-dir", default="/tmp/ockstore-bench-cache")
-    parser.add_argument("--work", default=None, help="folder for the files made (default: a temporary folder)")
-    parser.add_argument("--queries", type=int, default=1000)
-    parser.add_argument("--repeats", type=int, default=3)
+    add_common_arguments(parser, REPO)
     parser.add_argument("--single-adds", type=int, default=10_000)
     parser.add_argument("--quick", action="store_true", help="100K base rows, 200 queries, 1,000 single adds")
     parser.add_argument("--json", default=None)

@@ -114,13 +114,11 @@ def run_child(*args):
 
 
 def first_rows(path, n):
+    """The first n rows of a vector file (a gzip stream is decompressed that far only)."""
     from ockstore.datasets import iter_vecs
 
-    chunks = iter_vecs(path, chunk_size=n)
-    try:
-        return next(chunks)
-    finally:
-        chunks.close()
+    rows, = iter_vecs(path, chunk_size=n, stop=n)
+    return rows
 
 
 def base_chunks(base, limit):
@@ -160,33 +158,43 @@ def child_build(qfile, base, out, limit):
             "rss_after_imports_mb": rss0, "n": writer.ntotal, "bytes": os.path.getsize(out)}
 
 
-def child_open(path, query_file, repeat):
+def measure_open(open_index, query, repeat):
+    """open_ms (a cold open), rss_added_mb, first_search_ms, rss_after_search_mb and warm_open_ms (median of
+    ``repeat`` more opens) of ``open_index()``, whose result searches ``query`` for 10 neighbours (and closes, if it
+    can; else it is dropped)."""
     import gc
 
-    import numpy as np
+    def close(index):
+        getattr(index, "close", lambda: None)()
 
-    import ockstore
-
-    query = np.load(query_file)
-    ockstore.open_index  # noqa: B018 - everything imported before measuring
     gc.collect()
     rss0 = rss_mb()
     t0 = time.perf_counter()
-    index = ockstore.open_index(path)
+    index = open_index()
     t1 = time.perf_counter()
     rss1 = rss_mb()
     t2 = time.perf_counter()
     index.search(query, 10)
     t3 = time.perf_counter()
     rss2 = rss_mb()
-    index.close()
+    close(index)
+    del index
     warm = []
     for _ in range(int(repeat)):
         s = time.perf_counter()
-        ockstore.open_index(path).close()
+        close(open_index())
         warm.append(time.perf_counter() - s)
     return {"open_ms": (t1 - t0) * 1e3, "rss_added_mb": rss1 - rss0, "first_search_ms": (t3 - t2) * 1e3,
             "rss_after_search_mb": rss2 - rss0, "warm_open_ms": statistics.median(warm) * 1e3}
+
+
+def child_open(path, query_file, repeat):
+    import numpy as np
+
+    import ockstore
+
+    query = np.load(query_file)
+    return measure_open(lambda: ockstore.open_index(path), query, repeat)
 
 
 def child_faiss_build(trained, base, out, limit):
@@ -207,35 +215,15 @@ def child_faiss_build(trained, base, out, limit):
 
 
 def child_faiss_open(path, query_file, repeat, flag):
-    import gc
-
     import faiss
     import numpy as np
 
     query = np.load(query_file).reshape(1, -1).astype(np.float32)
     flags = 0 if flag == "none" else getattr(faiss, flag)
-    gc.collect()
-    rss0 = rss_mb()
-    t0 = time.perf_counter()
     try:
-        index = faiss.read_index(path, flags)
+        return measure_open(lambda: faiss.read_index(path, flags), query, repeat)
     except Exception as exc:  # noqa: BLE001 - reported: this faiss does not support the flag for this index type
         return {"error": " ".join(str(exc).split())[:200]}
-    t1 = time.perf_counter()
-    rss1 = rss_mb()
-    t2 = time.perf_counter()
-    index.search(query, 10)
-    t3 = time.perf_counter()
-    rss2 = rss_mb()
-    del index
-    warm = []
-    for _ in range(int(repeat)):
-        s = time.perf_counter()
-        idx = faiss.read_index(path, flags)
-        warm.append(time.perf_counter() - s)
-        del idx
-    return {"open_ms": (t1 - t0) * 1e3, "rss_added_mb": rss1 - rss0, "first_search_ms": (t3 - t2) * 1e3,
-            "rss_after_search_mb": rss2 - rss0, "warm_open_ms": statistics.median(warm) * 1e3}
 
 
 CHILDREN = {"build": child_build, "open": child_open, "faiss-build": child_faiss_build,

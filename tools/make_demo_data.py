@@ -43,11 +43,7 @@ def sha256(path):
 
 def first_rows(path, n):
     """The first ``n`` rows of a vector file, reading no further than needed."""
-    chunks = iter_vecs(path, chunk_size=n)
-    try:
-        rows = next(chunks)
-    finally:
-        chunks.close()
+    rows, = iter_vecs(path, chunk_size=n, stop=n)
     if rows.shape[0] != n:
         raise SystemExit(f"{path}: has only {rows.shape[0]} rows, {n} needed")
     return rows

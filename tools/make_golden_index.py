@@ -59,14 +59,34 @@ def _separated(D):
     return bool((gaps >= MIN_GAP * np.maximum(1.0, np.abs(D[:-1]))).all())
 
 
-def make(out):
-    rng = np.random.default_rng(SEED)
-    centres = rng.normal(scale=3.0, size=(6, P))
+def _well_separated(candidates, separated):
+    """The first N_QUERIES candidates x for which ``separated(x)`` holds, C-contiguous (SystemExit when fewer do)."""
+    chosen = []
+    for i, x in enumerate(candidates):
+        if separated(x):
+            chosen.append(i)
+        if len(chosen) == N_QUERIES:
+            break
+    if len(chosen) < N_QUERIES:
+        raise SystemExit(f"only {len(chosen)} well-separated queries among {len(candidates)} candidates")
+    return np.ascontiguousarray(candidates[chosen])
+
+
+def _sampler(rng, n_centres):
+    """draw(n): n float32 vectors around ``n_centres`` centres drawn from ``rng`` now, each dimension with its own
+    spread (the draws come from ``rng`` too, in call order)."""
+    centres = rng.normal(scale=3.0, size=(n_centres, P))
     scales = np.linspace(1.0, 0.2, P)
 
     def draw(n):
         return (centres[rng.integers(0, len(centres), size=n)] + rng.normal(size=(n, P)) * scales).astype(np.float32)
 
+    return draw
+
+
+def make(out):
+    rng = np.random.default_rng(SEED)
+    draw = _sampler(rng, 6)
     learn, base, candidates = draw(N_LEARN), draw(N_BASE), draw(N_CANDIDATES)
     ids = rng.choice(10**12, size=N_BASE, replace=False).astype(np.int64)  # distinct, in random order
     q = ockstore.OCKM(M, C, T, n_codewords=K, n_iter=10, seed=7, n_threads=1).fit(learn)
@@ -74,19 +94,10 @@ def make(out):
     ockstore.build_index(path, q, base, ids, norm_encoding="u8", n_threads=1,
                          metadata={"generator": "tools/make_golden_index.py", "seed": SEED,
                                    "purpose": "golden file of format version 1"})
-    chosen = []
     with ockstore.open_index(path) as index:
         index.verify()
-        for i in range(N_CANDIDATES):
-            ok = all(_separated(index.search(candidates[i], TOP_K + 1, distance=d, n_threads=1)[0])
-                     for d in ("adc", "sdc"))
-            if ok:
-                chosen.append(i)
-            if len(chosen) == N_QUERIES:
-                break
-        if len(chosen) < N_QUERIES:
-            raise SystemExit(f"only {len(chosen)} well-separated queries among {N_CANDIDATES} candidates")
-        Q = np.ascontiguousarray(candidates[chosen])
+        Q = _well_separated(candidates, lambda x: all(
+            _separated(index.search(x, TOP_K + 1, distance=d, n_threads=1)[0]) for d in ("adc", "sdc")))
         np.save(os.path.join(out, "golden_v1_queries.npy"), Q)
         for distance in ("adc", "sdc"):
             D, I = index.search(Q, TOP_K, distance=distance, n_threads=1)
@@ -98,12 +109,7 @@ def make(out):
 def make_ivf(out):
     """The golden inverted file (format 1.2) and its expected results (see the module docstring)."""
     rng = np.random.default_rng(IVF_SEED)
-    centres = rng.normal(scale=3.0, size=(8, P))
-    scales = np.linspace(1.0, 0.2, P)
-
-    def draw(n):
-        return (centres[rng.integers(0, len(centres), size=n)] + rng.normal(size=(n, P)) * scales).astype(np.float32)
-
+    draw = _sampler(rng, 8)
     learn, base, candidates = draw(N_LEARN), draw(IVF_BASE), draw(4 * N_CANDIDATES)
     ids = rng.choice(10**12, size=IVF_BASE, replace=False).astype(np.int64)
     fine = ockstore.OCKM(M, C, T, n_codewords=K, n_iter=10, seed=7, n_threads=1)
@@ -113,23 +119,17 @@ def make_ivf(out):
                          metadata={"generator": "tools/make_golden_index.py", "seed": IVF_SEED,
                                    "purpose": "golden inverted file of format version 1.2"})
     centroids = ivf.centroids.astype(np.float64)
-    chosen = []
+
+    def separated(x):
+        keys = np.sort(((x.astype(np.float64) - centroids) ** 2).sum(axis=1))[:IVF_PROBE + 1]
+        sdc = ivf.decode(*ivf.encode(x)).astype(np.float64)
+        sdc_keys = np.sort(((sdc - centroids) ** 2).sum(axis=1))[:IVF_PROBE + 1]
+        return _separated(keys.astype(np.float32)) and _separated(sdc_keys.astype(np.float32)) and all(
+            _separated(index.search(x, TOP_K + 1, distance=d, n_probe=p, n_threads=1)[0]) for d, p in IVF_RESULTS)
+
     with ockstore.open_index(path) as index:
         index.verify()
-        for i, x in enumerate(candidates):
-            keys = np.sort(((x.astype(np.float64) - centroids) ** 2).sum(axis=1))[:IVF_PROBE + 1]
-            sdc = ivf.decode(*ivf.encode(x)).astype(np.float64)
-            sdc_keys = np.sort(((sdc - centroids) ** 2).sum(axis=1))[:IVF_PROBE + 1]
-            ok = _separated(keys.astype(np.float32)) and _separated(sdc_keys.astype(np.float32)) and all(
-                _separated(index.search(x, TOP_K + 1, distance=d, n_probe=p, n_threads=1)[0])
-                for d, p in IVF_RESULTS)
-            if ok:
-                chosen.append(i)
-            if len(chosen) == N_QUERIES:
-                break
-        if len(chosen) < N_QUERIES:
-            raise SystemExit(f"only {len(chosen)} well-separated queries among {len(candidates)} candidates")
-        Q = np.ascontiguousarray(candidates[chosen])
+        Q = _well_separated(candidates, separated)
         results = [index.search(Q, TOP_K, distance=d, n_probe=p, n_threads=1) for d, p in IVF_RESULTS]
     np.save(os.path.join(out, "golden_ivf_queries.npy"), Q)
     np.save(os.path.join(out, "golden_ivf_D.npy"), np.stack([D for D, _ in results]))

@@ -8,11 +8,16 @@ line and the message); 1 for a data or format error, including a missing or unre
 one line ``ockstore: error: <message>`` on stderr (``--debug`` adds the traceback); 130 when interrupted. A warning
 (e.g. a CollectionWarning: a collection opened at an older generation) is one line ``ockstore: warning: <message>``.
 
-    parser.py     the argument parser and the checks that need several options (usage errors)
-    commands.py   one function per subcommand, over ockstore's public API only
-    collections.py  the subcommands of collections (create, add, delete, compact)
-    output.py     printed results and info, result files
-    progress.py   the progress bar of long work (stderr, only on a terminal unless --progress)
+    parser.py       the argument parser and the checks that need several options (usage errors)
+    commands.py     one function per subcommand, over ockstore's public API only
+    collections.py  the subcommands of collections (create, add, delete, compact) and their parsers
+    options.py      what the parsers share: file kinds, argument types, option groups, add_command
+    inputs.py       the input files of the subcommands and CommandError (data errors found by the command)
+    output.py       printed results and info, result files
+    progress.py     the progress bar of long work (stderr, only on a terminal unless --progress)
+
+Imports point one way: __init__ -> parser, commands -> collections -> inputs -> options (output and progress
+import none of these).
 
 Results go to stdout or to output files, which are written atomically (a temporary sibling, fsynced, renamed).
 """
@@ -24,7 +29,8 @@ import sys
 import traceback
 import warnings
 
-from .commands import COMMANDS, CommandError
+from .commands import COMMANDS
+from .inputs import CommandError
 from .output import one_line
 from .parser import PROG, build_parser, check_args
 

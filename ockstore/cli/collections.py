@@ -12,8 +12,11 @@ import ockstore
 from ockstore import vecfiles
 from ockstore.collection import SegmentWriter
 
-from .parser import DEFAULT_CHUNK, ID_FILES, STORE_VECTORS, VECTOR_FILES, _Formatter, _add_metadata, _add_progress
-from .parser import _add_threads, _int_type, _positive, _wrap
+from .inputs import CommandError, base_ids, iter_base, read_allowed_ids
+from .options import (
+    DEFAULT_CHUNK, ID_FILES, STORE_VECTORS, VECTOR_FILES, add_command, add_metadata, add_progress, add_threads,
+    int_type, positive,
+)
 from .progress import Progress, progress_enabled, rate_text
 
 __all__ = ["add_parsers", "COMMANDS"]
@@ -21,77 +24,70 @@ __all__ = ["add_parsers", "COMMANDS"]
 
 def add_parsers(sub):
     """The parsers of create, add, delete and compact, on the subparsers action ``sub``."""
-    p = sub.add_parser(
-        "create", formatter_class=_Formatter, help="create an empty collection folder with a quantizer",
-        description=_wrap("Create the collection folder FOLDER (it must not exist, or be empty) holding the quantizer of "
-                          "QUANTIZER_FILE (a quantizer file or an index file). A collection changes by commits: "
-                          "'ockstore add' and 'ockstore delete' change it, 'ockstore compact' merges its segments; "
-                          "info, verify, search and eval read it like an index file."),
-        epilog="""\
+    p = add_command(sub, "create", """\
+create an empty collection folder with a quantizer
+
+Create the collection folder FOLDER (it must not exist, or be empty) holding the quantizer of QUANTIZER_FILE (a
+quantizer file or an index file). A collection changes by commits: 'ockstore add' and 'ockstore delete' change it,
+'ockstore compact' merges its segments; info, verify, search and eval read it like an index file.
+
 examples:
   ockstore create sift.ockq photos/
-  ockstore create sift.ockq photos/ --store-vectors uint8 --metadata source=camera""",
-    )
+  ockstore create sift.ockq photos/ --store-vectors uint8 --metadata source=camera""")
     p.add_argument("quantizer", metavar="QUANTIZER_FILE", help="a quantizer file (ockstore train) or an index file")
     p.add_argument("folder", metavar="FOLDER", help="the collection folder to create")
     p.add_argument("--norm-encoding", choices=("u8", "f32"), default=None,
                    help="how the norm term of C >= 2 codes is stored: u8 (the default) or f32")
     p.add_argument("--store-vectors", choices=STORE_VECTORS, default=None,
                    help="also store the vectors, for exact re-ranking (search --rerank); default: not stored")
-    p.add_argument("--merge-factor", type=_int_type(2, "an integer"), default=ockstore.collection.DEFAULT_MERGE_FACTOR,
+    p.add_argument("--merge-factor", type=int_type(2, "an integer"), default=ockstore.collection.DEFAULT_MERGE_FACTOR,
                    metavar="F", help="segments of similar size are merged when F of them accumulate (default "
                                      f"{ockstore.collection.DEFAULT_MERGE_FACTOR})")
-    _add_metadata(p)
-    p.set_defaults(subparser=p)
+    add_metadata(p)
 
-    p = sub.add_parser(
-        "add", formatter_class=_Formatter, help="add the vectors of a file to a collection (one commit)",
-        description=_wrap("Encode the vectors of BASE_FILE and add them to the collection FOLDER in one commit: all of "
-                          "them or, on any error, none. The file is streamed CHUNK rows at a time (memory bounded by "
-                          "the chunk). Without --ids the vectors get the ids that follow the largest id ever "
-                          "assigned; prints the range."),
-        epilog="""\
+    p = add_command(sub, "add", """\
+add the vectors of a file to a collection (one commit)
+
+Encode the vectors of BASE_FILE and add them to the collection FOLDER in one commit: all of them or, on any error,
+none. The file is streamed CHUNK rows at a time (memory bounded by the chunk). Without --ids the vectors get the ids
+that follow the largest id ever assigned; prints the range.
+
 examples:
   ockstore add photos/ new_photos.npy
-  ockstore add photos/ sift_base.bvecs.gz --ids base_ids.npy""",
-    )
+  ockstore add photos/ sift_base.bvecs.gz --ids base_ids.npy""")
     p.add_argument("folder", metavar="FOLDER", help="a collection folder (ockstore create)")
     p.add_argument("base", metavar="BASE_FILE", help=f"the vectors to add ({VECTOR_FILES})")
     p.add_argument("--ids", default=None, metavar="IDS_FILE",
                    help="one id per vector, in file order (.ivecs with dimension 1, or an integer .npy of shape (N,) "
                         "or (N, 1)); ids must not be in the collection already")
-    p.add_argument("--chunk-size", type=_positive, default=DEFAULT_CHUNK, metavar="CHUNK",
+    p.add_argument("--chunk-size", type=positive, default=DEFAULT_CHUNK, metavar="CHUNK",
                    help=f"vectors read and encoded per step (default {DEFAULT_CHUNK:,})")
-    _add_threads(p)
-    _add_progress(p)
-    p.set_defaults(subparser=p)
+    add_threads(p)
+    add_progress(p)
 
-    p = sub.add_parser(
-        "delete", formatter_class=_Formatter, help="delete vectors from a collection by id (one commit)",
-        description=_wrap("Delete the vectors whose ids IDS_FILE lists from the collection FOLDER, in one commit. Ids "
-                          "the collection does not hold are ignored, and so is -1 (the padding of a result file of "
-                          "'ockstore search'); other negative values are an error. Prints how many vectors were "
-                          "removed."),
-        epilog="""\
+    p = add_command(sub, "delete", """\
+delete vectors from a collection by id (one commit)
+
+Delete the vectors whose ids IDS_FILE lists from the collection FOLDER, in one commit. Ids the collection does not
+hold are ignored, and so is -1 (the padding of a result file of 'ockstore search'); other negative values are an
+error. Prints how many vectors were removed.
+
 example:
-  ockstore delete photos/ removed.txt        # one id per line""",
-    )
+  ockstore delete photos/ removed.txt        # one id per line""")
     p.add_argument("folder", metavar="FOLDER", help="a collection folder")
     p.add_argument("ids", metavar="IDS_FILE", help=f"the ids to delete: {ID_FILES}")
-    p.set_defaults(subparser=p)
 
-    p = sub.add_parser(
-        "compact", formatter_class=_Formatter, help="merge a collection's segments into one, dropping deleted rows",
-        description=_wrap("Merge every segment of the collection FOLDER into one holding the live vectors (codes are "
-                          "copied, not re-encoded), in one commit, then remove the files that no recent generation "
-                          "uses (vacuum). Readers that have the collection open keep their generation."),
-        epilog="""\
+    p = add_command(sub, "compact", """\
+merge a collection's segments into one, dropping deleted rows
+
+Merge every segment of the collection FOLDER into one holding the live vectors (codes are copied, not re-encoded),
+in one commit, then remove the files that no recent generation uses (vacuum). Readers that have the collection open
+keep their generation.
+
 example:
-  ockstore compact photos/""",
-    )
+  ockstore compact photos/""")
     p.add_argument("folder", metavar="FOLDER", help="a collection folder")
     p.add_argument("--no-vacuum", action="store_true", help="keep the files of older generations")
-    p.set_defaults(subparser=p)
 
 
 def create(args, out):
@@ -109,35 +105,22 @@ def create(args, out):
 
 
 def add(args, out):
-    from .commands import CommandError, _check_dim  # noqa: PLC0415 - commands imports this module
-
-    ids = vecfiles.read_ids(args.ids) if args.ids is not None else None
     show = progress_enabled(args)
     with ockstore.open_collection(args.folder, "a") as c:
-        total = None
-        if show or ids is not None:
-            total, dim = vecfiles.count_vecs(args.base)
-            _check_dim(args.base, "base vectors", dim, c.dim, f"the collection {args.folder}")
-            if ids is not None and len(ids) != total:
-                raise CommandError(f"{args.ids}: {len(ids):,} ids for {total:,} vectors in {args.base}")
+        owner = f"the collection {args.folder}"
+        ids, total = base_ids(args, c.dim, owner, show)
         first = c.next_id
         t0 = time.perf_counter()
         bar = Progress(total, "add", enabled=show)
         done = 0
         writer = SegmentWriter(c.path, c.segment_spec, n_threads=args.threads)
         try:
-            for chunk in vecfiles.iter_vecs(args.base, chunk_size=args.chunk_size):
-                if chunk.shape[1] != c.dim:
-                    _check_dim(args.base, "base vectors", chunk.shape[1], c.dim, f"the collection {args.folder}")
-                stop = done + chunk.shape[0]
-                if ids is not None and stop > len(ids):
-                    raise CommandError(f"{args.ids}: {len(ids):,} ids, but {args.base} has more vectors")
-                chunk_ids = ids[done:stop] if ids is not None else np.arange(first + done, first + stop)
-                writer._add(chunk, chunk_ids, done)  # a refused row is named by its row in the file
-                done = stop
+            for chunk, chunk_ids, row in iter_base(args, ids, c.dim, owner):
+                done = row + chunk.shape[0]
+                if chunk_ids is None:  # the ids that follow the largest id ever assigned
+                    chunk_ids = np.arange(first + row, first + done)
+                writer._add(chunk, chunk_ids, row)  # a refused row is named by its row in the file
                 bar.update(chunk.shape[0])
-            if ids is not None and done != len(ids):
-                raise CommandError(f"{args.ids}: {len(ids):,} ids for {done:,} vectors in {args.base}")
             if done:
                 c.commit_segments([writer.close()], operation="add")
             else:
@@ -157,10 +140,6 @@ def add(args, out):
 
 
 def delete(args, out):
-    from .commands import read_allowed_ids  # noqa: PLC0415 - commands imports this module
-
-    from .commands import CommandError  # noqa: PLC0415 - commands imports this module
-
     ids = read_allowed_ids(args.ids)
     if (ids < -1).any():  # ids are >= 0, as Collection.delete says; -1 is the padding of a result file
         raise CommandError(f"{args.ids}: id {int(ids[np.argmax(ids < -1)])} is negative: ids are integers >= 0 (-1, "

@@ -13,18 +13,19 @@ import time
 import numpy as np
 
 import ockstore
-from ockstore import evaluation, paths, vecfiles
+from ockstore import evaluation, vecfiles
 from ockstore.errors import FormatError
 from ockstore.quantizers import METHODS
 
 from .collections import COMMANDS as COLLECTION_COMMANDS, build_distributed
+from .inputs import CommandError, base_ids, check_dim, check_output, iter_base, read_allowed_ids, read_vectors
+from .options import QUANTIZER_OPTIONS
 from .output import (
     distances_path, fmt_bytes, jsonable, print_info, print_results, write_distances, write_ids,
 )
-from .parser import DEFAULT_CHUNK, ID_FILES, QUANTIZER_OPTIONS
 from .progress import Progress, progress_enabled, rate_text
 
-__all__ = ["CommandError", "COMMANDS", "read_allowed_ids"]
+__all__ = ["COMMANDS"]
 
 # Queries searched per call when a progress bar is shown: a query gets the same results alone or in a batch, so
 # searching in slices only changes how often the bar moves.
@@ -32,87 +33,6 @@ SEARCH_BATCH = 1024
 
 # Bytes per component of the vectors stored by `build --store-vectors`.
 STORED_VECTOR_BYTES = {"float16": 2, "float32": 4, "uint8": 1}
-
-
-class CommandError(Exception):
-    """A data error detected by the command itself (message printed as is, exit status 1)."""
-
-
-# ---------------------------------------------------------------------------------------------------- file helpers
-def _read_vectors(path, what, limit=None):
-    """Vectors of a file (its own dtype), the first ``limit`` rows when given (reading no further)."""
-    if limit is None:
-        X = vecfiles.read_vecs(path)
-    else:
-        parts, have = [], 0
-        chunks = vecfiles.iter_vecs(path, chunk_size=min(limit, DEFAULT_CHUNK))
-        try:
-            for chunk in chunks:
-                parts.append(chunk[: limit - have])
-                have += len(parts[-1])
-                if have >= limit:
-                    break
-        finally:
-            close = getattr(chunks, "close", None)
-            if close is not None:
-                close()
-        X = parts[0] if len(parts) == 1 else np.concatenate(parts)
-    if X.dtype.kind not in "iuf":
-        raise CommandError(f"{path}: {what} must be numeric vectors, got dtype {X.dtype}")
-    return X
-
-
-def _check_dim(path, what, dim, expected, owner):
-    if dim != expected:
-        raise CommandError(f"{path}: {what} have dimension {dim}, but {owner} expects {expected}")
-
-
-def _check_output(path, what):
-    """The folder of an output file must exist and the path must not be a directory (checked before any work)."""
-    try:
-        paths.check_output_file(path, what)
-    except (FileNotFoundError, ValueError) as exc:
-        raise CommandError(str(exc)) from None
-
-
-def read_allowed_ids(path):
-    """The ids of ``search --allow``: int64, shape (n,), in file order (duplicates and negative values kept: search
-    ignores ids the index does not hold).
-
-    ``.ivecs``/``.ivecs.gz``: every value of every row (a result file of `ockstore search -o` works; its -1 padding
-    is ignored); ``.npy``: integer ids of shape (N,) or (N, 1) (ockstore.vecfiles.read_ids); any other name: a text
-    file of decimal integers, whitespace separated (one per line), '#' starting a comment.
-    """
-    path = paths.check_input_file(path, "path")  # a missing file is reported as such, whatever its name
-    name = os.path.basename(path).lower()
-    if name.endswith((".ivecs", ".ivecs.gz")):
-        X = vecfiles.read_vecs(path)
-        return np.ascontiguousarray(X, dtype=np.int64).reshape(-1)
-    if name.endswith(".npy"):
-        return vecfiles.read_ids(path)
-    if name.endswith((".fvecs", ".bvecs", ".fvecs.gz", ".bvecs.gz", ".hdf5", ".h5", ".gz")):
-        raise CommandError(f"{path}: not an ids file; --allow reads {ID_FILES}")
-    with open(path, "rb") as f:
-        raw = f.read()
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise CommandError(f"{path}: not a text file of integer ids (nor .ivecs or .npy)") from None
-    lines = [line.partition("#")[0] for line in text.splitlines()]
-    tokens = " ".join(lines).split()
-    try:
-        return np.array(tokens, dtype=np.str_).astype(np.int64) if tokens else np.empty(0, dtype=np.int64)
-    except (ValueError, OverflowError):
-        pass
-    for number, line in enumerate(lines, 1):  # find the bad token, to name its line
-        for token in line.split():
-            try:
-                value = int(token, 10)
-            except ValueError:
-                raise CommandError(f"{path}: line {number}: expected an integer id, got {token[:40]!r}") from None
-            if not np.iinfo(np.int64).min <= value <= np.iinfo(np.int64).max:
-                raise CommandError(f"{path}: line {number}: id {token[:40]} is out of the int64 range")
-    raise CommandError(f"{path}: not a text file of integer ids")  # pragma: no cover - numpy refused, int() did not
 
 
 def _check_rerank_vectors(index, args):
@@ -146,7 +66,7 @@ def _open_index(path):
 
 # -------------------------------------------------------------------------------------------------------- commands
 def train(args, out):
-    _check_output(args.output, "-o/--output")
+    check_output(args.output, "-o/--output")
     cls = METHODS[args.method]
     given = {parameter: getattr(args, dest) for dest, (_flag, parameter) in QUANTIZER_OPTIONS.items()
              if getattr(args, dest) is not None}  # the others: the class's own defaults
@@ -156,7 +76,7 @@ def train(args, out):
         q = ockstore.IVF(args.lists, fine, seed=0 if args.seed is None else args.seed, n_threads=args.threads)
 
     t0 = time.perf_counter()
-    X = _read_vectors(args.learn, "learn vectors", args.limit)
+    X = read_vectors(args.learn, "learn vectors", args.limit)
     t_read = time.perf_counter() - t0
     n, dim = X.shape
     t0 = time.perf_counter()
@@ -189,36 +109,20 @@ def train(args, out):
 def build(args, out):
     if args.workers is not None or args.scheduler is not None:
         return build_distributed(args, out)  # a collection folder, on a Dask cluster
-    _check_output(args.output, "-o/--output")
+    check_output(args.output, "-o/--output")
     q = ockstore.load_quantizer(args.quantizer)
-    ids = vecfiles.read_ids(args.ids) if args.ids is not None else None
+    owner = f"the quantizer of {args.quantizer}"
     show = progress_enabled(args)
-    total = None
-    if show or ids is not None:
-        total, dim = vecfiles.count_vecs(args.base)
-        _check_dim(args.base, "base vectors", dim, q.dim, f"the quantizer of {args.quantizer}")
-        if ids is not None and len(ids) != total:
-            raise CommandError(f"{args.ids}: {len(ids):,} ids for {total:,} base vectors in {args.base}")
-    chunks = vecfiles.iter_vecs(args.base, chunk_size=args.chunk_size)
+    ids, total = base_ids(args, q.dim, owner, show)
     meta = dict(args.metadata)
     t0 = time.perf_counter()
     bar = Progress(total, "build", enabled=show)
-    done = 0
     try:
         with ockstore.IndexWriter(args.output, q, norm_encoding=args.norm_encoding, store_vectors=args.store_vectors,
                                   metadata=meta or None, n_threads=args.threads) as writer:
-            for chunk in chunks:
-                if chunk.shape[1] != q.dim:
-                    _check_dim(args.base, "base vectors", chunk.shape[1], q.dim, f"the quantizer of {args.quantizer}")
-                stop = done + chunk.shape[0]
-                if ids is not None and stop > len(ids):
-                    raise CommandError(f"{args.ids}: {len(ids):,} ids, but {args.base} has more base vectors")
-                # (_add: a refused row is named by its row in the file, not in the chunk)
-                writer._add(chunk, None if ids is None else ids[done:stop], done)
-                done = stop
+            for chunk, chunk_ids, first_row in iter_base(args, ids, q.dim, owner):
+                writer._add(chunk, chunk_ids, first_row)  # a refused row is named by its row in the file
                 bar.update(chunk.shape[0])
-            if ids is not None and done != len(ids):
-                raise CommandError(f"{args.ids}: {len(ids):,} ids for {done:,} base vectors in {args.base}")
             n = writer.ntotal
     except BaseException:
         bar.abort()
@@ -282,8 +186,8 @@ def _search_all(index, Q, k, distance, threads, show, label="search", rerank=Non
 
 
 def _load_queries(args, index, path):
-    Q = _read_vectors(path, "queries", args.limit)
-    _check_dim(path, "queries", Q.shape[1], index.dim, f"the index {args.index}")
+    Q = read_vectors(path, "queries", args.limit)
+    check_dim(path, "queries", Q.shape[1], index.dim, f"the index {args.index}")
     if Q.shape[0] == 0:
         raise CommandError(f"{path}: no queries (the file holds zero vectors)")
     return Q
@@ -291,7 +195,7 @@ def _load_queries(args, index, path):
 
 def search(args, out):
     if args.output is not None:
-        _check_output(args.output, "-o/--output")
+        check_output(args.output, "-o/--output")
     with _open_index(args.index) as index:
         _check_rerank_vectors(index, args)
         _check_probe(index, args)
@@ -366,7 +270,7 @@ def evaluate(args, out):
         _check_rerank_vectors(index, args)
         _check_probe(index, args)
         Q = _load_queries(args, index, args.queries)
-        gt = _read_vectors(args.groundtruth, "ground truth", args.limit)
+        gt = read_vectors(args.groundtruth, "ground truth", args.limit)
         if gt.dtype.kind not in "iu":
             raise CommandError(f"{args.groundtruth}: ground truth must hold integer ids (.ivecs), got {gt.dtype}")
         if gt.shape[0] != Q.shape[0]:
@@ -377,7 +281,7 @@ def evaluate(args, out):
         base = None
         if args.base is not None:
             base = vecfiles.read_vecs(args.base)
-            _check_dim(args.base, "base vectors", base.shape[1], index.dim, f"the index {args.index}")
+            check_dim(args.base, "base vectors", base.shape[1], index.dim, f"the index {args.index}")
             if base.shape[0] != info["N"]:
                 raise CommandError(f"{args.base}: {base.shape[0]:,} base vectors, but the index holds "
                                    f"{info['N']:,}: the mean overall ratio needs the base the index was built from")

@@ -9,142 +9,30 @@ from __future__ import annotations
 
 import argparse
 import inspect
-import os
-import sys
-import textwrap
 
 import ockstore
 from ockstore.quantizers import METHODS, PARAMETERS
 
 from . import output
+from .collections import add_parsers
+from .options import (
+    DEFAULT_CHUNK, ID_FILES, QUANTIZER_OPTIONS, STORE_VECTORS, VECTOR_FILES, Formatter, add_command, add_metadata,
+    add_probe, add_progress, add_rerank, add_threads, int_type, method_defaults, param_type,
+    positive, wrap,
+)
 
-__all__ = ["build_parser", "check_args", "PROG", "VECTOR_FILES", "ID_FILES", "QUANTIZER_OPTIONS", "DEFAULT_CHUNK",
-           "STORE_VECTORS"]
+__all__ = ["build_parser", "check_args", "PROG"]
 
 PROG = "ockstore"
-
-# Vector and id files the command reads (the extensions ockstore.vecfiles understands).
-VECTOR_FILES = ".fvecs, .bvecs, .ivecs (each optionally .gz) or .npy"
-
-# Files of ids to allow (`search --allow`; read by commands.read_allowed_ids).
-ID_FILES = ".ivecs or .ivecs.gz (every value), an integer .npy of shape (N,) or (N, 1), or a text file of integers"
-
-# How `build --store-vectors` keeps the vectors for exact re-ranking (the store_vectors of ockstore.IndexWriter).
-STORE_VECTORS = ("float16", "float32", "uint8")
-
-# Default rows per step when reading a base file (memory bounded by the chunk, not by N).
-DEFAULT_CHUNK = 100_000
-
-# The quantizer options of `ockstore train`: destination -> (the option as messages name it, the constructor argument
-# it sets). The command passes exactly the options given; the class's own defaults apply to the others.
-QUANTIZER_OPTIONS = {"codebooks": ("--codebooks/-C", "n_codebooks"), "beam": ("--beam/-T", "beam_width"),
-                     "codewords": ("--codewords/-K", "n_codewords"), "iterations": ("--iterations", "n_iter"),
-                     "tol": ("--tol", "tol"), "seed": ("--seed", "seed"), "metric": ("--metric", "metric")}
-
-
-class _Formatter(argparse.RawDescriptionHelpFormatter):
-    """Keep the hand-wrapped descriptions and examples; show defaults only where the help text says so."""
-
-    def __init__(self, prog):
-        super().__init__(prog, max_help_position=32, width=min(110, _terminal_width()))
-
-
-def _terminal_width():
-    try:
-        return os.get_terminal_size(sys.stderr.fileno()).columns
-    except (OSError, ValueError, AttributeError):
-        return 100
-
-
-def _wrap(text, width=100):
-    """A help description wrapped to ``width`` columns (the formatter keeps the examples' own line breaks)."""
-    return textwrap.fill(text, width)
-
-
-def _defaults(parameter):
-    """'pq 25, ckm 30, ...': each method's default for a constructor argument, read from its signature."""
-    return ", ".join(f"{name} {inspect.signature(cls).parameters[parameter].default}"
-                     for name, cls in METHODS.items() if parameter in inspect.signature(cls).parameters)
-
-
-def _param_type(parameter, parse=int):
-    """An argparse type: the text parsed, then checked by the library's rule for ``parameter``."""
-    rule = PARAMETERS[parameter]
-
-    def check(text):
-        try:
-            return rule.check(parse(text))
-        except (TypeError, ValueError):
-            raise argparse.ArgumentTypeError(f"expected {rule.describe()}, got {text!r}") from None
-
-    check.__name__ = rule.kind
-    return check
-
-
-def _int_type(min_value, what="an integer"):
-    def parse(text):
-        try:
-            value = int(text, 10)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
-        if value < min_value:
-            raise argparse.ArgumentTypeError(f"expected {what} >= {min_value}, got {value}")
-        return value
-
-    parse.__name__ = "integer"
-    return parse
-
-
-def _metadata_item(text):
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
-    return key, value
-
-
-_positive = _int_type(1, "a positive integer")
-
-
-def _add_threads(p):
-    p.add_argument("--threads", type=_param_type("n_threads"), default=None, metavar="N",
-                   help="threads to use (default: all cores available to the process)")
-
-
-def _add_metadata(p):
-    p.add_argument("--metadata", nargs="+", action="extend", type=_metadata_item, default=[], metavar="KEY=VALUE",
-                   help="user metadata stored in the file (strings)")
-
-
-def _add_rerank(p):
-    p.add_argument("--rerank", type=_positive, default=None, metavar="R",
-                   help="keep R >= K candidates per query from the codes, then return the best K by their exact "
-                        "distances (or scores) from the vectors stored in the index (built with --store-vectors) "
-                        "(e.g. -k 10 --rerank 100)")
-
-
-def _add_probe(p):
-    p.add_argument("--probe", type=_positive, default=None, metavar="N",
-                   help="inverted-file indexes (train --lists): scan the N lists nearest each query (1..lists; more "
-                        "lists, better recall, slower); default: the index's default_n_probe (lists / 64, see "
-                        "'ockstore info'); --probe LISTS scans every list (e.g. --probe 32)")
-
-
-def _add_progress(p):
-    g = p.add_mutually_exclusive_group()
-    g.add_argument("-q", "--quiet", action="store_true",
-                   help="no progress bar (errors are still reported on stderr)")
-    g.add_argument("--progress", action="store_true",
-                   help="show the progress bar even when stderr is not a terminal")
-
 
 
 def build_parser():
     """The argument parser of the ``ockstore`` command (exposed for documentation and tests)."""
     parser = argparse.ArgumentParser(
         prog=PROG,
-        formatter_class=_Formatter,
-        description=_wrap("Build, store and search compact-code vector indexes with Optimized Cartesian K-Means (OCKM) "
-                    "and its baselines PQ, CKM and ECKM."),
+        formatter_class=Formatter,
+        description=wrap("Build, store and search compact-code vector indexes with Optimized Cartesian K-Means (OCKM) "
+                         "and its baselines PQ, CKM and ECKM."),
         epilog="""\
 example:
   ockstore train sift_learn.bvecs.gz -o sift.ockq --method ockm --subspaces 4 --codebooks 2
@@ -160,11 +48,12 @@ Exit status: 0 success, 1 data or format error (one line on stderr), 2 usage err
     sub.required = True
 
     # ---------------------------------------------------------------------------------------------------- train
-    p = sub.add_parser(
-        "train", formatter_class=_Formatter, help="train a quantizer on a learn set and save it",
-        description=_wrap("Train a quantizer (PQ, CKM, ECKM or OCKM) on the vectors of LEARN_FILE and save it to "
-                    "QUANTIZER_FILE. Prints the final objective (mean squared reconstruction error) and the time."),
-        epilog="""\
+    p = add_command(sub, "train", """\
+train a quantizer on a learn set and save it
+
+Train a quantizer (PQ, CKM, ECKM or OCKM) on the vectors of LEARN_FILE and save it to QUANTIZER_FILE. Prints the
+final objective (mean squared reconstruction error) and the time.
+
 examples:
   # 64-bit OCKM codes: M=4 subspaces x C=2 codebooks of K=256 words, beam T=10
   ockstore train sift_learn.bvecs.gz -o sift.ockq --method ockm --subspaces 4 --codebooks 2 --beam 10
@@ -175,49 +64,49 @@ examples:
   # an inverted file: 1,024 coarse lists, residuals in 64-bit OCKM codes (search it with --probe)
   ockstore train sift_learn.bvecs.gz -o ivf.ockq --method ockm --subspaces 4 --lists 1024
 
-Code size: M*C bytes per vector (C = 1 for pq and ckm). Default iterations: """ + _defaults("n_iter") + ".",
-    )
+Code size: M*C bytes per vector (C = 1 for pq and ckm). Default iterations: """ + method_defaults("n_iter") + ".")
     p.add_argument("learn", metavar="LEARN_FILE", help=f"training vectors ({VECTOR_FILES})")
     p.add_argument("-o", "--output", required=True, metavar="QUANTIZER_FILE", help="the quantizer file to write")
     p.add_argument("--method", required=True, choices=tuple(METHODS), help="the quantizer")
-    p.add_argument("--subspaces", "-M", required=True, type=_param_type("n_subspaces"), metavar="M",
+    p.add_argument("--subspaces", "-M", required=True, type=param_type("n_subspaces"), metavar="M",
                    help="M, subspaces (1..dim)")
-    p.add_argument("--codebooks", "-C", type=_param_type("n_codebooks"), default=None, metavar="C",
-                   help=f"C, codebooks per subspace (default: {_defaults('n_codebooks')}; pq and ckm use 1)")
-    p.add_argument("--beam", "-T", type=_param_type("beam_width"), default=None, metavar="T",
-                   help=f"T, beam width of the encoder (default: {_defaults('beam_width')})")
-    p.add_argument("--codewords", "-K", type=_param_type("n_codewords"), default=None, metavar="K",
+    p.add_argument("--codebooks", "-C", type=param_type("n_codebooks"), default=None, metavar="C",
+                   help=f"C, codebooks per subspace (default: {method_defaults('n_codebooks')}; pq and ckm use 1)")
+    p.add_argument("--beam", "-T", type=param_type("beam_width"), default=None, metavar="T",
+                   help=f"T, beam width of the encoder (default: {method_defaults('beam_width')})")
+    p.add_argument("--codewords", "-K", type=param_type("n_codewords"), default=None, metavar="K",
                    help="K, words per codebook, 2..256 (default 256)")
-    p.add_argument("--iterations", type=_param_type("n_iter"), default=None, metavar="N",
+    p.add_argument("--iterations", type=param_type("n_iter"), default=None, metavar="N",
                    help="maximum training iterations (default: the method's own, see below)")
-    p.add_argument("--tol", type=_param_type("tol", float), default=None,
+    p.add_argument("--tol", type=param_type("tol", float), default=None,
                    help="stop when an iteration lowers the objective by less than this fraction (default 1e-4)")
-    p.add_argument("--seed", type=_param_type("seed"), default=None, help="random seed (default 0)")
+    p.add_argument("--seed", type=param_type("seed"), default=None, help="random seed (default 0)")
     p.add_argument("--metric", choices=PARAMETERS["metric"].choices, default=None,
                    help="what searches rank by: l2, squared L2 distance, ascending (the default); ip, inner product, "
                         "or cosine, cosine similarity, both descending (e.g. --metric ip)")
-    p.add_argument("--lists", type=_int_type(1, "a positive integer"), default=None, metavar="N",
+    p.add_argument("--lists", type=int_type(1, "a positive integer"), default=None, metavar="N",
                    help="make an inverted file (IVF) of N coarse lists: vectors go to the list of their nearest "
                         "k-means centroid and the quantizer encodes their residuals; searches then scan the lists "
                         "nearest each query only (search/eval --probe). Needs at least N training vectors "
                         "(e.g. --lists 1024 for a million vectors); default: a flat index")
-    p.add_argument("--limit", type=_positive, default=None, metavar="N", help="train on the first N vectors only")
-    _add_metadata(p)
+    p.add_argument("--limit", type=positive, default=None, metavar="N", help="train on the first N vectors only")
+    add_metadata(p)
     p.add_argument("-v", "--verbose", action="store_true", help="print the objective of every iteration on stderr")
-    _add_threads(p)
-    p.set_defaults(subparser=p)
+    add_threads(p)
 
     # ---------------------------------------------------------------------------------------------------- build
-    p = sub.add_parser(
-        "build", formatter_class=_Formatter, help="encode a base with a quantizer into an index file",
-        description=_wrap("Encode the vectors of BASE_FILE with the quantizer of QUANTIZER_FILE (a quantizer file or an "
-                    "index file) and write the index file INDEX_FILE. The base is streamed CHUNK rows at a time: "
-                    "memory stays bounded by the chunk size. The file appears under its name only when complete.")
-                    + "\n\n" + _wrap("With --workers or --scheduler the build runs on a Dask cluster (pip install "
-                    "'ockstore[dask]') and writes a collection folder: one task, one segment per partition of the "
-                    "base (each BASE_FILE, or ranges of --partition-rows rows), committed at once when every task "
-                    "succeeded (into an existing collection folder, the vectors are added to it)."),
-        epilog="""\
+    p = add_command(sub, "build", """\
+encode a base with a quantizer into an index file
+
+Encode the vectors of BASE_FILE with the quantizer of QUANTIZER_FILE (a quantizer file or an index file) and write
+the index file INDEX_FILE. The base is streamed CHUNK rows at a time: memory stays bounded by the chunk size. The
+file appears under its name only when complete.
+
+With --workers or --scheduler the build runs on a Dask cluster (pip install 'ockstore[dask]') and writes a
+collection folder: one task, one segment per partition of the base (each BASE_FILE, or ranges of --partition-rows
+rows), committed at once when every task succeeded (into an existing collection folder, the vectors are added to
+it).
+
 examples:
   ockstore build sift.ockq sift_base.bvecs.gz -o sift.ock
   ockstore build sift.ockq base.npy -o base.ock --ids base_ids.npy --norm-encoding f32 --metadata source=photos
@@ -225,8 +114,7 @@ examples:
   ockstore build sift.ockq sift_base.bvecs.gz -o sift.ock --store-vectors uint8
   # a collection folder built by 2 local worker processes, or on a running Dask cluster
   ockstore build sift.ockq base.npy -o sift/ --workers 2 --partition-rows 250000
-  ockstore build sift.ockq part0.fvecs part1.fvecs -o /shared/sift/ --scheduler tcp://10.0.0.1:8786""",
-    )
+  ockstore build sift.ockq part0.fvecs part1.fvecs -o /shared/sift/ --scheduler tcp://10.0.0.1:8786""")
     p.add_argument("quantizer", metavar="QUANTIZER_FILE", help="a quantizer file (ockstore train) or an index file")
     p.add_argument("base", metavar="BASE_FILE", nargs="+",
                    help=f"the vectors to index ({VECTOR_FILES}); several files only with --workers or --scheduler")
@@ -242,30 +130,30 @@ examples:
     p.add_argument("--ids", default=None, metavar="IDS_FILE",
                    help="one non-negative integer id per base vector, in base order (.ivecs with dimension 1, or an "
                         "integer .npy of shape (N,) or (N, 1)); default: 0..N-1")
-    p.add_argument("--chunk-size", type=_positive, default=None, metavar="CHUNK",
+    p.add_argument("--chunk-size", type=positive, default=None, metavar="CHUNK",
                    help=f"base vectors read and encoded per step (default {DEFAULT_CHUNK:,}; not with --workers or "
                         "--scheduler, whose tasks read 65,536 rows at a time)")
-    _add_metadata(p)
-    _add_threads(p)
-    _add_progress(p)
+    add_metadata(p)
+    add_threads(p)
+    add_progress(p)
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--workers", type=_positive, default=None, metavar="N",
+    g.add_argument("--workers", type=positive, default=None, metavar="N",
                    help="build a collection on a Dask cluster of N local worker processes (one thread each)")
     g.add_argument("--scheduler", default=None, metavar="ADDRESS",
                    help="build a collection on the Dask cluster of this scheduler (e.g. tcp://10.0.0.1:8786); "
                         "the output folder and the base files must be at the same paths on every worker")
-    p.add_argument("--partition-rows", type=_positive, default=None, metavar="ROWS",
+    p.add_argument("--partition-rows", type=positive, default=None, metavar="ROWS",
                    help="with --workers or --scheduler: rows per task and segment (default: each BASE_FILE when "
                         "several are given, else 262,144)")
-    p.set_defaults(subparser=p)
 
     # --------------------------------------------------------------------------------------------------- search
-    p = sub.add_parser(
-        "search", formatter_class=_Formatter, help="search an index file for the k nearest neighbours of queries",
-        description=_wrap("Search INDEX_FILE for the K nearest neighbours of every vector of QUERY_FILE. With -o the ids "
-                    "are written to a file (.ivecs, .ivecs.gz or .npy; -1 where fewer than K vectors exist); "
-                    "without it they are printed, a few lines per query."),
-        epilog="""\
+    p = add_command(sub, "search", """\
+search an index file for the k nearest neighbours of queries
+
+Search INDEX_FILE for the K nearest neighbours of every vector of QUERY_FILE. With -o the ids are written to a file
+(.ivecs, .ivecs.gz or .npy; -1 where fewer than K vectors exist); without it they are printed, a few lines per
+query.
+
 examples:
   ockstore search sift.ock sift_query.bvecs.gz -k 10 --limit 3
   ockstore search sift.ock sift_query.bvecs.gz -k 100 -o neighbours.ivecs --distances   # + neighbours.dist.fvecs
@@ -274,92 +162,82 @@ examples:
   ockstore search sift.ock sift_query.bvecs.gz -k 10 --allow in_stock.txt              # one id per line
 Distances follow the index's metric (ockstore info): squared L2 for l2 (ascending), inner products for ip and cosine
 similarities for cosine (descending). ADC: from the query to each reconstruction; SDC: between reconstructions; with
---rerank: exact, from the stored vectors.""",
-    )
+--rerank: exact, from the stored vectors.""")
     p.add_argument("index", metavar="INDEX_FILE", help="an index file, or a collection folder (ockstore create)")
     p.add_argument("queries", metavar="QUERY_FILE", help=f"query vectors ({VECTOR_FILES})")
-    p.add_argument("-k", type=_positive, required=True, metavar="K", help="neighbours per query")
+    p.add_argument("-k", type=positive, required=True, metavar="K", help="neighbours per query")
     p.add_argument("--distance", choices=("adc", "sdc"), default="adc", help="adc (default) or sdc")
     p.add_argument("-o", "--output", default=None, metavar="OUT",
                    help="write the ids to OUT (.ivecs, .ivecs.gz or .npy) instead of printing them")
     p.add_argument("--distances", action="store_true",
                    help="with -o, also write the distances beside it: OUT's stem + .dist.fvecs (or .dist.npy)")
-    p.add_argument("--limit", type=_positive, default=None, metavar="N", help="search the first N queries only")
-    _add_rerank(p)
-    _add_probe(p)
+    p.add_argument("--limit", type=positive, default=None, metavar="N", help="search the first N queries only")
+    add_rerank(p)
+    add_probe(p)
     p.add_argument("--allow", default=None, metavar="IDS_FILE",
                    help="search only the vectors with these ids; ids the index does not hold are ignored. "
                         f"IDS_FILE: {ID_FILES} (one per line; '#' starts a comment) (e.g. --allow in_stock.txt)")
-    _add_threads(p)
-    _add_progress(p)
-    p.set_defaults(subparser=p)
+    add_threads(p)
+    add_progress(p)
 
     # ----------------------------------------------------------------------------------------------------- info
-    p = sub.add_parser(
-        "info", formatter_class=_Formatter, help="describe an index file, quantizer file or collection folder",
-        description=_wrap("Print what an index file (or a quantizer file) holds: method, parameters, sizes, format "
-                    "version, metadata; for an inverted file also its lists (n_lists, default_n_probe, and the "
-                    "min, max, mean and median list size and the number of empty lists). Reads the header and "
-                    "the small sections only: constant time whatever the number of vectors."),
-        epilog="""\
+    p = add_command(sub, "info", """\
+describe an index file, quantizer file or collection folder
+
+Print what an index file (or a quantizer file) holds: method, parameters, sizes, format version, metadata; for an
+inverted file also its lists (n_lists, default_n_probe, and the min, max, mean and median list size and the number
+of empty lists). Reads the header and the small sections only: constant time whatever the number of vectors.
+
 examples:
   ockstore info sift.ock
-  ockstore info sift.ockq --json""",
-    )
+  ockstore info sift.ockq --json""")
     p.add_argument("file", metavar="FILE", help="an index file, a quantizer file or a collection folder")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of aligned lines")
-    p.set_defaults(subparser=p)
 
     # --------------------------------------------------------------------------------------------------- verify
-    p = sub.add_parser(
-        "verify", formatter_class=_Formatter, help="read a whole index file and check it",
-        description=_wrap("Read every byte of INDEX_FILE and check it: checksums, codes within range, finite values. "
-                    "Prints 'ok' and the number of vectors, or exits with status 1 and the reason."),
-        epilog="""\
+    p = add_command(sub, "verify", """\
+read a whole index file and check it
+
+Read every byte of INDEX_FILE and check it: checksums, codes within range, finite values. Prints 'ok' and the number
+of vectors, or exits with status 1 and the reason.
+
 example:
-  ockstore verify sift.ock && echo intact""",
-    )
+  ockstore verify sift.ock && echo intact""")
     p.add_argument("index", metavar="INDEX_FILE", help="an index file, or a collection folder (ockstore create)")
-    p.set_defaults(subparser=p)
 
     # ----------------------------------------------------------------------------------------------------- eval
-    p = sub.add_parser(
-        "eval", formatter_class=_Formatter, help="measure recall (and mean overall ratio) against ground truth",
-        description=_wrap("Search INDEX_FILE with the queries of QUERY_FILE and compare with the exact neighbours of "
-                    "GROUNDTRUTH_FILE (.ivecs: row i holds the base row numbers of query i's neighbours, nearest "
-                    "first; for an ip or cosine index, the best by that metric). recall@R is the fraction of "
-                    "queries whose true nearest neighbour is among the first R results. With --base, also the mean "
-                    "overall ratio at 10 (1.0 is perfect; l2 indexes only). With --rerank, the K results are the "
-                    "best of R candidates re-ranked exactly. The index's ids must be base row numbers (indexes built "
-                    "without --ids)."),
-        epilog="""\
+    p = add_command(sub, "eval", """\
+measure recall (and mean overall ratio) against ground truth
+
+Search INDEX_FILE with the queries of QUERY_FILE and compare with the exact neighbours of GROUNDTRUTH_FILE (.ivecs:
+row i holds the base row numbers of query i's neighbours, nearest first; for an ip or cosine index, the best by that
+metric). recall@R is the fraction of queries whose true nearest neighbour is among the first R results. With --base,
+also the mean overall ratio at 10 (1.0 is perfect; l2 indexes only). With --rerank, the K results are the best of R
+candidates re-ranked exactly. The index's ids must be base row numbers (indexes built without --ids).
+
 examples:
   ockstore eval sift.ock sift_query.bvecs.gz sift_groundtruth.ivecs.gz
   ockstore eval sift.ock sift_query.bvecs.gz sift_groundtruth.ivecs.gz --recalls 1 10 100 1000 -k 1000 \\
       --distance sdc --base sift_base.bvecs.gz
-  ockstore eval sift.ock sift_query.bvecs.gz sift_groundtruth.ivecs.gz -k 10 --rerank 100 --json""",
-    )
+  ockstore eval sift.ock sift_query.bvecs.gz sift_groundtruth.ivecs.gz -k 10 --rerank 100 --json""")
     p.add_argument("index", metavar="INDEX_FILE", help="an index file, or a collection folder (ockstore create)")
     p.add_argument("queries", metavar="QUERY_FILE")
     p.add_argument("groundtruth", metavar="GROUNDTRUTH_FILE")
-    p.add_argument("-k", type=_positive, default=100, metavar="K", help="results per query (default 100)")
-    p.add_argument("--recalls", type=_positive, nargs="+", default=None, metavar="R",
+    p.add_argument("-k", type=positive, default=100, metavar="K", help="results per query (default 100)")
+    p.add_argument("--recalls", type=positive, nargs="+", default=None, metavar="R",
                    help="the R of recall@R, each <= K (default: 1 10 100, those <= K)")
     p.add_argument("--distance", choices=("adc", "sdc"), default="adc", help="adc (default) or sdc")
     p.add_argument("--base", default=None, metavar="BASE_FILE",
                    help="the base vectors the index was built from, for the mean overall ratio at 10 (needs K >= 10; "
                         "l2 indexes only)")
-    p.add_argument("--limit", type=_positive, default=None, metavar="N", help="use the first N queries only")
-    _add_rerank(p)
-    _add_probe(p)
+    p.add_argument("--limit", type=positive, default=None, metavar="N", help="use the first N queries only")
+    add_rerank(p)
+    add_probe(p)
     p.add_argument("--json", action="store_true", help="print one JSON object instead of aligned lines")
-    _add_threads(p)
-    _add_progress(p)
-    p.set_defaults(subparser=p)
+    add_threads(p)
+    add_progress(p)
 
-    from .collections import add_parsers  # create, add, delete, compact (that module imports this one)
-
-    add_parsers(sub)
+    add_parsers(sub)  # create, add, delete, compact
     return parser
 
 

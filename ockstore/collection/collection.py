@@ -10,10 +10,10 @@ import os
 import numpy as np
 
 from .. import storage
-from .._encoding import check_fitted_model, check_store_vectors, resolve_norm_encoding
+from .._closable import Closable
+from .._index_rows import check_fitted_model, check_store_vectors, resolve_norm_encoding
 from .._validation import as_ids, as_vectors, check_bool, check_choice, check_int
 from ..errors import FormatError
-from ..index import _quantizer_summary
 from ..indexfile.schema import check_user_metadata
 from ..indexfile.writer import save_quantizer
 from ..paths import _as_str
@@ -32,7 +32,7 @@ __all__ = ["Collection", "create_collection", "open_collection"]
 KEEP_GENERATIONS = 2
 
 
-class Collection:
+class Collection(Closable):
     """A collection folder opened as a writer (mode "a") or as a read-only snapshot (mode "r").
 
     Made by :func:`create_collection` or :func:`open_collection`, not by this constructor. Every change (``add``,
@@ -75,18 +75,6 @@ class Collection:
         if self._lock is not None:
             self._lock.release()
             self._lock = None
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    def __enter__(self):
-        self._check_open()
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        self.close()
-        return False
 
     def __del__(self):
         if getattr(self, "_lock", None) is not None:
@@ -190,7 +178,7 @@ class Collection:
         return {
             "kind": "collection", "path": self._folder, "mode": self._mode, "generation": m.generation, "N": m.live,
             "rows": m.rows, "deleted": m.rows - m.live, "segments": len(m.segments), "next_id": m.next_id,
-            **_quantizer_summary(q), "norm_encoding": m.norm_encoding, "store_vectors": m.store_vectors,
+            **q._summary(), "norm_encoding": m.norm_encoding, "store_vectors": m.store_vectors,
             "bytes_per_vector": int(q.code_size) + {"f32": 4, "u8": 1, "none": 0}[m.norm_encoding],
             "merge_factor": m.merge_factor, "metadata": storage.canonical_metadata(snap.user),
             "problems": list(snap.problems),
@@ -199,7 +187,7 @@ class Collection:
         }
 
     # ------------------------------------------------------------------------------------------------------ search
-    def search(self, Q, k, *, distance="adc", rerank=None, vectors=None, allow=None, n_threads=None, **options):
+    def search(self, Q, k, *, n_probe=None, distance="adc", rerank=None, vectors=None, allow=None, n_threads=None):
         """The k best live vectors of each query, over every segment: equal to one ``Index.search`` over an index
         holding the live rows (same values, same ids, same order).
 
@@ -207,6 +195,9 @@ class Collection:
         ----------
         Q, k, distance, n_threads
             As for :meth:`ockstore.Index.search`; ``k`` is bounded by the number of live vectors as there.
+        n_probe : int in 1..n_lists, or None
+            A collection of an IVF (inverted-file segments): the lists each segment's search probes per query, as for
+            ``Index.search`` (None: the IVF's default_n_probe). A flat collection takes only None.
         rerank : int >= k, or None
             As for ``Index.search``: the best ``rerank`` candidates of the whole collection by their codes are
             re-ranked exactly, from the vectors stored in the segments (``store_vectors``) or from ``vectors``.
@@ -216,9 +207,6 @@ class Collection:
         allow : array-like of int ids, or None
             Search only the vectors with these ids (any order; duplicates and unknown ids ignored). A boolean mask
             over rows is refused (TypeError): rows have no meaning across segments.
-        **options
-            Passed to every segment's search (e.g. ``n_probe`` of IVF segments); TypeError for a keyword the
-            segments do not take.
 
         Returns
         -------
@@ -226,8 +214,8 @@ class Collection:
             equal values by the smaller id; padding +inf or -inf with id -1).
         """
         self._check_open()
-        return self._snap.search(Q, k, distance=distance, rerank=rerank, vectors=vectors, allow=allow,
-                                 n_threads=n_threads, **options)
+        return self._snap.search(Q, k, n_probe=n_probe, distance=distance, rerank=rerank, vectors=vectors,
+                                 allow=allow, n_threads=n_threads)
 
     # ---------------------------------------------------------------------------------------------------- changes
     def add(self, X, ids=None, *, n_threads=None):

@@ -24,7 +24,7 @@ import msgpack
 import numpy as np
 
 from .. import storage
-from .._encoding import NORM_ENCODINGS, STORE_VECTORS
+from .._index_rows import NORM_ENCODINGS, STORE_VECTORS
 from ..indexfile.schema import LIBRARY
 from . import names
 

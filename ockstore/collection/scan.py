@@ -13,30 +13,16 @@ No input validation here: ``Snapshot.search`` checks everything first.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from .. import _kernels
 from ..search import SMALL_SCAN_CODES
 from .merge import topk_columns
 
-__all__ = ["Part", "scan_parts", "QUERIES_PER_STEP"]
+__all__ = ["scan_parts", "QUERIES_PER_STEP"]
 
 # Queries whose results are gathered per step: bounds the per-part results held at once (queries x k x segments).
 QUERIES_PER_STEP = 1024
-
-
-@dataclass(frozen=True)
-class Part:
-    """The arrays of one segment as the scan reads them (see search.search_codes for each)."""
-
-    codes: np.ndarray                 # (N, M*C) uint8
-    ids: np.ndarray                   # (N,) int64
-    norms: np.ndarray | None          # (N,) float32 norm terms, or None
-    norm_codes: np.ndarray | None     # (N,) uint8 norm codes, or None
-    norm_levels: np.ndarray | None    # (256,) float32 with norm_codes
-    allow: np.ndarray | None          # the rows bitmap (search.rows_bitmap), or None: every row
 
 
 def scan_parts(tables, Q, k, parts, *, distance="adc", n_threads=1):
@@ -47,7 +33,7 @@ def scan_parts(tables, Q, k, parts, *, distance="adc", n_threads=1):
     tables : search.QueryTables of the quantizer every part was encoded with
     Q : ndarray of shape (nq, P), float32, C-contiguous, finite (unit rows for cosine)
     k : int >= 1
-    parts : sequence of Part
+    parts : sequence of search.CodeRows (``Index._flat_scan_rows``)
     distance : "adc" or "sdc"
     n_threads : int >= 1
 

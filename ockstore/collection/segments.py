@@ -17,11 +17,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import storage
-from .._encoding import BUILD_CHUNK, encode_step
+from .._index_rows import BUILD_CHUNK, encode_step
 from .._validation import as_ids, as_vectors, resolve_n_threads
 from ..indexfile.reader import open_index
 from ..indexfile.writer import IndexWriter
-from ..ivf import IVF
 from ..search import rows_bitmap
 from . import names
 from .manifest import check_regular_file
@@ -296,30 +295,20 @@ def copy_live_rows(path, spec, views):
     codes, norm terms, ids and stored vectors COPY_ROWS rows at a time (no re-encoding; memory bounded by the step
     whatever the segments' sizes). Returns (rows, min_id, max_id).
 
-    IVF segments: each row goes with its list (``IVFIndex.row_lists``); the IVF writer sorts the rows list after list
-    (within a list in the order copied), through temporary files.
+    IVF segments: each row goes with its list (``Index._copy_rows`` of an IVFIndex); the IVF writer sorts the rows
+    list after list (within a list in the order copied), through temporary files.
     """
     rows, low, high = 0, None, None
     with IndexWriter(path, spec.quantizer, norm_encoding=spec.norm_encoding,
                      store_vectors=spec.store_vectors) as writer:
         for view in views:
-            index = view.index
             live = view.live_mask()
-            norms, vectors = index.norms, index.vectors
-            ivf = isinstance(index.quantizer, IVF)
             for start in range(0, view.segment.rows, COPY_ROWS):
                 stop = min(view.segment.rows, start + COPY_ROWS)
-                keep = slice(None) if live is None else live[start:stop]
-                ids = np.ascontiguousarray(index.ids[start:stop][keep])
-                if ids.size == 0:
+                keep = None if live is None else live[start:stop]
+                if keep is not None and not keep.any():
                     continue
-                writer._append(
-                    np.ascontiguousarray(index.codes[start:stop][keep]),
-                    None if norms is None else np.ascontiguousarray(norms[start:stop][keep]),
-                    ids,
-                    None if vectors is None else np.ascontiguousarray(vectors[start:stop][keep]),
-                    **({"list_ids": index.row_lists(start, stop)[keep]} if ivf else {}),
-                )
+                ids = view.index._copy_rows(writer, start, stop, keep)  # a segment stores its ids
                 rows += ids.size
                 low = int(ids.min()) if low is None else min(low, int(ids.min()))
                 high = int(ids.max()) if high is None else max(high, int(ids.max()))

@@ -8,26 +8,24 @@ generations or removes the files of old ones (POSIX keeps open and mapped files 
 
 from __future__ import annotations
 
-import inspect
 import os
 import warnings
 
 import numpy as np
 
-from .. import _search_options, storage
-from .._validation import as_vectors, check_choice, check_k, resolve_n_threads
+from .. import _rerank, _search_options, storage
+from .._validation import as_vectors, resolve_n_threads
 from ..errors import FormatError
-from ..index import Index
-from ..ivf import IVF, check_n_probe
 from ..search import QueryTables, rows_bitmap
 from ..indexfile.reader import load_quantizer
 from . import names
 from .manifest import check_regular_file, read_deletions, read_manifest
 from .merge import merge_topk
-from .scan import Part, scan_parts
+from .scan import scan_parts
 from .segments import Segment, SegmentSpec, SegmentView
 
-__all__ = ["CollectionWarning", "Snapshot", "manifest_generations", "load_newest", "open_generation", "remember"]
+__all__ = ["CollectionWarning", "Snapshot", "manifest_generations", "load_newest", "open_generation", "remember",
+           "vectors_by_id", "by_unique_ids"]
 
 # Loading retries with a newer manifest this many times when files of the chosen one vanish meanwhile (a writer
 # removed an old generation's files between our reading its manifest and opening them).
@@ -58,7 +56,6 @@ class Snapshot:
         self.problems = problems
         self._tables = tables  # QueryTables, built on first search
         self._cache = cache  # the collection's cache (see remember), which keeps the tables for later generations
-        self._norm_levels = None
 
     @property
     def generation(self) -> int:
@@ -88,60 +85,61 @@ class Snapshot:
         return np.sort(np.concatenate([view.live_ids() for view in self.views]))
 
     # -------------------------------------------------------------------------------------------------- search
-    def search(self, Q, k, *, distance="adc", rerank=None, vectors=None, allow=None, n_threads=None,
-               **segment_options):
+    def search_options(self, k, **options):
+        """The checked options of a search of this generation: ``_search_options.search_options`` over its live rows,
+        ``vectors`` and ``allow`` by id (every check of Collection.search but the queries')."""
+        return _search_options.search_options(self.spec.quantizer, self.live, k, by_id=True,
+                                              stored_vectors=self.spec.store_vectors is not None, **options)
+
+    def search(self, Q, k, *, n_probe=None, distance="adc", rerank=None, vectors=None, allow=None, n_threads=None):
         """Collection.search (its docstring says everything)."""
+        opts = self.search_options(k, n_probe=n_probe, distance=distance, rerank=rerank, vectors=vectors, allow=allow,
+                                   n_threads=n_threads)
+        Q, was_1d = as_vectors(Q, "Q", self.spec.quantizer.dim)
         quantizer = self.spec.quantizer
-        N = self.live
-        k = check_k(k, N)
-        distance = check_choice(distance, "distance", ("adc", "sdc"))
-        rerank = _search_options.check_rerank(rerank, k, N)
-        if vectors is not None:
-            vectors = _check_id_vectors(vectors, quantizer.dim)
-        elif rerank is not None and self.spec.store_vectors is None:
-            raise ValueError("rerank needs the original vectors: create the collection with store_vectors=... or "
-                             "pass vectors= (indexed by id)")
-        threads = resolve_n_threads(n_threads)
-        self._check_segment_options(segment_options)
-        if "n_probe" in segment_options:  # checked here once, also when no segment is searched
-            check_n_probe(segment_options["n_probe"], quantizer, "collection")
-        Q, was_1d = as_vectors(Q, "Q", quantizer.dim)
-        allowed = None if allow is None else _allowed_ids(allow)
-        width = k if rerank is None else rerank
+        threads = resolve_n_threads(opts.n_threads)
         Qp = quantizer._prepare(Q, "Q")  # what Index.search scans with: unit rows for cosine
-        searched, rows = [], None
-        if _flat(self.views, segment_options) and not isinstance(quantizer, IVF):
-            # flat segments: one table model, each segment bounded by the k-th best so far (scan.py)
-            parts = []
-            for view in self.views:
-                if allowed is None:
-                    bitmap = view.live_bitmap()
-                else:
-                    mask = view.allowed_mask(allowed)
-                    if mask is None:
-                        continue  # no allowed row here
-                    bitmap = rows_bitmap(mask)
-                parts.append(self._part(view, bitmap))
-                searched.append(view)
-            keys, I, part, rows = scan_parts(self.tables, Qp, width, parts, distance=distance, n_threads=threads)
-            D = keys if quantizer.metric == "l2" else np.negative(keys)  # scores descending, padding -inf
-        else:
-            # IVF segments (options such as n_probe): each segment's own search, merged exactly
-            results = []
-            for view in self.views:
-                mask = view.live_mask() if allowed is None else view.allowed_mask(allowed)
-                if allowed is not None and mask is None:
-                    continue
-                results.append(view.index.search(Q, min(width, view.segment.rows), distance=distance, allow=mask,
-                                                 n_threads=threads, **segment_options))
-                searched.append(view)
-            D, I, part = merge_topk(results, width, descending=quantizer.metric != "l2", n_queries=Q.shape[0],
-                                    return_part=True)
-        if rerank is not None:
-            D, I = self._rerank(Qp, I, part, rows, searched, vectors, k)
+        D, I, part, rows, searched = self._candidates(Q, Qp, opts, threads)
+        if opts.rerank is not None:
+            fetch = self._fetch(I, part, rows, searched, opts.vectors)
+            D, I = _rerank.rerank(Qp, I, fetch, quantizer.metric, opts.k)
         if was_1d:
             return D[0], I[0]
         return D, I
+
+    def _candidates(self, Q, Qp, opts, threads):
+        """(D, ids, part, rows, views) of the opts.width best live (allowed) rows of each query over the segments:
+        ``part`` the position in ``views`` of each result, ``rows`` its row there (None when unknown)."""
+        quantizer = self.spec.quantizer
+        width, searched = opts.width, []
+        if _scan_jointly(self.views):
+            # flat segments: one table model, each segment bounded by the k-th best so far (scan.py)
+            parts = []
+            for view in self.views:
+                if opts.allow is None:
+                    bitmap = view.live_bitmap()
+                else:
+                    mask = view.allowed_mask(opts.allow)
+                    if mask is None:
+                        continue  # no allowed row here
+                    bitmap = rows_bitmap(mask)
+                parts.append(view.index._flat_scan_rows(bitmap))
+                searched.append(view)
+            keys, I, part, rows = scan_parts(self.tables, Qp, width, parts, distance=opts.distance, n_threads=threads)
+            D = keys if quantizer.metric == "l2" else np.negative(keys)  # scores descending, padding -inf
+            return D, I, part, rows, searched
+        # segments of other kinds (IVF: probed lists): each segment's own search, merged exactly
+        results = []
+        for view in self.views:
+            mask = view.live_mask() if opts.allow is None else view.allowed_mask(opts.allow)
+            if opts.allow is not None and mask is None:
+                continue
+            results.append(view.index.search(Q, min(width, view.segment.rows), n_probe=opts.n_probe,
+                                             distance=opts.distance, allow=mask, n_threads=threads))
+            searched.append(view)
+        D, I, part = merge_topk(results, width, descending=quantizer.metric != "l2", n_queries=Q.shape[0],
+                                return_part=True)
+        return D, I, part, None, searched
 
     @property
     def tables(self):
@@ -153,118 +151,58 @@ class Snapshot:
                 self._cache[("tables", self.manifest.quantizer)] = tables
         return tables
 
-    def _part(self, view, bitmap):
-        index = view.index
-        norm_term = self.tables.uses_norm_term
-        f32 = norm_term and index.norm_encoding == "f32"
-        u8 = norm_term and index.norm_encoding == "u8"
-        levels = None
-        if u8:
-            levels = self._norm_levels
-            if levels is None:
-                levels = self._norm_levels = np.ascontiguousarray(self.spec.quantizer.norm_levels, dtype=np.float32)
-        return Part(index.codes, index.ids, index.norms if f32 else None, index.norms if u8 else None, levels,
-                    bitmap)
+    def _fetch(self, I, part, rows, views, vectors):
+        """``fetch`` of ``_rerank.rerank`` over candidate ids ``I`` (with their ``part`` in ``views`` and ``rows``
+        there, or None): from ``vectors`` by id, or from the stored vectors of the segments holding them, so the
+        results equal those of one index holding the live rows."""
+        if vectors is not None:
+            return lambda ids: (by_unique_ids(lambda unique: vectors_by_id(vectors, unique), ids), ids)
+        valid = I >= 0
+        order = np.argsort(I[valid], kind="stable")  # a live id is in one segment, at one row
+        sorted_ids, sorted_part = I[valid][order], part[valid][order]
+        sorted_rows = None if rows is None else rows[valid][order]
+        dim = self.spec.quantizer.dim
 
-    def _check_segment_options(self, options):
-        if not options:
-            return
-        classes = {type(view.index) for view in self.views} or {Index}
-        for cls in classes:
-            accepted = set(inspect.signature(cls.search).parameters)
-            for name in options:
-                if name not in accepted:
-                    raise TypeError(f"search() got an unexpected keyword argument {name!r}")
+        def stored(ids):  # sorted, unique
+            at = np.searchsorted(sorted_ids, ids)
+            part_of = sorted_part[at]
+            data = np.empty((ids.size, dim), dtype=np.float32)
+            for p in np.unique(part_of):
+                chosen = part_of == p
+                segment = views[p].segment
+                found = segment.ids_index().find(ids[chosen])[1] if sorted_rows is None else sorted_rows[at][chosen]
+                by_row = np.argsort(found)  # read the mapped rows in increasing order
+                block = np.empty((found.size, dim), dtype=np.float32)
+                block[by_row] = _rerank.gather_rows(
+                    views[p].index.vectors, found[by_row],
+                    lambda check, detail, path=segment.path: storage.format_error(path, check, detail))
+                data[chosen] = block
+            return data
 
-    def _rerank(self, Q, I, part, rows, views, vectors, k):
-        """The best k of the merged candidates by their exact distances, computed as Index.search(rerank=...) does
-        (the same function, on the candidates' vectors gathered from their segments or from ``vectors`` by id), so
-        the results equal those of one index holding the live rows."""
-        metric = self.spec.quantizer.metric
-        nq = I.shape[0]
-        D_out = np.full((nq, k), np.inf if metric == "l2" else -np.inf, dtype=np.float32)
-        I_out = np.full((nq, k), -1, dtype=np.int64)
-        step = max(1, _search_options.RERANK_STEP_BYTES // (4 * max(1, I.shape[1]) * self.spec.quantizer.dim))
-        for start in range(0, nq, step):
-            stop = min(nq, start + step)
-            cand, cand_part = I[start:stop], part[start:stop]
-            valid = cand >= 0
-            if not valid.any():
-                continue
-            unique_ids, where = np.unique(cand[valid], return_inverse=True)
-            if vectors is not None:
-                data = _fetch_by_id(vectors, unique_ids)
-            else:  # each candidate's stored vector, from its segment (rows found by id when the scan gave none)
-                part_of = np.empty(unique_ids.shape, dtype=np.int64)
-                part_of[where] = cand_part[valid]
-                row_of = None
-                if rows is not None:
-                    row_of = np.empty(unique_ids.shape, dtype=np.int64)
-                    row_of[where] = rows[start:stop][valid]
-                data = np.empty((unique_ids.size, self.spec.quantizer.dim), dtype=views[0].index.vectors.dtype)
-                for p in np.unique(part_of):
-                    chosen = part_of == p
-                    if row_of is None:
-                        _, found = views[p].segment.ids_index().find(unique_ids[chosen])
-                    else:
-                        found = row_of[chosen]
-                    order = np.argsort(found)
-                    block = np.empty((found.size, data.shape[1]), dtype=data.dtype)
-                    block[order] = views[p].index.vectors[found[order]]
-                    if block.dtype.kind == "f":  # damage of the segment's section: FormatError naming it
-                        path = views[p].segment.path
-                        _search_options.check_vector_rows(block.astype(np.float32), found,
-                                                          lambda check, detail: storage.format_error(path, check,
-                                                                                                     detail))
-                    data[chosen] = block
-            local = np.full(cand.shape, -1, dtype=np.int64)
-            local[valid] = where
-            D_out[start:stop], I_out[start:stop] = _search_options.rerank_exact(Q[start:stop], local, data, metric,
-                                                                                unique_ids, k)
-        return D_out, I_out
+        return lambda ids: (by_unique_ids(stored, ids), ids)
 
 
-def _flat(views, options):
-    """Whether every segment is a flat Index searched without segment options: then scan.py scans them all with one
-    set of tables; otherwise (IVF segments, n_probe) each segment's own search runs and the results are merged. (A
-    collection of an IVF takes the second path even without segments: its model has no flat tables.)"""
-    return not options and all(type(view.index) is Index for view in views)
+def _scan_jointly(views):
+    """Whether the segments are scanned as rows of one table model (scan.py: every segment flat, bounded by the k-th
+    best so far), rather than each by its own search with the results merged (IVF segments: each probes its lists).
+    A collection without segments takes the second path: it has nothing to scan."""
+    return bool(views) and all(view.index._flat_scan_rows(None) is not None for view in views)
 
 
-def _allowed_ids(allow):
-    """``allow`` of a collection search: ids (any order; duplicates, negative and unknown ids ignored), sorted unique
-    int64. A boolean row mask is refused: rows have no meaning across segments."""
-    arr = allow if isinstance(allow, np.ndarray) else np.asarray(allow)
-    if arr.dtype == np.bool_:
-        raise TypeError("allow must be an array of ids on a collection: a boolean mask over rows has no meaning "
-                        "across segments")
-    return np.unique(_search_options.allow_ids(arr))
+def by_unique_ids(read, ids):
+    """``read(unique)`` of the sorted unique ``ids`` (each read once: an HDF5 dataset wants increasing rows), spread
+    back over ``ids`` (a candidate id may come up for several queries)."""
+    unique, where = np.unique(ids, return_inverse=True)
+    return read(unique)[where.reshape(-1)]
 
 
-def _check_id_vectors(vectors, dim):
-    """``vectors`` of a collection search: an array-like of shape (n, P) whose row i is the vector of id i (an ndarray,
-    np.memmap, HDF5 dataset...). Only the candidates' rows are read, by increasing id."""
-    if not hasattr(vectors, "shape") or not hasattr(vectors, "__getitem__"):
-        vectors = np.asarray(vectors)
-    shape = tuple(vectors.shape)
-    if len(shape) != 2 or shape[1] != dim:
-        raise ValueError(f"vectors must have shape (n, {dim}), row i holding the vector of id i, got {shape}")
-    dtype = np.dtype(getattr(vectors, "dtype", np.float64))
-    if dtype.kind not in "iuf":
-        raise TypeError(f"vectors must hold real numbers, got dtype {dtype}")
-    return vectors
-
-
-def _fetch_by_id(vectors, ids):
+def vectors_by_id(vectors, ids):
     """vectors[ids] (ids sorted, unique) for re-ranking, as float32, checked: every id has a row, every value is finite
     and within the limit of every vector input (ValueError naming ``vectors`` and the row, i.e. the id)."""
     if ids.size and int(ids[-1]) >= vectors.shape[0]:
         raise ValueError(f"vectors has {vectors.shape[0]} rows, but id {int(ids[-1])} is a candidate: on a collection "
                          "row i of vectors is the vector of id i")
-    with np.errstate(over="ignore"):  # float64 values beyond float32 become inf: refused below
-        block = np.asarray(vectors[ids], dtype=np.float32)
-    _search_options.check_vector_rows(block, ids)
-    return block
+    return _rerank.gather_rows(vectors, ids)
 
 
 # ==================================================================================================================

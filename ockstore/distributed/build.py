@@ -19,7 +19,7 @@ import dask
 import distributed
 import numpy as np
 
-from .._encoding import check_fitted_model
+from .._index_rows import check_fitted_model
 from .._validation import as_ids
 from ..collection import create_collection, open_collection
 from ..collection import names

@@ -2,12 +2,13 @@
 returns per-query top-k, the client merges them exactly (docs/ARCHITECTURE.md, "Distributed builds and searches").
 
 The client opens the collection (read-only) to fix the generation searched and to check every argument exactly as
-``Collection.search`` does (a search of zero queries), before any task runs. Shares are assigned by rows, largest
-segment first to the least loaded worker, the same way for the same workers and generation: each worker finds its
-share already open in its cache (tasks.MAX_SHARES) on the next call. With ``rerank=R`` the workers return their best
-R candidates by code; the client merges the best R of the collection, fetches their stored vectors from the workers
-that hold them (or reads them from ``vectors``, indexed by id) and re-ranks them with the same function as
-``Collection.search``: the results are equal, bit for bit.
+``Collection.search`` does (``Snapshot.search_options``, the one check of a search), before any task runs. Shares
+are assigned by rows, largest segment first to the least loaded worker, the same way for the same workers and
+generation: each worker finds its share already open in its cache (tasks.MAX_SHARES) on the next call. With
+``rerank=R`` the workers return their best R candidates by code; the client merges the best R of the collection,
+fetches their stored vectors from the workers that hold them (or reads them from ``vectors``, indexed by id) and
+re-ranks them with the same function as ``Collection.search`` (``_rerank.rerank``): the results are equal, bit for
+bit.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ import os
 
 import numpy as np
 
-from .. import _search_options
+from .. import _rerank
 from .._validation import as_vectors
 from ..collection import merge_topk, open_collection
+from ..collection.snapshot import by_unique_ids, vectors_by_id
 from ..paths import _as_str
 from . import tasks
 from .cluster import connect, workers_of
@@ -53,14 +55,14 @@ def search_collection(path, Q, k, *, client=None, **search_options):
     folder = os.path.abspath(_as_str(path, "path"))
     with open_collection(folder, "r") as collection:
         Qv, was_1d = as_vectors(Q, "Q", collection.dim)
-        collection.search(Qv[:0], k, **search_options)  # every check of Collection.search, on zero queries
+        opts = collection._snap.search_options(k, **search_options)  # every check of Collection.search
         if Qv.shape[0] == 0 or not collection.info()["segments"]:
             D, I = collection.search(Qv, k, **search_options)  # nothing to fan out: empty or padding results
         else:
             with connect(client) as cl:
                 for attempt in range(ATTEMPTS):
                     try:
-                        D, I = _fan_out(cl, collection, Qv, k, dict(search_options))
+                        D, I = _fan_out(cl, collection, Qv, opts)
                         break
                     except FileNotFoundError as exc:
                         generation = collection.generation
@@ -71,23 +73,24 @@ def search_collection(path, Q, k, *, client=None, **search_options):
     return (D[0], I[0]) if was_1d else (D, I)
 
 
-def _fan_out(cl, collection, Q, k, options):
+def _fan_out(cl, collection, Q, opts):
+    """The search of the checked ``opts`` (SearchOptions) on the workers: each its share's top opts.width, merged."""
     info = collection.info()
     folder, generation = collection.path, info["generation"]
     segments = [(s["file"], s["rows"] - s["deleted"]) for s in info["segment_files"]]
     shares = list(assign(segments, workers_of(cl)).items())
-    rerank = _search_options.check_rerank(options.pop("rerank", None), k, info["N"])
-    vectors = options.pop("vectors", None)
-    width = k if rerank is None else rerank
+    # what the workers' Snapshot.search takes (the client re-ranks): allow as checked (sorted unique ids), n_probe
+    # as resolved, n_threads None for the worker's own threads
+    options = {"n_probe": opts.n_probe, "distance": opts.distance, "allow": opts.allow, "n_threads": opts.n_threads}
     queries = Q if Q.nbytes <= INLINE_QUERY_BYTES else cl.scatter(Q, broadcast=True, hash=False)
-    futures = [cl.submit(tasks.search_share, folder, generation, files, queries, width, options, workers=[worker],
-                         allow_other_workers=True, pure=False) for worker, files in shares]
+    futures = [cl.submit(tasks.search_share, folder, generation, files, queries, opts.width, options,
+                         workers=[worker], allow_other_workers=True, pure=False) for worker, files in shares]
     results = cl.gather(futures)
-    D, I, part = merge_topk(results, width, descending=collection.metric != "l2", n_queries=Q.shape[0],
+    D, I, part = merge_topk(results, opts.width, descending=collection.metric != "l2", n_queries=Q.shape[0],
                             return_part=True)
-    if rerank is None:
+    if opts.rerank is None:
         return D, I
-    return _rerank(cl, collection, folder, generation, shares, Q, I, part, vectors, k)
+    return _rerank_fetched(cl, collection, folder, generation, shares, Q, I, part, opts.vectors, opts.k)
 
 
 class _ById:
@@ -102,10 +105,13 @@ class _ById:
         return self.data[np.searchsorted(self.ids, wanted)]
 
 
-def _rerank(cl, collection, folder, generation, shares, Q, I, part, vectors, k):
-    """The best k of the merged candidates ``I`` by exact distance, as Collection.search(rerank=...) computes it."""
-    snapshot = collection._snap  # the generation searched: its _rerank is the one Collection.search runs
+def _rerank_fetched(cl, collection, folder, generation, shares, Q, I, part, vectors, k):
+    """The best k of the merged candidates ``I`` by exact distance, as Collection.search(rerank=...) computes them
+    (``_rerank.rerank``), their vectors fetched from the workers (or read from ``vectors`` by id) RERANK_GATHER_BYTES
+    at a time."""
+    snapshot = collection._snap  # the generation searched
     Qp = snapshot.spec.quantizer._prepare(Q, "Q")  # what the search scans with: unit rows for cosine
+    metric = snapshot.spec.quantizer.metric
     nq, R = I.shape
     D_out = np.empty((nq, k), dtype=np.float32)
     I_out = np.empty((nq, k), dtype=np.int64)
@@ -128,6 +134,9 @@ def _rerank(cl, collection, folder, generation, shares, Q, I, part, vectors, k):
                 block = _ById(ids[order], np.concatenate(data)[order])
             else:
                 block = _ById(np.empty(0, dtype=np.int64), np.empty((0, Q.shape[1]), dtype=np.float32))
-        D_out[start:stop], I_out[start:stop] = snapshot._rerank(Qp[start:stop], I[start:stop], part[start:stop],
-                                                                None, [], block, k)
+
+        def fetch(ids, block=block):
+            return by_unique_ids(lambda unique: vectors_by_id(block, unique), ids), ids
+
+        D_out[start:stop], I_out[start:stop] = _rerank.rerank(Qp[start:stop], I[start:stop], fetch, metric, k)
     return D_out, I_out

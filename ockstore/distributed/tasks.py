@@ -12,7 +12,7 @@ from collections import OrderedDict
 import numpy as np
 
 from .. import vecfiles
-from .._encoding import BUILD_CHUNK
+from .._index_rows import BUILD_CHUNK
 from .._validation import rows_beyond_limits
 from ..collection import SegmentWriter
 from ..collection.snapshot import open_generation
@@ -142,8 +142,8 @@ def clear_cache():
 
 def search_share(folder, generation, files, Q, k, options):
     """The k best results of the queries ``Q`` (checked float32) over the segments ``files`` of one generation:
-    Collection.search over that share (``options``: distance, allow, n_threads, segment options; n_threads None means
-    the worker's threads)."""
+    Collection.search over that share (``options``: n_probe, distance, allow, n_threads; n_threads None means the
+    worker's threads)."""
     snap = _share(folder, generation, files)
     options = dict(options)
     if options.get("n_threads") is None:

@@ -1,5 +1,5 @@
 """Index and quantizer files: what an ockstore index keeps in the container of ``ockstore.storage`` (docs/FORMAT.md
-section 11, rules I1-I14; inverted files: section 14, rules V1-V10).
+sections 11-12, rules I1-I19; inverted files: section 14, rules V1-V10).
 
     schema.py       the meta map and section table: writing them, and the open-time checks of a file
     writer.py       IndexWriter (streaming, bounded memory, atomic), build_index, save_quantizer

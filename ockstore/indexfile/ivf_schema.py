@@ -3,25 +3,26 @@ V1-V10): the meta map ``ivf``, the sections of the coarse quantizer and the list
 
 The fine quantizer is stored exactly as a flat file stores its quantizer (meta ``method`` and ``params``, sections
 rotation, codebooks, objective_history, norm_levels: section 11), so every rule of section 11 applies to it; the
-rows (codes, norms, ids, vectors) are those of section 11.2, stored list after list. Writing: ``ivf_meta`` and
-``put_ivf_sections``; reading: ``read_ivf_model`` and ``read_list_offsets``, called by ``schema.read_file`` as part
-of its straight line of checks.
+rows (codes, norms, ids, vectors) are those of section 11.2, stored list after list. ``IVF_FILES`` (an
+``IVFFileSchema``, building on the flat ``schema.FileSchema``) is the inverted file's schema in ``ockstore._kinds``:
+writing adds ``ivf_meta`` and ``put_ivf_sections``; reading adds ``read_ivf_meta``, ``read_ivf_model`` and
+``read_list_offsets``, called by ``schema.read_file`` as part of its straight line of checks.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..ivf import MAX_LISTS, ivf_from_state
-from .schema import KIND_IVF_INDEX, KIND_IVF_QUANTIZER, N_NORM_LEVELS, _short
+from ..ivf_quantizer import MAX_LISTS, ivf_from_state
+from .schema import N_NORM_LEVELS, FileSchema, _short, put_quantizer_sections, quantizer_meta
 
-__all__ = ["KIND_IVF_INDEX", "KIND_IVF_QUANTIZER", "IVF_KINDS", "IVF_MINOR_VERSION", "ivf_meta", "put_ivf_sections",
-           "read_ivf_meta", "read_ivf_model", "read_list_offsets"]
+__all__ = ["KIND_IVF_INDEX", "KIND_IVF_QUANTIZER", "IVF_MINOR_VERSION", "IVFFileSchema", "IVF_FILES", "ivf_meta",
+           "put_ivf_sections", "read_ivf_meta", "read_ivf_model", "read_list_offsets"]
 
-# docs/FORMAT.md section 14.1: the kinds of inverted-file files (KIND_IVF_INDEX, KIND_IVF_QUANTIZER, defined with the
-# others in schema.py). Readers of format 1.0 and 1.1 know only "index" and "quantizer": they refuse these files
-# ("unknown kind") instead of reading their rows as a flat index (V1).
-IVF_KINDS = (KIND_IVF_INDEX, KIND_IVF_QUANTIZER)
+# docs/FORMAT.md section 14.1: the kinds of inverted-file files. Readers of format 1.0 and 1.1 know only "index" and
+# "quantizer": they refuse these files ("unknown kind") instead of reading their rows as a flat index (V1).
+KIND_IVF_INDEX = "ivf-index"
+KIND_IVF_QUANTIZER = "ivf-quantizer"
 
 # The format minor version that introduced inverted files (every IVF file says at least 1.2).
 IVF_MINOR_VERSION = 2
@@ -98,3 +99,45 @@ def read_list_offsets(reader, n_lists, ntotal):
         raise reader.fail("bad list offsets", f"section 'list_offsets' decreases: list {bad} ends at "
                                               f"{int(offsets[bad + 1])}, before its start {int(offsets[bad])}")
     return offsets
+
+
+# ====================================================================================================================
+# the schema of the inverted file's kind (ockstore._kinds)
+
+
+class IVFFileSchema(FileSchema):
+    """The files of an IVF: the flat schema of its fine quantizer, plus meta 'ivf', the coarse sections and (indexes)
+    the list offsets; format 1.2 at least."""
+
+    index_kind = KIND_IVF_INDEX
+    quantizer_kind = KIND_IVF_QUANTIZER
+    own_sections = ("coarse_centroids", "coarse_objective_history", "ivf_norm_levels", "list_offsets")
+    row_sections = ("list_offsets",)
+    description = "an inverted file"
+
+    def minor_version(self, model, store_vectors):
+        return IVF_MINOR_VERSION
+
+    def meta(self, file_kind, ivf):
+        return {**quantizer_meta(file_kind, ivf.quantizer), "ivf": ivf_meta(ivf)}
+
+    def put_model(self, writer, ivf):
+        """The fine quantizer's sections, then the coarse ones (V3)."""
+        put_quantizer_sections(writer, ivf.quantizer)
+        put_ivf_sections(writer, ivf)
+
+    def read_meta(self, reader):
+        return read_ivf_meta(reader)
+
+    def index_meta(self, reader, p):
+        """I3 with V6: a norm term exactly for metric "l2", has_ids true."""
+        return reader.index_meta(p, ivf=True)
+
+    def read_model(self, reader, meta, p, quantizer):
+        return read_ivf_model(reader, meta, p, quantizer)
+
+    def read_rows(self, reader, meta, ntotal):
+        return {"list_offsets": read_list_offsets(reader, meta["n_lists"], ntotal)}
+
+
+IVF_FILES = IVFFileSchema()

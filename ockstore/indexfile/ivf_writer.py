@@ -22,15 +22,14 @@ import os
 import numpy as np
 
 from .. import _atomic, storage
-from .._encoding import (
-    NORM_DTYPES, STORED_VECTOR_DTYPES, check_fitted_model, check_store_vectors, encode_ivf_rows,
-    resolve_norm_encoding,
+from .._index_rows import (
+    NORM_DTYPES, STORED_VECTOR_DTYPES, check_model_for, check_store_vectors, resolve_norm_encoding,
 )
 from .._validation import resolve_n_threads
-from ..ivf import ivf_from_state
+from ..ivf_quantizer import ivf_from_state
 from ..quantizers import quantizer_from_state
-from .ivf_schema import IVF_MINOR_VERSION, ivf_meta, put_ivf_sections
-from .schema import KIND_IVF_INDEX, check_user_metadata, put_quantizer_sections, quantizer_meta
+from .ivf_schema import IVF_FILES, IVF_MINOR_VERSION, KIND_IVF_INDEX
+from .schema import check_user_metadata
 from .writer import IndexWriter
 
 __all__ = ["IVFIndexWriter", "ROWS_PER_SORT"]
@@ -90,7 +89,7 @@ class IVFIndexWriter(IndexWriter):
     """
 
     def __init__(self, path, quantizer, *, norm_encoding=None, store_vectors=None, metadata=None, n_threads=None):
-        ivf = check_fitted_model(quantizer)
+        ivf = check_model_for(type(self), quantizer)
         self._norm_encoding = resolve_norm_encoding(ivf, norm_encoding)
         self._store_vectors = check_store_vectors(store_vectors)
         self._user = check_user_metadata(metadata)
@@ -111,12 +110,6 @@ class IVFIndexWriter(IndexWriter):
         return f"<IndexWriter {self.path!r} {self._state}, {self._ntotal} vectors, IVF {self._quantizer.n_lists} lists>"
 
     # ---- building
-
-    def _add(self, X, ids, first_row=0):
-        """add(), naming a refused row by its number plus ``first_row`` (build_index feeds chunks of its X)."""
-        X, ids, vectors = self._checked_rows(X, ids, first_row)
-        lists, codes, norms = encode_ivf_rows(self._quantizer, X, self._norm_encoding, self._threads, first_row)
-        self._append(codes, norms, ids, vectors, list_ids=lists)
 
     def _append(self, codes, norms, ids, vectors=None, *, list_ids):
         """Append rows already encoded, with the list of each (no re-encoding: compaction copies rows this way).
@@ -183,16 +176,15 @@ class IVFIndexWriter(IndexWriter):
             return
         self._check_open()
         ivf = self._quantizer
-        meta = quantizer_meta(KIND_IVF_INDEX, ivf.quantizer)
-        meta.update(ivf=ivf_meta(ivf), ntotal=self._ntotal, norm_encoding=self._norm_encoding, has_ids=True)
+        meta = IVF_FILES.meta(KIND_IVF_INDEX, ivf)
+        meta.update(ntotal=self._ntotal, norm_encoding=self._norm_encoding, has_ids=True)
         if self._store_vectors is not None:
             meta["store_vectors"] = self._store_vectors
         offsets = np.zeros(ivf.n_lists + 1, dtype=np.int64)
         np.cumsum(self._counts, out=offsets[1:])
         try:
             writer = self._writer
-            put_quantizer_sections(writer, ivf.quantizer)
-            put_ivf_sections(writer, ivf)
+            IVF_FILES.put_model(writer, ivf)
             writer.put("list_offsets", offsets)
             N = self._ntotal
             writer.declare_filled("codes", "<u1", N, (ivf.code_size,))

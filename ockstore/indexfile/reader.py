@@ -4,8 +4,7 @@
 from __future__ import annotations
 
 from .. import storage
-from ..index import Index, _quantizer_summary
-from .schema import INDEX_KINDS, KIND_IVF_QUANTIZER, KINDS, read_file
+from .schema import read_file
 
 __all__ = ["open_index", "load_quantizer", "file_info"]
 
@@ -21,8 +20,9 @@ def open_index(path):
     Returns
     -------
     Index
-        Searchable at once; close it (or use ``with``) to release the file. Its arrays are read-only. The file may
-        be replaced while open (the index keeps reading the old contents).
+        Of the index class of the file's kind (an IVFIndex for an inverted file). Searchable at once; close it (or
+        use ``with``) to release the file. Its arrays are read-only. The file may be replaced while open (the index
+        keeps reading the old contents).
 
     Raises
     ------
@@ -36,24 +36,14 @@ def open_index(path):
     """
     mf = storage.open_file(path)
     try:
-        _kind, model, arrays = read_file(mf, INDEX_KINDS)
-        index = _make_index(model, arrays, mf)
+        _file_kind, kind, model, rows = read_file(mf, index_only=True)
+        index = kind.index_class(model, **rows, _resource=mf)
     except BaseException:
         mf.close()
         raise
     index._file = mf
     index._metadata = mf.user
     return index
-
-
-def _make_index(model, arrays, resource=None):
-    """The Index (flat) or IVFIndex of the arrays read_file returns."""
-    codes, norms, ids, encoding, vectors, offsets = arrays
-    if offsets is None:
-        return Index(model, codes, norms, ids, encoding, vectors=vectors, _resource=resource)
-    from ..ivf_index import IVFIndex
-
-    return IVFIndex(model, codes, norms, ids, offsets, encoding, vectors=vectors, _resource=resource)
 
 
 def load_quantizer(path):
@@ -64,7 +54,7 @@ def load_quantizer(path):
     closed before this returns: the quantizer holds copies of its arrays.
     """
     with storage.open_file(path) as mf:
-        _kind, quantizer, _vectors = read_file(mf, KINDS)
+        _file_kind, _kind, quantizer, _rows = read_file(mf, index_only=False)
     return quantizer
 
 
@@ -78,31 +68,15 @@ def file_info(path) -> dict:
     :func:`open_index`.
     """
     with storage.open_file(path) as mf:
-        kind, model, arrays = read_file(mf, KINDS)
+        file_kind, kind, model, rows = read_file(mf, index_only=False)
         major, minor = mf.version
         common = {"format_version": f"{major}.{minor}", "metadata": storage.canonical_metadata(mf.user), "path": mf.path}
-        if kind in INDEX_KINDS:
-            index = _make_index(model, arrays)
+        if rows is not None:
+            index = kind.index_class(model, **rows)
             try:
                 info = index.info()
                 has_ids = index.has_ids
             finally:
                 index.close()
-            return {"kind": kind, **info, "has_ids": has_ids, **common}
-    if kind == KIND_IVF_QUANTIZER:
-        from ..ivf_index import ivf_summary
-
-        quantizer = model.quantizer
-        summary = {**ivf_summary(model), "default_n_probe": int(model.default_n_probe),
-                   "coarse_objective": float(model.coarse_objective_history[-1])}
-    else:
-        quantizer = model
-        summary = _quantizer_summary(quantizer)
-    return {
-        "kind": kind,
-        **summary,
-        "code_size": int(quantizer.code_size),
-        "iterations": int(len(quantizer.objective_history) - 1),
-        "objective": float(quantizer.objective_history[-1]),
-        **common,
-    }
+            return {"kind": file_kind, **info, "has_ids": has_ids, **common}
+    return {"kind": file_kind, **model._file_summary(), **common}

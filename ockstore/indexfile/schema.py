@@ -5,6 +5,10 @@ model; ``check_user_metadata`` refuses metadata a header cannot hold before anyt
 ``read_file`` runs every open-time check of section 11.4 on an opened container, in order, as a straight line of
 early returns, each failure a FormatError naming the check and the meta key or section. The rule numbers (I1, I2,
 ...) are those of docs/FORMAT.md section 12.
+
+``FileSchema`` is the flat kind's schema (``FLAT_FILES``): the values of meta "kind" of its files and how their model
+part is written and read. The inverted file's schema (``ivf_schema.IVFFileSchema``) builds on it; ``read_file`` takes
+the schema of a file's kind from ``ockstore._kinds`` and never names a kind itself.
 """
 
 from __future__ import annotations
@@ -12,27 +16,26 @@ from __future__ import annotations
 import msgpack
 import numpy as np
 
-from .. import storage
+from .. import _kinds, storage
 from .._blas import blas_single_thread
-from .._codec import SubspaceLayout
-from .._encoding import NORM_DTYPES, NORM_ENCODINGS, STORE_VECTORS, STORED_VECTOR_DTYPES
+from .._model_tables import SubspaceLayout
+from .._index_rows import NORM_DTYPES, NORM_ENCODINGS, STORE_VECTORS, STORED_VECTOR_DTYPES
 from .._version import __version__
 from .._params import STORED_PARAMETERS
 from ..quantizers import METHODS, PARAMETERS, quantizer_from_state
 
-__all__ = ["KIND_INDEX", "KIND_QUANTIZER", "KIND_IVF_INDEX", "KIND_IVF_QUANTIZER", "KINDS", "INDEX_KINDS",
-           "HEADER_MARGIN", "ROTATION_TOLERANCE", "check_user_metadata", "quantizer_meta", "format_minor_version",
-           "put_quantizer_sections", "read_file"]
+__all__ = ["KIND_INDEX", "KIND_QUANTIZER", "HEADER_MARGIN", "ROTATION_TOLERANCE", "ROW_SECTIONS", "FileSchema",
+           "FLAT_FILES", "check_user_metadata", "quantizer_meta", "format_minor_version", "put_quantizer_sections",
+           "read_file"]
 
-# docs/FORMAT.md section 11: the values of meta "kind" and the number of levels of the one-byte norm quantizer.
+# docs/FORMAT.md section 11: the values of meta "kind" of flat files and the number of levels of the one-byte norm
+# quantizer. (Inverted files: ivf_schema.py; every kind's values: ockstore._kinds.file_kinds().)
 KIND_INDEX = "index"
 KIND_QUANTIZER = "quantizer"
 N_NORM_LEVELS = 256
-# docs/FORMAT.md section 14: inverted files (format 1.2; ivf_schema.py holds their own rules).
-KIND_IVF_INDEX = "ivf-index"
-KIND_IVF_QUANTIZER = "ivf-quantizer"
-KINDS = (KIND_INDEX, KIND_QUANTIZER, KIND_IVF_INDEX, KIND_IVF_QUANTIZER)
-INDEX_KINDS = (KIND_INDEX, KIND_IVF_INDEX)
+
+# The sections of the rows of an index (section 11.2), which a quantizer file does not hold.
+ROW_SECTIONS = ("codes", "norms", "ids", "vectors")
 
 # docs/FORMAT.md rule I6: the largest max |R^T R - I| a rotation may show. ockstore's own float32 rotations show about
 # 6e-8 (every method with a rotation, flat and IVF, on sift and minilm, and the golden files), the float32 product at
@@ -112,18 +115,20 @@ class _Reader:
 
     # ---- meta (I1-I3)
 
-    def kind(self, accepted):
+    def kind(self, index_only):
+        """meta 'kind' (I1): (the file kind, its IndexKind, whether the file is an index)."""
         kind = self.meta.get("kind")
         if type(kind) is not str:
             raise self.fail("bad meta", f"meta 'kind' = {_short(kind)}, expected a str: is this an ockstore index "
                                         "or quantizer file?")
-        if kind not in KINDS:
+        found = _kinds.of_file(kind)
+        if found is None:
             raise self.fail("unknown kind", f"meta 'kind' = {_short(kind)}, expected "
-                                            f"{', '.join(repr(k) for k in KINDS)}")
-        if kind not in accepted:
+                                            f"{', '.join(repr(k) for k in _kinds.file_kinds())}")
+        if index_only and not found[1]:
             raise self.fail("wrong kind", f"the file holds a {kind}, not an index (meta 'kind' = {kind!r}); "
                                           "load it with ockstore.load_quantizer")
-        return kind
+        return (kind, *found)
 
     def _int(self, where, value, lo, hi=None):
         if type(value) is not int or value < lo or (hi is not None and value > hi):
@@ -272,40 +277,84 @@ class _Reader:
         return codes, norms, ids, vectors
 
     def for_quantizer_file(self):
-        for name in ("codes", "norms", "ids", "vectors", "list_offsets"):
+        """No section of the rows of an index, of any kind (I5)."""
+        for name in ROW_SECTIONS + tuple(n for k in _kinds.kinds() for n in k.files.row_sections):
             self.absent(name, "a quantizer file holds no vectors")
 
-    def absent_ivf_sections(self):
-        """V4: the sections of an inverted file are not in a flat one."""
-        for name in ("coarse_centroids", "coarse_objective_history", "ivf_norm_levels", "list_offsets"):
-            self.absent(name, f"meta 'kind' is {self.meta.get('kind')!r}, not an inverted file")
+    def absent_sections_of_other_kinds(self, kind):
+        """The sections only the files of another kind hold are not in this one (V4: the sections of an inverted file
+        are not in a flat one)."""
+        for other in _kinds.kinds():
+            if other is not kind:
+                for name in other.files.own_sections:
+                    self.absent(name, f"meta 'kind' is {self.meta.get('kind')!r}, not {other.files.description}")
 
 
-def read_file(mf, accepted):
+class FileSchema:
+    """The schema of the files of one kind of index: the flat one (``FLAT_FILES``); the inverted file's builds on it
+    (``ivf_schema.IVFFileSchema``). Writing: the format minor version, the meta map and the sections of the model.
+    Reading: the hooks ``read_file`` calls in its straight line of checks, for what a kind adds to the flat file."""
+
+    index_kind = KIND_INDEX          # meta "kind" of its index files
+    quantizer_kind = KIND_QUANTIZER  # ... and of its quantizer files
+    own_sections = ()                # sections only the files of this kind hold (V4 refuses them in the others)
+    row_sections = ()                # sections of the rows beyond ROW_SECTIONS (a quantizer file holds none)
+    description = "a flat index"     # what messages call a file of this kind
+
+    # ---- writing
+    def minor_version(self, model, store_vectors):
+        """The format minor version its files need (docs/FORMAT.md, "Versions")."""
+        return format_minor_version(model, store_vectors)
+
+    def meta(self, file_kind, model):
+        """The meta map of a file of ``file_kind`` holding ``model`` (I1, I2, I9)."""
+        return quantizer_meta(file_kind, model)
+
+    def put_model(self, writer, model):
+        """The sections of ``model``, in file order (I4, I5)."""
+        put_quantizer_sections(writer, model)
+
+    # ---- reading (called by read_file, in this order)
+    def read_meta(self, reader):
+        """What the kind adds to the meta map, checked (None: nothing)."""
+        return None
+
+    def index_meta(self, reader, p):
+        """meta 'ntotal', 'norm_encoding', 'has_ids', 'store_vectors' of an index file (I3)."""
+        return reader.index_meta(p)
+
+    def read_model(self, reader, meta, p, quantizer):
+        """The model of the file, from its quantizer (read by the flat rules) and what ``read_meta`` returned."""
+        return quantizer
+
+    def read_rows(self, reader, meta, ntotal):
+        """The arrays the kind adds to the rows of an index, by the keyword its index class takes them with."""
+        return {}
+
+
+FLAT_FILES = FileSchema()
+
+
+def read_file(mf, index_only):
     """Run every open-time check of docs/FORMAT.md sections 11.4 and 14.4 on an opened container; returns
-    (kind, model, (codes, norms, ids, norm_encoding, vectors, list_offsets) or None): the model is the quantizer, or
-    the IVF of an inverted file (list_offsets None for a flat index)."""
-    from . import ivf_schema  # the inverted file's rules build on this module
-
+    (file kind, IndexKind, model, rows): the model is the quantizer, or the IVF of an inverted file; ``rows`` None for
+    a quantizer file, else the keyword arguments of the kind's index class (codes, norms, ids, norm_encoding,
+    vectors, and what the kind adds: list_offsets). ``index_only``: a quantizer file is refused ("wrong kind")."""
     reader = _Reader(mf)
-    kind = reader.kind(accepted)
+    file_kind, kind, is_index = reader.kind(index_only)
+    files = kind.files
     p = reader.params()
-    is_ivf = kind in (KIND_IVF_INDEX, KIND_IVF_QUANTIZER)
-    ivf_params = ivf_schema.read_ivf_meta(reader) if is_ivf else None
-    index_meta = reader.index_meta(p, ivf=is_ivf) if kind in INDEX_KINDS else None
+    meta = files.read_meta(reader)
+    index_meta = files.index_meta(reader, p) if is_index else None
     arrays = reader.quantizer_sections(p)
-    model = quantizer_from_state(p, arrays)
-    if is_ivf:
-        model = ivf_schema.read_ivf_model(reader, ivf_params, p, model)
-    if kind in INDEX_KINDS:
+    model = files.read_model(reader, meta, p, quantizer_from_state(p, arrays))
+    rows = None
+    if is_index:
         ntotal, encoding, has_ids, store_vectors = index_meta
-        offsets = ivf_schema.read_list_offsets(reader, ivf_params["n_lists"], ntotal) if is_ivf else None
+        extra = files.read_rows(reader, meta, ntotal)
         codes, norms, ids, stored = reader.index_sections(p, ntotal, encoding, has_ids, store_vectors)
-        vectors = (codes, norms, ids, encoding, stored, offsets)
+        rows = {"codes": codes, "norms": norms, "ids": ids, "norm_encoding": encoding, "vectors": stored, **extra}
     else:
         reader.for_quantizer_file()
-        vectors = None
-    if not is_ivf:
-        reader.absent_ivf_sections()
-    return kind, model, vectors
-
+    reader.absent_sections_of_other_kinds(kind)
+    return file_kind, kind, model, rows

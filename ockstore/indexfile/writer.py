@@ -5,18 +5,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import storage
-from .._encoding import (
-    NORM_DTYPES, STORED_VECTOR_DTYPES, check_fitted_model, check_fitted_quantizer, check_store_vectors, encode_rows,
+from .. import _kinds, storage
+from .._index_rows import (
+    NORM_DTYPES, STORED_VECTOR_DTYPES, check_fitted_model, check_model_for, check_store_vectors, encode_rows,
     resolve_norm_encoding, vectors_for_storage,
 )
 from .._validation import as_ids, as_vectors, check_int, resolve_n_threads
-from ..ivf import IVF
 from ..quantizers import quantizer_from_state
-from .schema import (
-    KIND_INDEX, KIND_IVF_QUANTIZER, KIND_QUANTIZER, check_user_metadata, format_minor_version, put_quantizer_sections,
-    quantizer_meta,
-)
+from .schema import FLAT_FILES, KIND_INDEX, check_user_metadata
 
 __all__ = ["IndexWriter", "build_index", "save_quantizer"]
 
@@ -62,14 +58,14 @@ class IndexWriter:
     """
 
     def __new__(cls, path=None, quantizer=None, *args, **kwargs):
-        if cls is IndexWriter and isinstance(quantizer, IVF):  # an inverted file: the IVF writer
-            from .ivf_writer import IVFIndexWriter
-
-            cls = IVFIndexWriter
+        if cls is IndexWriter:  # the flat class stands for every kind: the model decides (an IVF: IVFIndexWriter)
+            kind = _kinds.find_model(quantizer)
+            if kind is not None:
+                cls = kind.writer_class
         return super().__new__(cls)
 
     def __init__(self, path, quantizer, *, norm_encoding=None, store_vectors=None, metadata=None, n_threads=None):
-        quantizer = check_fitted_quantizer(quantizer)
+        quantizer = check_model_for(type(self), quantizer)
         self._norm_encoding = resolve_norm_encoding(quantizer, norm_encoding)
         self._store_vectors = check_store_vectors(store_vectors)
         self._user = check_user_metadata(metadata)
@@ -82,8 +78,8 @@ class IndexWriter:
         self._ntotal = 0
         self._has_ids = None  # decided by the first add
         # checks the path; creates nothing yet
-        writer = storage.FileWriter(path, minor_version=format_minor_version(self._quantizer, self._store_vectors))
-        put_quantizer_sections(writer, self._quantizer)
+        writer = storage.FileWriter(path, minor_version=FLAT_FILES.minor_version(self._quantizer, self._store_vectors))
+        FLAT_FILES.put_model(writer, self._quantizer)
         writer.declare_growing("codes", "<u1", (self._quantizer.code_size,))
         if self._norm_encoding != "none":
             writer.declare_growing("norms", NORM_DTYPES[self._norm_encoding])
@@ -154,8 +150,8 @@ class IndexWriter:
     def _add(self, X, ids, first_row=0):
         """add(), naming a refused row by its number plus ``first_row`` (build_index feeds chunks of its X)."""
         X, ids, vectors = self._checked_rows(X, ids, first_row)
-        codes, norms = encode_rows(self._quantizer, X, self._norm_encoding, self._threads, first_row)
-        self._append(codes, norms, ids, vectors)
+        lists, codes, norms = encode_rows(self._quantizer, X, self._norm_encoding, self._threads, first_row)
+        self._append(codes, norms, ids, vectors, list_ids=lists)
 
     def _checked_rows(self, X, ids, first_row):
         """(X (n, P) as given, ids int64 (n,) or None, the vectors to store or None) of an add, every check done
@@ -215,7 +211,7 @@ class IndexWriter:
         if self._state == "committed":
             return
         self._check_open()
-        meta = quantizer_meta(KIND_INDEX, self._quantizer)
+        meta = FLAT_FILES.meta(KIND_INDEX, self._quantizer)
         meta.update(ntotal=self._ntotal, norm_encoding=self._norm_encoding, has_ids=bool(self._has_ids))
         if self._store_vectors is not None:  # absent means none: files without vectors stay as format 1.0 wrote them
             meta["store_vectors"] = self._store_vectors
@@ -280,16 +276,7 @@ def save_quantizer(path, quantizer, *, metadata=None):
     """
     quantizer = check_fitted_model(quantizer)
     user = check_user_metadata(metadata)
-    if isinstance(quantizer, IVF):
-        from .ivf_schema import IVF_MINOR_VERSION, ivf_meta, put_ivf_sections
-
-        with storage.FileWriter(path, minor_version=IVF_MINOR_VERSION) as writer:
-            put_quantizer_sections(writer, quantizer.quantizer)
-            put_ivf_sections(writer, quantizer)
-            writer.commit({**quantizer_meta(KIND_IVF_QUANTIZER, quantizer.quantizer), "ivf": ivf_meta(quantizer)},
-                          user)
-        return
-    with storage.FileWriter(path, minor_version=format_minor_version(quantizer, None)) as writer:
-        put_quantizer_sections(writer, quantizer)
-        writer.commit(quantizer_meta(KIND_QUANTIZER, quantizer), user)
-
+    files = _kinds.of_model(quantizer).files
+    with storage.FileWriter(path, minor_version=files.minor_version(quantizer, None)) as writer:
+        files.put_model(writer, quantizer)
+        writer.commit(files.meta(files.quantizer_kind, quantizer), user)

@@ -13,6 +13,7 @@ import zlib
 import msgpack
 import numpy as np
 
+from .._closable import Closable
 from ..paths import check_input_file
 from .layout import (
     ALIGNMENT, CHUNK_BYTES, DTYPE_MINOR, DTYPES, FORMAT_VERSION, MAGIC, MAX_HEADER_BYTES, MAX_NAME_LENGTH, PREAMBLE,
@@ -228,7 +229,7 @@ def open_file(path):
     return MappedFile(path, version, meta, user, sections, header_end, mm)
 
 
-class MappedFile:
+class MappedFile(Closable):
     """A container file opened read-only by :func:`open_file` (do not construct it directly).
 
     Attributes
@@ -272,17 +273,6 @@ class MappedFile:
         state = "closed" if self._closed else f"{len(self._info)} sections"
         return f"<MappedFile {self.path!r} v{self.version[0]}.{self.version[1]}, {state}>"
 
-    def __enter__(self):
-        self._check_open()
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        self.close()
-        return False
-
-    @property
-    def closed(self):
-        return self._closed
 
     @property
     def sections(self):

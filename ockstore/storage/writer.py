@@ -349,17 +349,24 @@ class FileWriter:
             header_length = len(packed)
         return packed, entries
 
+    @staticmethod
+    def _spill_chunks(section):
+        """The bytes of a spilled section, CHUNK_BYTES at a time, from its start (OSError if the spill is short)."""
+        section.spill.flush()
+        section.spill.seek(0)
+        remaining = section.nbytes
+        while remaining:
+            chunk = section.spill.read(min(remaining, CHUNK_BYTES))
+            if not chunk:
+                raise OSError(f"spill file of section {section.name!r} is shorter than its {section.nbytes} bytes")
+            yield chunk
+            remaining -= len(chunk)
+
     def _spill_crc(self, section):
         crc = 0
         if section.spill is not None:
-            section.spill.seek(0)
-            remaining = section.nbytes
-            while remaining:
-                chunk = section.spill.read(min(remaining, CHUNK_BYTES))
-                if not chunk:
-                    raise OSError(f"spill file of section {section.name!r} is shorter than its {section.nbytes} bytes")
+            for chunk in self._spill_chunks(section):
                 crc = zlib.crc32(chunk, crc)
-                remaining -= len(chunk)
         return crc
 
     def _write_section(self, f, section):
@@ -368,15 +375,8 @@ class FileWriter:
             f.write(data)
             return
         if section.spill is not None:
-            section.spill.flush()
-            section.spill.seek(0)
-            remaining = section.nbytes
-            while remaining:
-                chunk = section.spill.read(min(remaining, CHUNK_BYTES))
-                if not chunk:
-                    raise OSError(f"spill file of section {section.name!r} is shorter than its {section.nbytes} bytes")
+            for chunk in self._spill_chunks(section):
                 f.write(chunk)
-                remaining -= len(chunk)
 
     def _release(self):
         """Close and remove the spill files; drop the arrays."""

@@ -10,19 +10,14 @@ import numpy as np
 import pytest
 
 import ockstore
-from ockstore import datasets, evaluation
-from cli_runner import TRAIN_ARGS, assert_data_error, assert_usage_error, run
+from ockstore import evaluation
+from cli_runner import TRAIN_ARGS, assert_data_error, assert_usage_error, run, write_dataset
 
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
     d = tmp_path_factory.mktemp("collection-cli")
-    ds = datasets.synthetic(2000, 3000, 30, 16, seed=5, k_gt=20)
-    paths = {name: d / name for name in ("learn.fvecs", "base.fvecs", "query.fvecs", "gt.ivecs")}
-    datasets.write_vecs(paths["learn.fvecs"], ds.learn)
-    datasets.write_vecs(paths["base.fvecs"], ds.base)
-    datasets.write_vecs(paths["query.fvecs"], ds.query)
-    datasets.write_vecs(paths["gt.ivecs"], ds.groundtruth.astype(np.int32))
+    ds, paths = write_dataset(d, 30, seed=5)
     np.save(d / "more.npy", ds.base[:200] + 1.0)
     np.save(d / "more_ids.npy", np.arange(200) + 50_000)
     (d / "doomed.txt").write_text("# every 7th id\n" + "\n".join(str(i) for i in range(0, 3000, 7)) + "\n-1 99999\n")

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import ockstore
-from ockstore import datasets, evaluation
-from cli_runner import TRAIN_ARGS, assert_data_error, assert_usage_error, run
+from ockstore import evaluation
+from cli_runner import TRAIN_ARGS, assert_data_error, assert_usage_error, run, write_dataset
 
 LISTS = 8
 
@@ -19,12 +19,7 @@ LISTS = 8
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     d = tmp_path_factory.mktemp("ivfcli")
-    ds = datasets.synthetic(2000, 3000, 40, 16, seed=3, k_gt=20)
-    paths = {name: d / name for name in ("learn.fvecs", "base.fvecs", "query.fvecs", "gt.ivecs")}
-    datasets.write_vecs(paths["learn.fvecs"], ds.learn)
-    datasets.write_vecs(paths["base.fvecs"], ds.base)
-    datasets.write_vecs(paths["query.fvecs"], ds.query)
-    datasets.write_vecs(paths["gt.ivecs"], ds.groundtruth.astype(np.int32))
+    ds, paths = write_dataset(d, 40, seed=3)
     q, index = d / "ivf.ockq", d / "ivf.ock"
     train = run("train", paths["learn.fvecs"], "-o", q, *TRAIN_ARGS, "--lists", LISTS, "--seed", 5, check=0)
     build = run("build", q, paths["base.fvecs"], "-o", index, "--chunk-size", "700", check=0)

@@ -63,7 +63,7 @@ def test_search_equals_one_index_of_the_live_rows(quantizers, tmp_path, name, no
 
 def test_the_general_path_of_segment_searches_gives_the_same_results(quantizers, tmp_path, monkeypatch):
     """C13 for the path that IVF segments will take: each segment's own Index.search, merged by merge_topk."""
-    monkeypatch.setattr(snapshot_module, "_flat", lambda views, options: False)
+    monkeypatch.setattr(snapshot_module, "_scan_jointly", lambda views: False)
     for name in ("ockm", "ockm-ip"):
         c, model = populated(tmp_path / name, quantizers[name], store_vectors="float32")
         ref = reference_index(quantizers[name], model, store_vectors="float32")
@@ -85,8 +85,8 @@ def test_scan_parts_equals_one_scan_of_the_union(q):
     tables = search_module.QueryTables(q)
     Q = vectors(7, 4)
     cuts = [0, 100, 480, 510, 900]
-    parts = [scan_module.Part(np.ascontiguousarray(whole.codes[a:b]), np.ascontiguousarray(ids[a:b]), None,
-                              np.ascontiguousarray(whole.norms[a:b]), np.asarray(q.norm_levels, np.float32), None)
+    parts = [search_module.CodeRows(np.ascontiguousarray(whole.codes[a:b]), np.ascontiguousarray(ids[a:b]), None,
+                                    np.ascontiguousarray(whole.norms[a:b]), np.asarray(q.norm_levels, np.float32), None)
              for a, b in zip(cuts, cuts[1:])]
     for k in (1, 5, 40, 1000):
         for distance in ("adc", "sdc"):

@@ -395,6 +395,15 @@ class _no_warning:
         return self._catch.__exit__(*exc)
 
 
+def _one_generation(folder, q):
+    """(generation, manifest body) of a new collection at ``folder`` holding 20 vectors."""
+    with ockstore.create_collection(folder, q) as c:
+        c.add(vectors(20, 1))
+        generation = c.generation
+    with ockstore.storage.open_file(folder / names.manifest_name(generation)) as mf:
+        return generation, msgpack.unpackb(bytes(mf.sections["manifest"]))
+
+
 def _write_body(folder, generation, body, meta=None):
     """A manifest file with the given body (msgpack), bypassing the writer's schema."""
     with ockstore.storage.FileWriter(folder / names.manifest_name(generation)) as w:
@@ -418,11 +427,7 @@ def _write_body(folder, generation, body, meta=None):
 def test_a_manifest_that_breaks_the_schema_does_not_verify(q, tmp_path, change, check):
     """C3, C5: the body's keys, types, ranges and file names are checked; such a manifest is skipped (C4)."""
     folder = tmp_path / "c"
-    with ockstore.create_collection(folder, q) as c:
-        c.add(vectors(20, 1))
-        generation = c.generation
-    with ockstore.storage.open_file(folder / names.manifest_name(generation)) as mf:
-        body = msgpack.unpackb(bytes(mf.sections["manifest"]))
+    generation, body = _one_generation(folder, q)
     body["generation"] = generation + 1
     change(body)
     _write_body(folder, generation + 1, body)
@@ -436,11 +441,7 @@ def test_a_manifest_that_breaks_the_schema_does_not_verify(q, tmp_path, change, 
 def test_a_manifest_ignores_unknown_keys(q, tmp_path):
     """C3: unknown keys of the body (and of segment entries) are ignored by readers."""
     folder = tmp_path / "c"
-    with ockstore.create_collection(folder, q) as c:
-        c.add(vectors(20, 1))
-        generation = c.generation
-    with ockstore.storage.open_file(folder / names.manifest_name(generation)) as mf:
-        body = msgpack.unpackb(bytes(mf.sections["manifest"]))
+    generation, body = _one_generation(folder, q)
     body["future"] = {"x": [1, 2]}
     body["segments"][0]["future"] = "yes"
     _write_body(folder, generation + 1, body | {"generation": generation + 1},

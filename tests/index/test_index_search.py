@@ -15,7 +15,7 @@ import pytest
 
 import ockstore
 from ockstore import index as index_module
-from ockstore import _encoding
+from ockstore import _index_rows
 from ockstore import search as search_module
 from ockstore.datasets import synthetic
 from ockstore.errors import NotFittedError
@@ -137,7 +137,7 @@ def test_more_threads_than_cores_or_queries(indexes, data, name, enc):
 @pytest.mark.parametrize("name", ["pq", "ockm"])
 def test_default_norm_encoding(quantizers, data, name):
     index = Index.from_vectors(quantizers[name], data[1][:10])
-    assert index.norm_encoding == ("none" if name == "pq" else _encoding.DEFAULT_NORM_ENCODING)
+    assert index.norm_encoding == ("none" if name == "pq" else _index_rows.DEFAULT_NORM_ENCODING)
 
 
 def test_u8_distances_approximate_f32(indexes, data):

@@ -15,7 +15,7 @@ import pytest
 
 import ockstore
 from ockstore import Index
-from ockstore import _search_options
+from ockstore import _rerank
 from search_checks import (
     CASES, MAKERS, N, N_ALLOWED, NQ, P, RERANK_EXTRA, RTOL, Rows, allowed_rows_of_candidates, approx_keys,
     assert_lexicographic, case_id, check_topk, exact_keys, k_values, keys_of, make_allow, tolerance_scale,
@@ -181,7 +181,7 @@ def test_rerank_in_steps_of_queries(indexes, data, monkeypatch, given):
         for options in ({}, {"allow": allow}):
             expected = index.search(Q, 7, rerank=N_ALLOWED + 5, vectors=vectors, **options)
             with monkeypatch.context() as m:
-                m.setattr(_search_options, "RERANK_STEP_BYTES", 1)
+                m.setattr(_rerank, "RERANK_STEP_BYTES", 1)
                 got = index.search(Q, 7, rerank=N_ALLOWED + 5, vectors=vectors, **options)
             np.testing.assert_array_equal(got[0], expected[0])
             np.testing.assert_array_equal(got[1], expected[1])

@@ -12,7 +12,25 @@ from helpers import run_json_script
 
 
 # --------------------------------------------------------------------------------------------------------------------
-# the test
+# the tests
+
+
+def fuzz_report(valid, n_random, seed):
+    """The report of the harness over mutants of the file ``valid``, checked for what every run must show: no failure,
+    >= 10,000 cases, every truncation refused and the original opening, the index layer's own checks reached
+    ("bad meta", CRC mismatches), every FormatError naming the file first. Returns (report, files that opened)."""
+    size = len(valid.read_bytes())
+    work = valid.parent / "work"
+    work.mkdir()
+    report = run_json_script("fuzz_index.py", "--file", valid, "--workdir", work, "--random", n_random, "--seed", seed,
+                             timeout=600)
+    assert report["n_failures"] == 0 and report["cases"] >= 10_000, report
+    counts = report["counts"]
+    assert counts["truncate:refused"] == size and counts["original:ok"] == 1
+    checks = report["checks"]
+    assert checks.get("bad meta", 0) > 0 and checks.get("CRC mismatch", 0) > 0, checks
+    assert "?" not in checks, checks  # every FormatError names the file first
+    return report, sum(n for key, n in counts.items() if key.endswith(":ok"))
 
 
 @pytest.mark.slow
@@ -20,23 +38,11 @@ def test_fuzz_index_file_in_subprocess_I1_to_I9(tmp_path):
     """I1-I9 with R1-R23: >= 10,000 mutated index files are refused with FormatError or (only where the change is in
     the header and harmless) open, verify and search; no other exception and no crash; every truncation and every
     change after the header is refused."""
-    valid = make_seed_file(tmp_path / "valid.ock")
-    size = len(valid.read_bytes())
-    work = tmp_path / "work"
-    work.mkdir()
-    report = run_json_script("fuzz_index.py", "--file", valid, "--workdir", work, "--random", 4000, "--seed", 3,
-                             timeout=600)
-    assert report["n_failures"] == 0 and report["cases"] >= 10_000, report
+    report, opened_ok = fuzz_report(make_seed_file(tmp_path / "valid.ock"), 4000, 3)
     counts = report["counts"]
-    assert counts["truncate:refused"] == size and counts["original:ok"] == 1
     assert counts.get("flip1:refused", 0) > 0 and counts.get("header:refused", 0) > 0
-    checks = report["checks"]
     # The index layer was reached and did its part: refusals by its own checks, and searches of files that opened.
-    assert checks.get("bad meta", 0) > 0 and checks.get("CRC mismatch", 0) > 0, checks
-    assert "?" not in checks, checks  # every FormatError names the file first
-    opened_ok = sum(n for key, n in counts.items() if key.endswith(":ok"))
     assert opened_ok >= 1 and report["searches"] >= 2 * opened_ok, (report["searches"], opened_ok)
-
 
 
 @pytest.mark.slow
@@ -44,17 +50,5 @@ def test_fuzz_ivf_index_file_in_subprocess_V1_to_V7(tmp_path):
     """V1-V7 with I1-I9 and R1-R23: mutated inverted-file index files are refused with FormatError or open, verify
     and search (with the default n_probe and with every list) without any other exception or crash; every
     truncation and every change after the header is refused."""
-    valid = make_ivf_seed_file(tmp_path / "valid.ock")
-    size = len(valid.read_bytes())
-    work = tmp_path / "work"
-    work.mkdir()
-    report = run_json_script("fuzz_index.py", "--file", valid, "--workdir", work, "--random", 3000, "--seed", 4,
-                             timeout=600)
-    assert report["n_failures"] == 0 and report["cases"] >= 10_000, report
-    counts = report["counts"]
-    assert counts["truncate:refused"] == size and counts["original:ok"] == 1
-    checks = report["checks"]
-    assert checks.get("bad meta", 0) > 0 and checks.get("CRC mismatch", 0) > 0, checks
-    assert "?" not in checks, checks
-    opened_ok = sum(n for key, n in counts.items() if key.endswith(":ok"))
+    report, opened_ok = fuzz_report(make_ivf_seed_file(tmp_path / "valid.ock"), 3000, 4)
     assert opened_ok >= 1 and report["searches"] >= 4 * opened_ok, (report["searches"], opened_ok)

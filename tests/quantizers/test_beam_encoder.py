@@ -17,7 +17,7 @@ from helpers import REPO
 from helpers import random_rotation
 from quantizer_checks import assert_codes_match, sq_rows
 from ockstore import _kernels
-from ockstore._codec import CodecTables, SubspaceLayout
+from ockstore._model_tables import CodecTables, SubspaceLayout
 
 
 def random_codec(P, M, C, K, *, n=400, seed=0):

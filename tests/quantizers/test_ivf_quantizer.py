@@ -11,7 +11,7 @@ import pytest
 import ockstore
 from ockstore import IVF, Index
 from ockstore.errors import NotFittedError
-from ockstore.ivf import MAX_LISTS, default_n_probe
+from ockstore.ivf_quantizer import MAX_LISTS, default_n_probe
 from ivf_checks import FINE, L, N, P, clusters, reconstruct
 from ivf_checks import data, models  # noqa: F401 - pytest fixtures
 

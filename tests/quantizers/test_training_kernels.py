@@ -20,7 +20,8 @@ from helpers import random_rotation
 # only these lines.
 from ockstore._blas import blas_single_thread
 from ockstore._kernels import code_gram, code_sums, matmul_rows, normal_equations
-from ockstore._codec import SubspaceLayout, fit_scalar_quantizer, scalar_encode
+from ockstore._model_tables import SubspaceLayout
+from ockstore._norm_levels import fit_scalar_quantizer, scalar_encode
 from ockstore._training import _procrustes
 
 EPS32 = float(np.finfo(np.float32).eps) / 2  # unit roundoff of float32, 2^-24
@@ -51,9 +52,17 @@ def run_normal_equations(codes, Z, C, K, n_threads):
 NE_SHAPES = [(1, 1, 4, 1), (3, 1, 16, 3), (2, 2, 5, 4), (4, 3, 7, 2), (2, 4, 3, 5), (1, 2, 256, 3)]
 
 
-@pytest.mark.parametrize("n_threads", THREADS)
-@pytest.mark.parametrize("n", [0, 1, 37, 300])
-@pytest.mark.parametrize("M,C,K,S", NE_SHAPES)
+def over_shapes(sizes):
+    """Parametrize a test over (M, C, K, S) of NE_SHAPES, n in ``sizes`` and n_threads in THREADS."""
+    def decorate(test):
+        for name, values in (("M,C,K,S", NE_SHAPES), ("n", sizes), ("n_threads", THREADS)):
+            test = pytest.mark.parametrize(name, values)(test)
+        return test
+
+    return decorate
+
+
+@over_shapes([0, 1, 37, 300])
 def test_normal_equations_match_oracle(M, C, K, S, n, n_threads):
     """gram[m] = B_m^T B_m exactly (counts) and rhs[m] = B_m^T Z_m (float64 sums of float32 values)."""
     rng = np.random.default_rng(M * 1000 + C * 100 + K + n)
@@ -129,9 +138,7 @@ def test_code_sums_exact_on_integer_data(n, n_threads):
     np.testing.assert_array_equal(run_code_sums(codes, X, 9, n_threads), sums_oracle(codes, X, 9))
 
 
-@pytest.mark.parametrize("n_threads", THREADS)
-@pytest.mark.parametrize("n", [0, 1, 300, 3001])
-@pytest.mark.parametrize("M,C,K,S", NE_SHAPES)
+@over_shapes([0, 1, 300, 3001])
 def test_code_gram_matches_oracle(M, C, K, S, n, n_threads):
     """gram[m] = B_m^T B_m exactly (counts): the Gram matrices of the normal equations."""
     rng = np.random.default_rng(M * 1000 + C * 100 + K + n)

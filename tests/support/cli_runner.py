@@ -109,16 +109,21 @@ def assert_usage_error(proc, *fragments):
         assert fragment in proc.stderr, (fragment, proc.stderr)
 
 
+def write_dataset(folder, n_queries, seed):
+    """(ds, paths): datasets.synthetic(2000 learn, 3000 base, n_queries, 16 dims, ground truth of 20) written to
+    ``folder`` as learn.fvecs, base.fvecs, query.fvecs and gt.ivecs (paths by those names)."""
+    ds = datasets.synthetic(2000, 3000, n_queries, 16, seed=seed, k_gt=20)
+    paths = {name: folder / name for name in ("learn.fvecs", "base.fvecs", "query.fvecs", "gt.ivecs")}
+    for name, rows in zip(paths, (ds.learn, ds.base, ds.query, ds.groundtruth.astype(np.int32))):
+        datasets.write_vecs(paths[name], rows)
+    return ds, paths
+
+
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     """Files of a small synthetic dataset, a quantizer trained and an index built by the command."""
     d = tmp_path_factory.mktemp("cli")
-    ds = datasets.synthetic(2000, 3000, 40, 16, seed=3, k_gt=20)
-    paths = {name: d / f"{name}" for name in ("learn.fvecs", "base.fvecs", "query.fvecs", "gt.ivecs")}
-    datasets.write_vecs(paths["learn.fvecs"], ds.learn)
-    datasets.write_vecs(paths["base.fvecs"], ds.base)
-    datasets.write_vecs(paths["query.fvecs"], ds.query)
-    datasets.write_vecs(paths["gt.ivecs"], ds.groundtruth.astype(np.int32))
+    ds, paths = write_dataset(d, 40, seed=3)
     q = d / "q.ockq"
     train = run("train", paths["learn.fvecs"], "-o", q, *TRAIN_ARGS, "--metadata", "who=test", check=0)
     index = d / "base.ock"

@@ -68,6 +68,20 @@ def vecs_sample(kind, n=23, d=5, seed=0):
     return rng.integers(-(2**31), 2**31 - 1, size=(n, d), dtype=np.int64).astype(np.int32)
 
 
+def read_only(*arrays):
+    """The arrays, made read-only (module-scoped fixtures share them: a test that writes into one fails at once)."""
+    for arr in arrays:
+        arr.flags.writeable = False
+    return arrays
+
+
+def seeded_dataset(draw, n_learn, n_base, n_queries, id_scale, id_offset):
+    """(learn, base, queries, ids), read-only: ``draw(n, seed)`` with seeds 1, 2, 3, and distinct, shuffled user ids
+    of the base (a permutation of 0..n_base-1 times ``id_scale`` plus ``id_offset``)."""
+    ids = np.random.default_rng(4).permutation(n_base).astype(np.int64) * id_scale + id_offset
+    return read_only(draw(n_learn, 1), draw(n_base, 2), draw(n_queries, 3), ids)
+
+
 def random_rotation(P, seed):
     """A seeded orthogonal P x P matrix (QR of a Gaussian matrix, signs fixed), float32."""
     rng = np.random.default_rng(seed)

@@ -72,3 +72,14 @@ def expect_format_error(path, check, name=None, *, when="open"):
     """open_index (and, for when="verify", verify) must raise FormatError naming the file, the check and the
     section or meta key ``name``; returns the message."""
     return helpers.expect_format_error(open_index, path, check, name, when=when)
+
+
+def assert_same_parts(path, original):
+    """The file ``path`` holds what ``original`` holds: the same meta (the writing library aside), user metadata and
+    sections in the same order, byte for byte."""
+    meta, sections, user = parts_of(path)
+    meta0, sections0, user0 = parts_of(original)
+    assert {k: v for k, v in meta.items() if k != "library"} == {k: v for k, v in meta0.items() if k != "library"}
+    assert user == user0 and list(sections) == list(sections0)
+    for name in sections:
+        assert sections[name].tobytes() == sections0[name].tobytes(), name

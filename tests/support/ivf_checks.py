@@ -18,6 +18,7 @@ import pytest
 
 import ockstore
 import reference
+from helpers import seeded_dataset
 from ockstore import IVF, Index
 
 P = 12
@@ -52,11 +53,7 @@ def clusters(n, seed, which=range(8)):
 
 @pytest.fixture(scope="module")
 def data():
-    learn, base, queries = clusters(N_LEARN, 1), clusters(N, 2), clusters(NQ, 3)
-    ids = np.random.default_rng(4).permutation(N).astype(np.int64) * 3 + 500
-    for arr in (learn, base, queries, ids):
-        arr.flags.writeable = False
-    return learn, base, queries, ids
+    return seeded_dataset(clusters, N_LEARN, N, NQ, 3, 500)
 
 
 @pytest.fixture(scope="module")

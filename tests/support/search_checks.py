@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 import ockstore
+from helpers import seeded_dataset
 from ockstore import Index
 from ockstore import search as search_module
 
@@ -75,14 +76,8 @@ def to_uint8_values(X):
 
 @pytest.fixture(scope="module")
 def data():
-    """(learn, base, queries, ids): float32 vectors and distinct, shuffled user ids of the base."""
-    learn = mixture(N_LEARN, 1)
-    base = mixture(N, 2)
-    queries = mixture(NQ, 3)
-    ids = np.random.default_rng(4).permutation(N).astype(np.int64) * 5 + 1000
-    for arr in (learn, base, queries, ids):
-        arr.flags.writeable = False
-    return learn, base, queries, ids
+    """(learn, base, queries, ids): float32 vectors (read-only) and distinct, shuffled user ids of the base."""
+    return seeded_dataset(mixture, N_LEARN, N, NQ, 5, 1000)
 
 
 @pytest.fixture(scope="module")

@@ -19,16 +19,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._codec import fit_scalar_quantizer
+from ._norm_levels import fit_scalar_quantizer
 from ._kmeans import PROBE_IP, PROBE_L2, CoarseTables, train_coarse
 from ._params import PARAMETERS
 from ._validation import (
-    as_codes, as_list_ids, as_vectors, check_int, resolve_n_threads, to_float32_rows,
+    as_codes, as_list_ids, as_vectors, check_int, to_float32_rows,
 )
 from .errors import NotFittedError
-from .quantizers import Quantizer
+from .quantizers import Model, Quantizer, learned
 
-__all__ = ["IVF", "MAX_LISTS", "default_n_probe", "check_n_probe", "ivf_from_state"]
+__all__ = ["IVF", "MAX_LISTS", "ROWS_PER_STEP", "default_n_probe", "ivf_from_state"]
 
 # Lists of an inverted file at most: list ids are C ints in the kernels, and every list costs P floats of centroid.
 MAX_LISTS = 1 << 24
@@ -49,19 +49,6 @@ def default_n_probe(n_lists) -> int:
     return max(1, -(-int(n_lists) // DEFAULT_PROBE_DIVISOR))
 
 
-def check_n_probe(n_probe, model, what="index"):
-    """The n_probe of a search over codes of ``model`` (an index's or a collection's, ``what``): for an IVF, None means
-    the default, else an int in 1..n_lists; a flat model scans every code and refuses any value but None."""
-    if not isinstance(model, IVF):
-        if n_probe is not None:
-            raise ValueError(f"n_probe applies to inverted-file (IVF) indexes only: this {what} is flat and scans "
-                             "every code; leave n_probe out")
-        return None
-    if n_probe is None:
-        return model.default_n_probe
-    return check_int(n_probe, "n_probe", min_value=1, max_value=model.n_lists)
-
-
 def _check_fine_quantizer(quantizer):
     if not isinstance(quantizer, Quantizer):
         raise TypeError(f"quantizer must be a PQ, CKM, ECKM or OCKM instance (the fine quantizer of the residuals), "
@@ -69,7 +56,7 @@ def _check_fine_quantizer(quantizer):
     return quantizer
 
 
-class IVF:
+class IVF(Model):
     """Inverted file: coarse k-means lists, residuals encoded by a fine quantizer.
 
     Parameters
@@ -171,15 +158,8 @@ class IVF:
         self._check_fitted()
         return self._coarse.centroids
 
-    @property
-    def coarse_objective_history(self):
-        self._check_fitted()
-        return self._history
-
-    @property
-    def norm_levels(self):
-        self._check_fitted()
-        return self._norm_levels
+    coarse_objective_history = learned("_history")
+    norm_levels = learned("_norm_levels")
 
     @property
     def code_size(self) -> int:
@@ -199,14 +179,6 @@ class IVF:
     def default_n_probe(self) -> int:
         """The n_probe of a search that gives none (``default_n_probe(n_lists)``)."""
         return default_n_probe(self.n_lists)
-
-    def _threads(self, n_threads=None):
-        return resolve_n_threads(self.n_threads if n_threads is None else n_threads)
-
-    def _rng(self):
-        if isinstance(self.seed, np.random.Generator):
-            return self.seed
-        return np.random.default_rng(self.seed)
 
     def _prepare(self, rows, name, first_row=0):
         """Checked float32 rows as the model sees them: unit length for metric "cosine" (as the fine quantizer's)."""
@@ -276,12 +248,8 @@ class IVF:
     def encode(self, X, *, n_threads=None):
         """The list and the code of each vector.
 
-        Parameters
-        ----------
-        X : array-like of shape (n, P) or (P,)
-            Any real numeric dtype; converted to float32 ROWS_PER_STEP rows at a time (memory stays bounded).
-        n_threads : int or None
-            None means the IVF's ``n_threads`` (itself None: all cores).
+        ``X`` (shape (n, P) or (P,)) and ``n_threads`` (None: the IVF's own) as for ``Quantizer.encode``; X is
+        converted to float32 ROWS_PER_STEP rows at a time.
 
         Returns
         -------
@@ -364,23 +332,13 @@ class IVF:
         residual = self.quantizer._tables.decode(codes, n_threads).astype(np.float64)
         return (residual + self._coarse.centroids[lists]).astype(np.float32)
 
-    def distortion(self, X, *, n_threads=None) -> float:
-        """Mean squared reconstruction error per vector, (1/n) sum_i ||x_i - decode(*encode(x_i))||^2, in float64.
+    def _rows_per_step(self):
+        return ROWS_PER_STEP
 
-        X : array-like of shape (n, P) or (P,), n >= 1 (normalised first for metric "cosine").
-        """
-        self._check_fitted()
-        X, _ = as_vectors(X, "X", self.dim, convert=False)
-        if X.shape[0] == 0:
-            raise ValueError("X has no rows: the distortion of zero vectors is undefined")
-        threads = self._threads(n_threads)
-        total = 0.0
-        for start in range(0, X.shape[0], ROWS_PER_STEP):
-            rows = self._prepare(to_float32_rows(X[start:start + ROWS_PER_STEP], "X"), "X", start)
-            lists, codes = self._encode_prepared(rows, threads)
-            diff = rows.astype(np.float64) - self._reconstruct(lists, codes, threads)
-            total += float(np.einsum("ij,ij->", diff, diff))
-        return total / X.shape[0]
+    def _reconstruct_prepared(self, rows, n_threads):
+        """c_l + R z_hat of the encoding of rows already checked and prepared, (n, P) float32."""
+        lists, codes = self._encode_prepared(rows, n_threads)
+        return self._reconstruct(lists, codes, n_threads)
 
     # ------------------------------------------------------------------------------------------------------- search
     def _probe(self, Q, n_probe, n_threads):
@@ -390,6 +348,40 @@ class IVF:
         ("l2"; "cosine" too: for unit vectors the nearest centroids hold the best cosines) or by q.c_l ("ip")."""
         kind = PROBE_IP if self.metric == "ip" else PROBE_L2
         return self._coarse.probe(Q, n_probe, kind, -2.0 if self.metric == "l2" else -1.0, n_threads)
+
+    # ------------------------------------------------------------------------------------- what indexes ask of a model
+    # The same methods as the flat quantizers' (quantizers.Quantizer): indexes, writers and collections call them,
+    # never asking which kind of model they hold (docs/ARCHITECTURE.md, "Kinds of index").
+    def _encode_for_index(self, X, n_threads, first_row=0, norm_terms=True):
+        """(lists (n,) int32, codes (n, M*C) uint8, norm terms ||c_l + R z_hat||^2 (n,) float32 or None) of checked
+        rows ``X`` (any real dtype, right dimension; values are checked here; a bad row is named by its number plus
+        ``first_row``)."""
+        return self._encode_rows(X, n_threads, first_row, norms=norm_terms)
+
+    def _norm_term_need(self):
+        """(needed, reason): with metric "l2" every distance needs the stored norm term of the whole reconstruction
+        (whatever C is); "ip" and "cosine" need none."""
+        return (self.metric == "l2", "an IVF with metric 'l2': its distances need the norm term of the whole "
+                                     "reconstruction")
+
+    def _check_n_probe(self, n_probe, what="index"):
+        """The n_probe of a search: None means ``default_n_probe``, else an int in 1..n_lists (ValueError or
+        TypeError naming n_probe otherwise)."""
+        if n_probe is None:
+            return self.default_n_probe
+        return check_int(n_probe, "n_probe", min_value=1, max_value=self.n_lists)
+
+    def _summary(self) -> dict:
+        """The fine quantizer's P, method, metric, M, C, K, T, bits, then n_lists: what describes an IVF model."""
+        return {**self.quantizer._summary(), "n_lists": int(self.n_lists)}
+
+    def _file_summary(self) -> dict:
+        """What file_info says of an IVF quantizer file's model: ``_summary``, default_n_probe, coarse_objective, then
+        the fine quantizer's code_size, iterations and objective (on residuals)."""
+        fine = self.quantizer._file_summary()
+        return {**self._summary(), "default_n_probe": int(self.default_n_probe),
+                "coarse_objective": float(self._history[-1]),
+                **{key: fine[key] for key in ("code_size", "iterations", "objective")}}
 
     # ------------------------------------------------------------------------------------------------- state
     def _get_state(self):

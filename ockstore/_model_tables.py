@@ -1,8 +1,8 @@
-"""The arrays of a fitted model in the layouts the kernels want, and the one-byte norm quantizer.
+"""The arrays of a fitted model in the layouts the kernels want.
 
 ``SubspaceLayout`` says how the P rotated dimensions are cut into M subspaces; ``CodecTables`` holds the rotation and
-codebooks rearranged for the encoder, decoder and norm kernels (built once per model); ``fit_scalar_quantizer`` and
-``scalar_encode`` are the 256-level quantizer of the norm term ||x_hat||^2 (docs/ARCHITECTURE.md, "The method").
+codebooks rearranged for the encoder, decoder and norm kernels (built once per model) (docs/ARCHITECTURE.md, "The
+method"). The one-byte quantizer of the norm term is ``_norm_levels``.
 
 No input validation here: callers pass C-contiguous float32 arrays without NaN/inf and codes < K.
 """
@@ -16,7 +16,8 @@ import numpy as np
 from . import _kernels
 from ._blas import blas_single_thread
 
-__all__ = ["SubspaceLayout", "CodecTables", "rotate", "fit_scalar_quantizer", "scalar_encode", "SMALL_ENCODE_ROWS"]
+__all__ = ["SubspaceLayout", "CodecTables", "rotate", "SMALL_ENCODE_ROWS"]
+
 
 @dataclass(frozen=True)
 class SubspaceLayout:
@@ -135,43 +136,9 @@ class CodecTables:
         return out
 
 
-
 def rotate(X, rot_pad, n_threads):
     """X @ rot_pad, (n, M*S) float32, by chunks of rows in parallel."""
     out = np.empty((X.shape[0], rot_pad.shape[1]), dtype=np.float32)
     with blas_single_thread():
         _kernels.matmul_rows(X, rot_pad, out, n_threads)
     return out
-
-
-
-def fit_scalar_quantizer(values, n_levels=256, n_iter=100):
-    """Levels of a one-dimensional k-means (Lloyd) quantizer for ``values``, sorted ascending, float32.
-
-    Initialised at evenly spaced quantiles; each step assigns every value to its nearest level (cut points halfway
-    between levels) and moves each level to the mean of its values. Levels left without values keep their place.
-    """
-    v = np.sort(np.asarray(values, dtype=np.float64))
-    if v.size == 0:
-        return np.zeros(n_levels, dtype=np.float32)
-    levels = np.quantile(v, (np.arange(n_levels) + 0.5) / n_levels)
-    prefix = np.concatenate([[0.0], np.cumsum(v)])
-    for _ in range(n_iter):
-        cuts = np.searchsorted(v, (levels[1:] + levels[:-1]) / 2, side="right")
-        bounds = np.concatenate([[0], cuts, [v.size]])
-        counts = np.diff(bounds)
-        sums = prefix[bounds[1:]] - prefix[bounds[:-1]]
-        new = levels.copy()
-        filled = counts > 0
-        new[filled] = sums[filled] / counts[filled]
-        new.sort()
-        if np.array_equal(new, levels):
-            break
-        levels = new
-    return levels.astype(np.float32)
-
-
-def scalar_encode(values, levels):
-    """Index of the nearest level (levels sorted ascending) as uint8; ties go to the lower level."""
-    cuts = (levels[1:].astype(np.float64) + levels[:-1]) / 2
-    return np.searchsorted(cuts, np.asarray(values, dtype=np.float64), side="left").astype(np.uint8)

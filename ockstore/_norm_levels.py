@@ -1,0 +1,42 @@
+"""The one-byte quantizer of the norm term ||x_hat||^2: 256 levels learned by a one-dimensional k-means on the norm
+terms of the training vectors, and the nearest level of a value (docs/ARCHITECTURE.md, "The method": an index may
+store the norm term of each vector in one byte, the "+1 lookup" of the paper).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["fit_scalar_quantizer", "scalar_encode"]
+
+
+def fit_scalar_quantizer(values, n_levels=256, n_iter=100):
+    """Levels of a one-dimensional k-means (Lloyd) quantizer for ``values``, sorted ascending, float32.
+
+    Initialised at evenly spaced quantiles; each step assigns every value to its nearest level (cut points halfway
+    between levels) and moves each level to the mean of its values. Levels left without values keep their place.
+    """
+    v = np.sort(np.asarray(values, dtype=np.float64))
+    if v.size == 0:
+        return np.zeros(n_levels, dtype=np.float32)
+    levels = np.quantile(v, (np.arange(n_levels) + 0.5) / n_levels)
+    prefix = np.concatenate([[0.0], np.cumsum(v)])
+    for _ in range(n_iter):
+        cuts = np.searchsorted(v, (levels[1:] + levels[:-1]) / 2, side="right")
+        bounds = np.concatenate([[0], cuts, [v.size]])
+        counts = np.diff(bounds)
+        sums = prefix[bounds[1:]] - prefix[bounds[:-1]]
+        new = levels.copy()
+        filled = counts > 0
+        new[filled] = sums[filled] / counts[filled]
+        new.sort()
+        if np.array_equal(new, levels):
+            break
+        levels = new
+    return levels.astype(np.float32)
+
+
+def scalar_encode(values, levels):
+    """Index of the nearest level (levels sorted ascending) as uint8; ties go to the lower level."""
+    cuts = (levels[1:].astype(np.float64) + levels[:-1]) / 2
+    return np.searchsorted(cuts, np.asarray(values, dtype=np.float64), side="left").astype(np.uint8)
