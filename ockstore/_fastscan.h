@@ -15,7 +15,7 @@
  * 2. Tables quantized to bytes, per query: Q_w[j] = floor((T_w[j] - bias_w) / scale), with bias_w = min_j T_w[j] and
  *    one shared scale, so that the sum of a row's W entries (plus its norm term's, below) is one uint16 sum
  *    S(x) = sum_w Q_w[x_w] and
- *        c0 + scale * S(x) <= D(x) = exact ADC distance of x, in real arithmetic, with c0 = qconst + sum_w bias_w (+ ...)
+ *        c0 + scale * S(x) <= D(x) = exact ADC distance of x, in real arithmetic, c0 = qconst + sum_w bias_w (+ ...)
  *    because floor only rounds down: the quantized sum is a *lower bound*. The scale is the smallest that keeps every
  *    entry <= 255 and the largest possible sum <= 65535 (checked after quantizing, never assumed).
  *
@@ -156,6 +156,8 @@ typedef struct {
     double magnitude;          /* |qconst| + sum_w max_j |T_w[j]| + max |norm term| (u8 norms): rounding bound base */
     double slack;              /* exact(x) - list term <= c0 + scale * S(x) + slack (+ n for float32 norms): what
                                 * the floors cut off, at most a unit per table, plus the norm tables' fit */
+    int impossible;            /* some words cannot occur (K < 16: their float entries are +inf): a row holding one
+                                * (a damaged file) has an infinite exact distance, above any upper bound */
     int has_norm;              /* 1: the u8 norm's nibble tables are part of S */
     uint16_t norm_lo[16];      /* quantized lower-bound tables of the norm code's nibbles (has_norm) */
     uint16_t norm_hi[16];
@@ -188,6 +190,9 @@ static inline int ock_fs_quantize(const float *lut, int W, float qconst, const o
     double bias_sum = 0.0, range_max = 0.0, range_sum = 0.0, magnitude = fabs((double)qconst);
     t->W = W;
     t->cols = ock_fs_columns(W);
+    t->impossible = 0;
+    for (size_t j = 0; j < (size_t)W * OCK_FS_WORDS; j++)
+        if (!isfinite((double)lut[j])) t->impossible = 1;
     for (int w = 0; w < W; w++) {
         double lo, hi, amax;
         ock_fs_table_range(lut + (size_t)w * OCK_FS_WORDS, &lo, &hi, &amax);
@@ -456,10 +461,11 @@ static inline float ock_fs_norm_term(const ock_fs_base *b, size_t row) {
  * A row's quantized sum gives two bounds of its exact distance d (as the float sum computes it): lb <= d <= ub. Rows
  * are collected while lb <= limit, where the limit is the smallest value known to be at least the final k-th best
  * distance: the k-th smallest ub of the rows seen so far (k rows are at most that far; found every k rows by a
- * selection among 2 k bounds, without any exact distance), or the heap's worst after an exact refine. The exact distances are
- * computed once, at the end (or when the buffer is full of rows the bounds cannot separate, as with norm levels the
- * nibble tables fit badly): the k rows with the smallest lb first, then every other row whose lb is still within
- * the k-th best. */
+ * selection among 2 k bounds, without any exact distance), or the heap's worst after an exact refine. The exact
+ * distances are computed once, at the end (or when the buffer is full of rows the bounds cannot separate, as with
+ * norm levels the nibble tables fit badly): the k rows with the smallest lb first, then every other row whose lb is
+ * still within the k-th best. A row holding a word that cannot occur (a damaged file) has no upper bound: it gives
+ * none to the limit. */
 
 typedef struct {
     double lb;                  /* a lower bound of the row's exact distance, as the float sum computes it */
@@ -608,7 +614,8 @@ static inline void ock_fs_select_smallest(ock_fs_cand *cand, int n, int k) {
 }
 
 /* Offer cand[from..to-1] whose lower bound is within the heap's worst, four exact distances at a time. */
-static inline void ock_fs_offer_range(ock_fs_collector *c, const ock_fs_base *b, const ock_fs_query *q, int from, int to) {
+static inline void ock_fs_offer_range(ock_fs_collector *c, const ock_fs_base *b, const ock_fs_query *q, int from,
+                                      int to) {
     const ock_fs_cand *batch[4];
     float d[4];
     int m = 0;
@@ -645,6 +652,14 @@ static inline void ock_fs_make_room(ock_fs_collector *c, const ock_fs_base *b, c
         if (c->cand[j].lb <= c->limit) c->cand[kept++] = c->cand[j];
     c->n = kept;
     if (2 * c->n > c->cap) ock_fs_refine(c, b, q);
+}
+
+/* Whether row i of a block holds only words that can occur (finite table entries): only then is its upper bound
+ * one (a row of a damaged file holding a word >= K has an infinite exact distance). */
+static inline int ock_fs_row_possible(const ock_fs_base *b, const ock_fs_query *q, const uint8_t *block, int i) {
+    for (int w = 0; w < b->W; w++)
+        if (!isfinite(q->lut[(size_t)w * OCK_FS_WORDS + ock_fs_word(block, i, w)])) return 0;
+    return 1;
 }
 
 /* --------------------------------------------------------------------------------------------------------------------
@@ -712,7 +727,7 @@ OCK_FS_INLINE static inline int ock_fs_collect_block(ock_fs_collector *c, const 
             ub += n + L->gamma * fabs(n);
         }
         if (!(lb <= c->limit)) continue;
-        ock_fs_offer_ub(c, ub);
+        if (!q->t->impossible || ock_fs_row_possible(b, q, block, i)) ock_fs_offer_ub(c, ub);
         if (!(lb <= c->limit)) continue;
 #ifdef OCK_FS_COUNT_APPENDS
         OCK_FS_COUNT_APPENDS++;
