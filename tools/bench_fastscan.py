@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -44,9 +43,8 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 import ockstore  # noqa: E402
-from _machine import core_count, cpu_model  # noqa: E402
-from ockstore.datasets import load_texmex  # noqa: E402
-from ockstore.evaluation import exact_knn, recall_at_r  # noqa: E402
+from _machine import load_average, machine_info, texmex_prefix  # noqa: E402
+from ockstore.evaluation import recall_at_r  # noqa: E402
 
 K_FLAT = 100
 K_IVF = 10
@@ -64,39 +62,6 @@ def default_data():
         if (folder / "shared" / "data" / "sift-real").is_dir():
             return str(folder / "shared" / "data" / "sift-real")
     return str(REPO.parent / "shared" / "data" / "sift-real")
-
-
-def load_average():
-    try:
-        return os.getloadavg()
-    except OSError:  # pragma: no cover
-        return (float("nan"),) * 3
-
-
-def machine_info():
-    import faiss
-
-    return {"cpu": cpu_model(), "cores": core_count(), "python": platform.python_version(), "numpy": np.__version__,
-            "faiss": faiss.__version__, "ockstore": ockstore.__version__, "platform": platform.platform()}
-
-
-def load_data(folder, n_queries, base_limit, learn_limit):
-    ds = load_texmex(folder)
-    learn = np.ascontiguousarray(ds.learn[:learn_limit], dtype=np.float32)
-    query = np.ascontiguousarray(ds.query[:n_queries], dtype=np.float32)
-    if base_limit is None:
-        base_u8 = np.ascontiguousarray(ds.base)
-        gt = np.asarray(ds.groundtruth[:n_queries])
-    else:
-        parts, have = [], 0
-        for chunk in ds.iter_base(min(base_limit, 100_000)):
-            parts.append(np.asarray(chunk[: base_limit - have]))
-            have += len(parts[-1])
-            if have >= base_limit:
-                break
-        base_u8 = np.ascontiguousarray(np.concatenate(parts))
-        _, gt = exact_knn(query, base_u8.astype(np.float32), K_FLAT)
-    return learn, base_u8, query, gt
 
 
 def ten_at_ten(ids, gt):
@@ -147,9 +112,11 @@ def exhaustive(learn, base, query, gt, repeats, threads):
     searches["faiss PQ8x8"] = lambda: pq.search(query, K_FLAT)[1]
     for fn in searches.values():  # warm-up
         fn()
+    sizes = {name: index.bytes_per_vector for name, index in models.items()}
+    sizes.update({"faiss PQ16x4fs": fs.code_size, "faiss PQ8x8": pq.code_size})
     rows = []
     for name, (best, median, ids) in interleaved(searches, repeats).items():
-        row = {"index": name, "recall@1": recall_at_r(ids, gt, 1), "recall@10": recall_at_r(ids, gt, 10),
+        row = {"index": name, "bytes_per_vector": int(sizes[name]), "recall@1": recall_at_r(ids, gt, 1), "recall@10": recall_at_r(ids, gt, 10),
                "recall@100": recall_at_r(ids, gt, 100), "ms_per_query": 1000 * best / len(query),
                "ms_per_query_median": 1000 * median / len(query), "train_s": train[name]}
         rows.append(row)
@@ -194,15 +161,18 @@ def inverted(learn, base_u8, query, gt, n_lists, repeats, threads, workdir):
                   "faiss_add_s": build_faiss, "file_bytes": os.path.getsize(path)}
 
 
-def distortion(learn, base, rows, threads):
+def distortion(learn, base, rows, threads, n_iter=None):
+    """Distortion, training and encoding time of the 64-bit options; ``n_iter`` None: each model's default."""
     sample = np.ascontiguousarray(base[:rows], dtype=np.float32)
+    it = {} if n_iter is None else {"n_iter": n_iter}
     out = []
-    for name, make in (("OCKM(8, 2, 10, K=16)", lambda: ockstore.OCKM(8, 2, 10, n_codewords=16, n_threads=threads)),
-                       ("OCKM(4, 4, 10, K=16)", lambda: ockstore.OCKM(4, 4, 10, n_codewords=16, n_threads=threads)),
-                       ("PQ(16, K=16)", lambda: ockstore.PQ(16, n_codewords=16, n_threads=threads)),
-                       ("OCKM(4, 2, 10)", lambda: ockstore.OCKM(4, 2, 10, n_threads=threads)),
-                       ("PQ(8)", lambda: ockstore.PQ(8, n_threads=threads))):
+    for name, make in (("OCKM(8, 2, 10, K=16)", lambda: ockstore.OCKM(8, 2, 10, n_codewords=16, **it)),
+                       ("OCKM(4, 4, 10, K=16)", lambda: ockstore.OCKM(4, 4, 10, n_codewords=16, **it)),
+                       ("PQ(16, K=16)", lambda: ockstore.PQ(16, n_codewords=16, **it)),
+                       ("OCKM(4, 2, 10)", lambda: ockstore.OCKM(4, 2, 10, **it)),
+                       ("PQ(8)", lambda: ockstore.PQ(8, **it))):
         q = make()
+        q.set_params(n_threads=threads)
         seconds, _ = timed(lambda: q.fit(learn))
         enc, _ = timed(lambda: q.encode(sample, n_threads=1))
         row = {"quantizer": name, "bits": q.bits, "distortion": float(q.distortion(sample)), "train_s": seconds,
@@ -246,9 +216,8 @@ def markdown(report):
              f"batch of queries at once, minimum of {s['repeats']} interleaved runs.", "",
              f"Exhaustive scan, k = {K_FLAT}:", "",
              "| index | bytes/vector | R@1 | R@10 | R@100 | ms/query | training s |", "|---|---:|---:|---:|---:|---:|---:|"]
-    sizes = {"ours": 9, "ockm-8bit": 9, "faiss PQ16x4fs": 8, "faiss PQ8x8": 8}
     for r in report["exhaustive"]:
-        lines.append(f"| {r['index']} | {sizes[r['index']]} | {r['recall@1']:.3f} | {r['recall@10']:.3f} | "
+        lines.append(f"| {r['index']} | {r['bytes_per_vector']} | {r['recall@1']:.3f} | {r['recall@10']:.3f} | "
                      f"{r['recall@100']:.3f} | {r['ms_per_query']:.4f} | {r['train_s']:.1f} |")
     lines += ["", f"Inverted file ({s['n_lists']} lists), k = {K_IVF}: ours IVF + OCKM(8, 2, 10, K=16) with "
                   "store_vectors='uint8' and rerank=R; faiss IVF,PQ16x4fs refined by SQ8 (k_factor = R / 10).", "",
@@ -257,7 +226,10 @@ def markdown(report):
         lines.append(f"| {r['n_probe']} | {r['rerank']} | {r['index']} | {r['10@10']:.4f} | {r['ms_per_query']:.4f} "
                      f"| {r['qps']:,.0f} |")
     if report.get("distortion"):
-        lines += ["", "Distortion of 64-bit codes (mean squared error over base vectors; training on all cores):", "",
+        it = s.get("distortion_iter")
+        lines += ["", f"Distortion of 64-bit codes (mean squared error over {s['distortion_rows']:,} base vectors; "
+                  f"trained on {s['distortion_learn']:,} learn vectors, "
+                  f"{'each model’s default iterations' if it is None else f'{it} iterations'}, on all cores):", "",
                   "| quantizer | bits | distortion | training s | encoding us/vector (1 thread) |",
                   "|---|---:|---:|---:|---:|"]
         for r in report["distortion"]:
@@ -304,9 +276,14 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=3, help="timed searches per index, interleaved (default 3)")
     parser.add_argument("--threads", type=int, default=None, help="threads for training and adding (default: all)")
     parser.add_argument("--distortion-rows", type=int, default=100_000, help="base rows the distortion is measured on")
+    parser.add_argument("--distortion-learn", type=int, default=None, help="learn rows the distortion's models "
+                        "train on (default: all)")
+    parser.add_argument("--distortion-iter", type=int, default=None, help="training iterations of the distortion's "
+                        "models (default: each model's)")
     parser.add_argument("--skip-distortion", action="store_true", help="leave out the distortion report")
     parser.add_argument("--skip-ivf", action="store_true", help="leave out the inverted files")
-    parser.add_argument("--quick", action="store_true", help="smoke test: 200K base, 25K learn, 256 lists")
+    parser.add_argument("--quick", action="store_true", help="smoke test: 200K base, 25K learn, 256 lists, 2 "
+                        "repeats; distortion on 10K rows of models trained 3 iterations on 10K rows")
     parser.add_argument("--out", default=None, help="write the markdown report here")
     parser.add_argument("--json", default=None, help="write every figure as JSON here")
     parser.add_argument("--plot", default=None, help="write the 10@10 / queries-per-second plot here (.png)")
@@ -314,7 +291,10 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.quick:
         args.lists = 256 if args.lists == 1024 else args.lists
-        args.skip_distortion = True
+        args.repeats = min(args.repeats, 2)
+        args.distortion_rows = min(args.distortion_rows, 10_000)
+        args.distortion_learn = args.distortion_learn or 10_000
+        args.distortion_iter = args.distortion_iter or 3
     base_limit, learn_limit = (200_000, 25_000) if args.quick else (None, None)
 
     from threadpoolctl import threadpool_limits
@@ -324,7 +304,7 @@ def main(argv=None):
     load_start = load_average()
     print(f"machine: {machine['cpu']}, {machine['cores']} cores; numpy {machine['numpy']}, faiss {machine['faiss']}; "
           f"load average {load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f}", flush=True)
-    learn, base_u8, query, gt = load_data(args.data, args.queries, base_limit, learn_limit)
+    _, learn, base_u8, query, gt = texmex_prefix(args.data, args.queries, base_limit, learn_limit, K_FLAT)
     base = np.asarray(base_u8, dtype=np.float32)
     print(f"data: learn {learn.shape}, base {base.shape}, queries {query.shape}", flush=True)
     workdir = args.workdir or tempfile.mkdtemp(prefix="bench_fastscan_")
@@ -334,10 +314,13 @@ def main(argv=None):
         flat = exhaustive(learn, base, query, gt, args.repeats, threads)
         ivf, ivf_build = ([], {}) if args.skip_ivf else inverted(learn, base_u8, query, gt, args.lists, args.repeats,
                                                                  threads, workdir)
-    dist = [] if args.skip_distortion else distortion(learn, base, args.distortion_rows, threads)
+    dist = [] if args.skip_distortion else distortion(learn[:args.distortion_learn], base, args.distortion_rows,
+                                                      threads, args.distortion_iter)
     report = {"machine": machine, "load_average_start": load_start, "load_average_end": load_average(),
               "setup": {"learn": len(learn), "base": len(base), "queries": len(query), "repeats": args.repeats,
-                        "n_lists": args.lists, "threads_train": threads},
+                        "n_lists": args.lists, "threads_train": threads, "quick": args.quick,
+                        "distortion_learn": len(learn[:args.distortion_learn]), "distortion_rows": args.distortion_rows,
+                        "distortion_iter": args.distortion_iter},
               "exhaustive": flat, "ivf": ivf, "ivf_build": ivf_build, "distortion": dist,
               "criteria": criteria(flat, ivf)}
     for line in report["criteria"]:
