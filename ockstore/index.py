@@ -79,7 +79,9 @@ class Index(Closable):
     def _attach(self, quantizer, codes, norms, ids, norm_encoding, vectors, _resource, runs=None):
         """Check and keep the arrays of a fitted model (``__init__`` of this class and of IVFIndex). A model with at
         most 16 words per codebook keeps its codes in fast-scan blocks (``_code_blocks``): given as (N, M*C) bytes
-        they are packed here, in ``runs`` (the rows of each run; None: one run), and the words must fit 4 bits."""
+        they are packed here, in ``runs`` (the rows of each run; None: one run), and the words must fit 4 bits --
+        except the byte codes of a file written before format 1.3 (``_resource`` given), which are searched as they
+        are stored (the 8-bit scan; the same results) so that opening stays O(1)."""
         norm_encoding = resolve_norm_encoding(quantizer, check_choice(norm_encoding, "norm_encoding",
                                                                        NORM_ENCODINGS))
         if isinstance(codes, CodeBlocks):  # from a file or a build: already checked and packed
@@ -87,7 +89,7 @@ class Index(Closable):
                 raise ValueError(f"codes hold {codes.n_words} words per row, the quantizer {quantizer.code_size}")
         else:
             codes = _check_array(codes, "codes", np.uint8, (None, quantizer.code_size))
-            if uses_blocks(quantizer.n_codewords):
+            if uses_blocks(quantizer.n_codewords) and _resource is None:
                 if codes.size and int(codes.max()) >= FASTSCAN_MAX_WORDS:
                     row = int(np.argmax((codes >= FASTSCAN_MAX_WORDS).any(axis=1)))
                     raise ValueError(f"codes: row {row} holds a word >= {FASTSCAN_MAX_WORDS}: a model with "
@@ -273,7 +275,12 @@ class Index(Closable):
         codebook stores two words per byte, the padding of its last block of 32 rows aside)."""
         self._check_open()
         extra = {"f32": 4, "u8": 1, "none": 0}[self._norm_encoding]
-        return self._quantizer.bits // 8 + extra
+        return -(-self._code_bits() // 8) + extra
+
+    def _code_bits(self):
+        """Bits of a code as stored: 4 per word in fast-scan blocks, else 8 (a file of format < 1.3 keeps the byte
+        codes of a model with K <= 16)."""
+        return (4 if isinstance(self._codes, CodeBlocks) else 8) * self._quantizer.code_size
 
     @property
     def path(self):
@@ -295,7 +302,7 @@ class Index(Closable):
         file adds format_version (the file's, e.g. "1.0"), has_ids, metadata (the user dict, a copy) and path.
         """
         self._check_open()
-        info = {"N": len(self), **self._model_summary(), "norm_encoding": self._norm_encoding,
+        info = {"N": len(self), **self._model_summary(), "bits": self._code_bits(), "norm_encoding": self._norm_encoding,
                 "store_vectors": self.store_vectors, "bytes_per_vector": self.bytes_per_vector}
         if self._file is not None:
             major, minor = self._file.version
