@@ -414,7 +414,7 @@ def test_norm_encoding_with_inner_product_metrics_refused(tmp_path, quantizers, 
         for enc in (None, "none"):
             index = Index.from_vectors(q, base, norm_encoding=enc)
             assert index.norm_encoding == "none" and index.norms is None
-            assert index.bytes_per_vector == q.code_size
+            assert index.bytes_per_vector == -(-q.bits // 8)  # K = 16: two words per byte
     assert not list(tmp_path.iterdir())
 
 
