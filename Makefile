@@ -17,9 +17,14 @@ $(STAMP): $(BIN)/python pyproject.toml setup.py $(wildcard ockstore/*.pyx ocksto
 	$(BIN)/python -m pip install -q -e '.[test]'
 	touch $(STAMP)
 
+# The package alone (the demo needs nothing else); a later `make test` adds the test extras.
+$(VENV)/.installed-base: $(BIN)/python pyproject.toml setup.py $(wildcard ockstore/*.pyx ockstore/*.pxd ockstore/*.h)
+	$(BIN)/python -m pip install -q -e .
+	touch $(VENV)/.installed-base
+
 install: $(STAMP)
 
-demo: $(STAMP)
+demo: $(VENV)/.installed-base
 	$(BIN)/python demo/demo.py
 
 test: $(STAMP)
@@ -126,3 +131,13 @@ cross-check: $(STAMP) $(VENV)/.zig
 
 clean:
 	rm -rf build dist ockstore/_kernels.c ockstore/_*_kernels.c ockstore/*.so *.egg-info $(STAMP)
+
+# The Pareto benchmark of issue 19 also needs the graph indexes and ScaNN (benchmark-only, like faiss-cpu). Long: it
+# builds every index once (cached under bench-results/pareto, or --cache) before the sweeps.
+.PHONY: bench-pareto
+$(VENV)/.bench-pareto: $(VENV)/.bench
+	$(BIN)/python -m pip install -q hnswlib usearch scann
+	touch $(VENV)/.bench-pareto
+
+bench-pareto: $(VENV)/.bench-pareto
+	$(BIN)/python tools/bench_pareto.py --data sift minilm

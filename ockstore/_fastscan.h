@@ -383,6 +383,10 @@ typedef struct {
     const int64_t *ids;         /* (N,) or NULL */
     const uint64_t *allow;      /* (ceil(N / 64),) bitmap of the rows to scan (bit r % 64 of word r // 64), or NULL */
     size_t N;
+    int scales;                 /* 1: the norm terms (float32, or the levels of the codes) are scales s > 0 that
+                                 * multiply a row's sum (metric "cosine": s = 1 / ||x_hat||), as the 8-bit scan does:
+                                 * exact = fl(sum * s); they are then not part of S */
+    double scale_lo, scale_hi;  /* with scales: the smallest and largest scale a row may have */
 } ock_fs_base;
 
 /* One query as a scan needs it. */
@@ -448,7 +452,7 @@ static inline void ock_fs_prefetch(const ock_fs_base *b, const ock_fs_run *run, 
     if (b->norms_f32 != NULL) __builtin_prefetch(b->norms_f32 + run->row0 + bi * OCK_FS_BLOCK);
 }
 
-/* The norm term of a row as the exact distance adds it. */
+/* The norm term of a row as the exact distance adds it (or, with b->scales, the scale that multiplies it). */
 static inline float ock_fs_norm_term(const ock_fs_base *b, size_t row) {
     if (b->norms_f32 != NULL) return b->norms_f32[row];
     if (b->norm_codes != NULL) return b->norm_levels[b->norm_codes[row]];
@@ -558,7 +562,7 @@ static inline void ock_fs_exact4(const ock_fs_base *b, const ock_fs_query *q, co
     const float *lut = q->lut;
     const ock_fs_cand *x0 = x[0], *x1 = x[m > 1 ? 1 : 0], *x2 = x[m > 2 ? 2 : 0], *x3 = x[m > 3 ? 3 : 0];
     float d0 = x0->start_term, d1 = x1->start_term, d2 = x2->start_term, d3 = x3->start_term;
-    if (b->norms_f32 != NULL || b->norm_codes != NULL) {  /* no norm term: nothing added, as the 8-bit scan */
+    if (!b->scales && (b->norms_f32 != NULL || b->norm_codes != NULL)) {  /* no norm term: nothing added */
         d0 = d0 + ock_fs_norm_term(b, (size_t)x0->row);
         d1 = d1 + ock_fs_norm_term(b, (size_t)x1->row);
         d2 = d2 + ock_fs_norm_term(b, (size_t)x2->row);
@@ -571,8 +575,12 @@ static inline void ock_fs_exact4(const ock_fs_base *b, const ock_fs_query *q, co
         d2 = d2 + l[ock_fs_word(x2->block, x2->i, w)];
         d3 = d3 + l[ock_fs_word(x3->block, x3->i, w)];
     }
-    /* (A score that divides by the row's norm, as cosine over ||x_hat|| would, multiplies here: d * factor[row]; a
-     * positive factor keeps the order of a row's bounds, which collect_block would then scale alike.) */
+    if (b->scales) {  /* cosine: the sum times the row's scale 1 / ||x_hat||, one float multiply as the 8-bit scan */
+        d0 = d0 * ock_fs_norm_term(b, (size_t)x0->row);
+        d1 = d1 * ock_fs_norm_term(b, (size_t)x1->row);
+        d2 = d2 * ock_fs_norm_term(b, (size_t)x2->row);
+        d3 = d3 * ock_fs_norm_term(b, (size_t)x3->row);
+    }
     out[0] = d0;
     out[1] = d1;
     out[2] = d2;
@@ -672,6 +680,25 @@ static inline double ock_fs_norm_gamma(int W) {
     return 2.0 * n * u / (1.0 - n * u);
 }
 
+/* With scales (b->scales), a row enters when fl(sum * s) <= limit; its sum's bound lb (as for any row) gives
+ * fl(sum * s) >= lb * s - 2u |lb * s| (ock_fs_scaled_bounds). This is the limit on lb itself above which no scale in
+ * [scale_lo, scale_hi] can bring a row within `limit` (margins of 4u absorb the rounding of this arithmetic); without
+ * scales, `limit` itself. */
+static inline double ock_fs_unscaled_limit(const ock_fs_base *b, double limit) {
+    const double u = 5.9604644775390625e-08;
+    if (!b->scales || !(limit < INFINITY) || !(limit > -INFINITY)) return limit;
+    if (limit >= 0.0) return limit * (1.0 + 4.0 * u) / b->scale_lo;
+    return limit * (1.0 - 4.0 * u) / b->scale_hi;
+}
+
+/* The bounds of fl(sum * s) from the bounds lb <= fl(sum) <= ub: the product of reals, then one float rounding. */
+static inline void ock_fs_scaled_bounds(double s, double *lb, double *ub) {
+    const double u = 5.9604644775390625e-08;
+    const double l = *lb * s, h = *ub * s;
+    *lb = l - 2.0 * u * fabs(l);
+    *ub = h + 2.0 * u * fabs(h);
+}
+
 typedef struct {
     int thr;                    /* rows with S > thr cannot enter (-1: no row of the run can); MAX_SUM for f32 norms */
     int f32;                    /* float32 norms: the SIMD test is fl(fl(fscale * S) + n) - fl(fkappa * |n|) <= fthr */
@@ -687,9 +714,9 @@ static inline void ock_fs_limits_set(ock_fs_limits *L, const ock_fs_base *b, con
                                      const ock_fs_run *run, double limit) {
     const double u = 5.9604644775390625e-08;
     memset(L, 0, sizeof(*L));
-    L->f32 = b->norms_f32 != NULL;
+    L->f32 = b->norms_f32 != NULL && !b->scales;
     if (!L->f32) {
-        L->thr = ock_fs_threshold(limit, run->c0, run->rho, q->t->scale);
+        L->thr = ock_fs_threshold(ock_fs_unscaled_limit(b, limit), run->c0, run->rho, q->t->scale);
         return;
     }
     L->thr = OCK_FS_MAX_SUM;
@@ -725,6 +752,8 @@ OCK_FS_INLINE static inline int ock_fs_collect_block(ock_fs_collector *c, const 
             const double n = (double)b->norms_f32[row];
             lb += n - L->gamma * fabs(n);
             ub += n + L->gamma * fabs(n);
+        } else if (b->scales) {
+            ock_fs_scaled_bounds((double)ock_fs_norm_term(b, row), &lb, &ub);
         }
         if (!(lb <= c->limit)) continue;
         if (!q->t->impossible || ock_fs_row_possible(b, q, block, i)) ock_fs_offer_ub(c, ub);

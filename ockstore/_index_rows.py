@@ -6,8 +6,10 @@ encode the same vectors into the same bytes.
     norms   (n,) float32     ||x_hat||^2 of each code, when norm_encoding == "f32" (for an inverted file the norm of
                              the whole reconstruction c_l + R z_hat)
             (n,) uint8       its one-byte code, when norm_encoding == "u8": the term used is quantizer.norm_levels[code]
-            absent           when norm_encoding == "none" (C = 1: PQ and CKM need no norm term; metrics "ip" and
-                             "cosine" need none either; an inverted file with metric "l2" always needs one)
+            absent           when norm_encoding == "none" (C = 1 with L2: PQ and CKM need no norm term; metric "ip" needs
+                             none either; "cosine" uses it as the scale 1 / ||x_hat|| of its scores, and without it
+                             scores <q, x_hat> as before format 1.3; an inverted file with metric "l2" always needs
+                             one)
     vectors (n, P) float16, float32 or uint8: the vectors themselves, as given, when the index stores them for
             exact re-ranking (``store_vectors``)
 """
@@ -23,7 +25,7 @@ from .errors import NotFittedError
 
 __all__ = ["NORM_ENCODINGS", "NORM_DTYPES", "DEFAULT_NORM_ENCODING", "BUILD_CHUNK", "STORE_VECTORS",
            "STORED_VECTOR_DTYPES", "check_fitted_model", "check_model_for", "resolve_norm_encoding",
-           "check_store_vectors", "vectors_for_storage", "encode_rows", "encode_step", "encode_all"]
+           "check_store_vectors", "vectors_for_storage", "encode_rows", "encode_step", "encode_all", "norm_scales"]
 
 NORM_ENCODINGS = ("f32", "u8", "none")
 NORM_DTYPES = {"f32": np.dtype("<f4"), "u8": np.dtype("<u1")}
@@ -36,7 +38,8 @@ FLOAT16_MAX = float(np.finfo(np.float16).max)
 # The norm encoding of quantizers with C >= 2 when none is asked for. "u8" keeps 64-bit OCKM codes at 9 bytes per
 # vector instead of 12. Measured with tools/bench_search.py --bits 64 (sift-real, 100K learn, 1M base, first 1000
 # queries, OCKM M=4 C=2 T=10, ADC): recall@1/10/100 = 0.208/0.679/0.965 with "u8" against 0.211/0.678/0.963 with
-# "f32" -- within the 0.5-point budget on recall@10 that the default was held to.
+# "f32" -- within the 0.5-point budget on recall@10 (the nearest neighbour among the first 10) that the default was
+# held to.
 DEFAULT_NORM_ENCODING = "u8"
 
 # Rows encoded per step by Index.from_vectors (and copied per step by Index.save): the memory of a build beyond its
@@ -69,9 +72,21 @@ def check_model_for(cls, model, name="quantizer"):
 
 def resolve_norm_encoding(model, norm_encoding):
     """None means the default for the model: DEFAULT_NORM_ENCODING when its L2 distances need the norm term (C >= 2,
-    or an IVF: the norm term of its whole reconstruction c_l + R z_hat), "none" otherwise (C = 1, or metric "ip" /
-    "cosine", whose scores need no norm term). An explicit choice must agree (ValueError naming norm_encoding)."""
+    or an IVF: the norm term of its whole reconstruction c_l + R z_hat), and for metric "cosine" (its scores are
+    <q, x_hat> / ||x_hat||, the norm term scaling them: docs/FORMAT.md I20; "none" for a model fitted before format
+    1.3 without norm levels for the one-byte term); "none" otherwise (C = 1 with "l2", or metric "ip", whose scores
+    need no norm term). An explicit choice must agree (ValueError naming norm_encoding); cosine takes any of the
+    three ("none": scores <q, x_hat>, as before 1.3)."""
     needed, reason = model._norm_term_need()
+    if model.metric == "cosine":
+        has_levels = not model.is_fitted or model.norm_levels is not None
+        if norm_encoding is None:
+            return DEFAULT_NORM_ENCODING if has_levels else "none"
+        check_choice(norm_encoding, "norm_encoding", NORM_ENCODINGS)
+        if norm_encoding == "u8" and not has_levels:
+            raise ValueError("norm_encoding 'u8' needs the quantizer's norm levels, which a cosine quantizer with one "
+                             "codebook per subspace fitted before format 1.3 lacks: use 'f32', 'none', or fit it again")
+        return norm_encoding
     if norm_encoding is None:
         return DEFAULT_NORM_ENCODING if needed else "none"
     check_choice(norm_encoding, "norm_encoding", NORM_ENCODINGS)
@@ -154,3 +169,13 @@ def encode_all(model, X, norm_encoding, store_vectors, n_threads, step):
             if whole is not None:
                 whole[start:stop] = part
     return tuple(out)
+
+
+def norm_scales(norms):
+    """1 / ||x_hat|| of float32 norm terms ||x_hat||^2 (or of the 256 norm levels): what the scan multiplies a cosine
+    score by (docs/FORMAT.md 11.3). A zero norm (a reconstruction that is 0: its score is 0 whatever the scale) gets
+    scale 1. float32."""
+    n = np.asarray(norms, dtype=np.float64)
+    with np.errstate(divide="ignore"):
+        out = np.where(n > 0, 1.0 / np.sqrt(np.maximum(n, 0.0)), 1.0)
+    return np.ascontiguousarray(out, dtype=np.float32)

@@ -26,6 +26,8 @@ cdef extern from "_simd.h" nogil:
         const int64_t *ids
         const uint64_t *allow
         size_t N
+        int scales
+        double scale_lo, scale_hi
     ctypedef struct ock_fs_query:
         const float *lut
         const uint8_t *qlut
@@ -226,8 +228,13 @@ cdef inline void _fs_run(ock_fs_run *run, const FsSlot *slot, const uint8_t *blo
 
 
 cdef ock_fs_base _fs_base(int W, Py_ssize_t N, const float[::1] norms_f32, const uint8_t[::1] norm_codes,
-                          const float[::1] norm_levels, const int64_t[::1] ids, const uint64_t[::1] allow):
+                          const float[::1] norm_levels, const int64_t[::1] ids, const uint64_t[::1] allow,
+                          bint scales=False):
+    """The base of a scan; ``scales``: the norm terms are scales (cosine) that multiply the sums (their range is
+    found here: over the 256 levels, or over the N float32 scales)."""
     cdef ock_fs_base b
+    cdef Py_ssize_t j
+    cdef double v
     b.W = W
     b.N = N
     b.norms_f32 = &norms_f32[0] if norms_f32 is not None and norms_f32.shape[0] > 0 else NULL
@@ -236,6 +243,19 @@ cdef ock_fs_base _fs_base(int W, Py_ssize_t N, const float[::1] norms_f32, const
     b.norm_levels = &norm_levels[0] if b.norm_codes != NULL else NULL
     b.ids = &ids[0] if ids is not None and ids.shape[0] > 0 else NULL
     b.allow = &allow[0] if allow is not None and allow.shape[0] > 0 else NULL
+    b.scales = 1 if scales and (b.norms_f32 != NULL or b.norm_codes != NULL) else 0
+    b.scale_lo = INFINITY
+    b.scale_hi = 0.0
+    if b.scales:
+        with nogil:
+            for j in range(N if b.norms_f32 != NULL else 256):
+                v = b.norms_f32[j] if b.norms_f32 != NULL else b.norm_levels[j]
+                if v < b.scale_lo:
+                    b.scale_lo = v
+                if v > b.scale_hi:
+                    b.scale_hi = v
+        if not (b.scale_lo > 0.0):  # scales are positive (Python's norm_scales); anything else: no pruning by them
+            b.scale_lo = 0.0
     return b
 
 
@@ -281,7 +301,8 @@ def fastscan_scan(TableModel model not None,          # IN the quantizer's table
                   float[:, ::1] out_dist,             # OUT (nq, k) ascending
                   int64_t[:, ::1] out_rows,           # OUT (nq, k) the rows of the results; (bound, -1) past the last
                   int n_threads,
-                  const float[::1] bound=None):       # IN (nq,) or None: only rows below bound[q] may enter (as scan)
+                  const float[::1] bound=None,        # IN (nq,) or None: only rows below bound[q] may enter (as scan)
+                  bint norm_scales=False):            # IN the norm terms are scales multiplying the sums (cosine)
     """_kernels_search's scan for codes in fast-scan blocks: the same arguments, the same results (distances, rows,
     order), by a scan of quantized sums that computes exact distances only for the rows that may enter
     (_fastscan.h).
@@ -316,8 +337,8 @@ def fastscan_scan(TableModel model not None,          # IN the quantizer's table
         n_threads = 1
     source.queries = &queries[0, 0] if queries is not None else NULL
     source.rotated = &rotated[0, 0] if rotated is not None else NULL
-    base = _fs_base(W, N, norms_f32, norm_codes, norm_levels, ids, allow)
-    if base.norm_codes != NULL:
+    base = _fs_base(W, N, norms_f32, norm_codes, norm_levels, ids, allow, norm_scales)
+    if base.norm_codes != NULL and not base.scales:  # scales are not part of the quantized sums
         ock_fs_norm_init(base.norm_levels, &norm)
         norm_ptr = &norm
     bp = &blocks[0, 0] if N > 0 else NULL
@@ -399,7 +420,8 @@ def fastscan_ivf_scan(TableModel model not None,         # IN the fine quantizer
                       const float[:, ::1] terms,         # IN (nq, n_probe): their list terms
                       float[:, ::1] out_dist,            # OUT (nq, k) ascending
                       int64_t[:, ::1] out_rows,          # OUT (nq, k) the rows of the results; (inf, -1) past the last
-                      int n_threads):
+                      int n_threads,
+                      bint norm_scales=False):           # IN the norm terms are scales multiplying the sums (cosine)
     """_kernels_ivf's ivf_scan for codes in fast-scan blocks: the same arguments (with the blocks of each list), the
     same results. Queries run in parallel, each on one thread from start to end."""
     cdef TableSource source = model._source
@@ -422,8 +444,8 @@ def fastscan_ivf_scan(TableModel model not None,         # IN the fine quantizer
     if n_threads < 1:
         n_threads = 1
     source.queries = &queries[0, 0]
-    base = _fs_base(W, N, norms_f32, norm_codes, norm_levels, ids, allow)
-    if base.norm_codes != NULL:
+    base = _fs_base(W, N, norms_f32, norm_codes, norm_levels, ids, allow, norm_scales)
+    if base.norm_codes != NULL and not base.scales:  # scales are not part of the quantized sums
         ock_fs_norm_init(base.norm_levels, &norm)
         norm_ptr = &norm
     memset(&s, 0, sizeof(s))

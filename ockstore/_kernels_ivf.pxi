@@ -168,7 +168,8 @@ def probe(const float[:, ::1] queries,      # IN (nq, P)
 # For a query with tables lut[w, k], constant term qconst, and a probed list l with term t_l, the distance to code b
 # of the list with norm term n_b is
 #     dist = (qconst + t_l) + n_b + sum_w lut[w, b_w]
-# (the scan loop of _kernels_scan.pxi with the term qconst + t_l). Each query collects its k best (dist, id) pairs in
+# (the scan loop of _kernels_scan.pxi with the term qconst + t_l); with norm scales (cosine: s_b = 1 / ||c_l + R z_b||),
+# dist = ((qconst + t_l) + sum_w lut[w, b_w]) * s_b. Each query collects its k best (dist, id) pairs in
 # a TopK buffer: a query scans only thousands of codes, too few for a heap to pay.
 
 def ivf_scan(TableModel model not None,         # IN the fine quantizer's table arrays (search.QueryTables.model)
@@ -184,7 +185,8 @@ def ivf_scan(TableModel model not None,         # IN the fine quantizer's table 
              const float[:, ::1] terms,         # IN (nq, n_probe): their list terms
              float[:, ::1] out_dist,            # OUT (nq, k) ascending
              int64_t[:, ::1] out_rows,          # OUT (nq, k) the rows of the results; (inf, -1) past the last
-             int n_threads):
+             int n_threads,
+             bint norm_scales=False):           # IN the norm terms scale each code's sum (cosine: 1 / ||x_hat||)
     """For each query: its one table (_query_tables, the same arithmetic as the exhaustive scan's), then its probed
     lists scanned, keeping its k best (dist, id) among the allowed rows; writes their distances and row numbers.
     Queries run in parallel, each on one thread from start to end, so results do not depend on the number of
@@ -199,7 +201,7 @@ def ivf_scan(TableModel model not None,         # IN the fine quantizer's table 
     cdef Py_ssize_t lut_stride = _slice_items(<Py_ssize_t>W * SLOTS)
     cdef Py_ssize_t work_stride
     cdef const uint8_t *code_rows = &codes[0, 0] if codes.shape[0] > 0 else NULL
-    cdef NormTerms norms = _norm_terms(norms_f32, norm_codes, norm_levels)
+    cdef NormTerms norms = _norm_terms(norms_f32, norm_codes, norm_levels, norm_scales)
     cdef const int64_t *row_ids = &ids[0] if ids.shape[0] > 0 else NULL
     cdef const uint64_t *allowed = &allow[0] if allow is not None and allow.shape[0] > 0 else NULL
     cdef const int64_t *offsets = &list_offsets[0]

@@ -290,10 +290,13 @@ cdef inline void _offer(Collector *c, const float *threshold, float d, Py_ssize_
 
 
 cdef struct NormTerms:
-    # The norm terms n_b of the rows a scan reads, indexed from the first row it scans.
+    # The norm terms n_b of the rows a scan reads, indexed from the first row it scans. Added to each code's sum, or,
+    # with `scales` (metric "cosine": the values are s_b = 1 / ||x_hat_b||, the tables -z.d), multiplying it after the
+    # sum: dist = (term + sum_w lut[w, b_w]) * s_b = -<q, x_hat_b> / ||x_hat_b||, one multiply per code.
     const float *f32            # float32 norm terms, or NULL
     const uint8_t *codes        # one-byte norm codes (when f32 is NULL), or NULL: no norm term
     const float *levels         # (256,) the levels of `codes`
+    bint scales                 # the values scale the sums instead of being added to them
 
 
 cdef inline NormTerms _norm_terms_from(NormTerms n, Py_ssize_t start) noexcept nogil:
@@ -306,12 +309,23 @@ cdef inline NormTerms _norm_terms_from(NormTerms n, Py_ssize_t start) noexcept n
 
 
 cdef inline float _with_norm_term(float t, const NormTerms *n, Py_ssize_t j) noexcept nogil:
-    """t + the norm term of row j (t itself when there is none)."""
+    """t + the norm term of row j (t itself when there is none, or when the terms are scales)."""
+    if n.scales:
+        return t
     if n.f32 != NULL:
         return t + n.f32[j]
     if n.codes != NULL:
         return t + n.levels[n.codes[j]]
     return t
+
+
+cdef inline float _scaled(float d, const NormTerms *n, Py_ssize_t j) noexcept nogil:
+    """The sum d of row j times its scale s_j (d itself unless the norm terms are scales)."""
+    if not n.scales:
+        return d
+    if n.f32 != NULL:
+        return d * n.f32[j]
+    return d * n.levels[n.codes[j]]
 
 
 cdef inline float _code_distance(const uint8_t *c, int W, const float *lut, float d) noexcept nogil:
@@ -345,7 +359,12 @@ cdef void _scan_rows(Collector *sink, const uint8_t *codes, int W, const float *
         c1 = c0 + W
         c2 = c1 + W
         c3 = c2 + W
-        if norms.f32 != NULL:
+        if norms.scales:
+            d0 = term
+            d1 = term
+            d2 = term
+            d3 = term
+        elif norms.f32 != NULL:
             d0 = term + norms.f32[i - start]
             d1 = term + norms.f32[i - start + 1]
             d2 = term + norms.f32[i - start + 2]
@@ -385,6 +404,11 @@ cdef void _scan_rows(Collector *sink, const uint8_t *codes, int W, const float *
             d3 = d3 + l[c3[w]]
             l = l + SLOTS
             w += 1
+        if norms.scales:
+            d0 = _scaled(d0, &norms, i - start)
+            d1 = _scaled(d1, &norms, i - start + 1)
+            d2 = _scaled(d2, &norms, i - start + 2)
+            d3 = _scaled(d3, &norms, i - start + 3)
         _offer(sink, threshold, d0, i, allow)
         _offer(sink, threshold, d1, i + 1, allow)
         _offer(sink, threshold, d2, i + 2, allow)
@@ -392,7 +416,7 @@ cdef void _scan_rows(Collector *sink, const uint8_t *codes, int W, const float *
         i += 4
     while i < stop:
         d0 = _code_distance(codes + <size_t>i * W, W, lut, _with_norm_term(term, &norms, i - start))
-        _offer(sink, threshold, d0, i, allow)
+        _offer(sink, threshold, _scaled(d0, &norms, i - start), i, allow)
         i += 1
 
 
@@ -418,17 +442,20 @@ cdef void _scan_allowed_rows(Collector *sink, const uint8_t *codes, int W, const
             if row >= stop:
                 return
             d = _code_distance(codes + <size_t>row * W, W, lut, _with_norm_term(term, &norms, row - start))
-            _offer(sink, threshold, d, row, NULL)
+            _offer(sink, threshold, _scaled(d, &norms, row - start), row, NULL)
         first += 64
         if first >= stop:
             return
         word = allow[first >> 6]
 
 
-cdef NormTerms _norm_terms(const float[::1] norms_f32, const uint8_t[::1] norm_codes, const float[::1] norm_levels):
-    """The NormTerms of a kernel's arguments (None: absent; norm_codes only without norms_f32, with norm_levels)."""
+cdef NormTerms _norm_terms(const float[::1] norms_f32, const uint8_t[::1] norm_codes, const float[::1] norm_levels,
+                           bint scales=False):
+    """The NormTerms of a kernel's arguments (None: absent; norm_codes only without norms_f32, with norm_levels);
+    ``scales``: they multiply the sums (cosine) instead of being added."""
     cdef NormTerms n
     n.f32 = &norms_f32[0] if norms_f32 is not None and norms_f32.shape[0] > 0 else NULL
     n.codes = &norm_codes[0] if n.f32 == NULL and norm_codes is not None and norm_codes.shape[0] > 0 else NULL
     n.levels = &norm_levels[0] if n.codes != NULL else NULL
+    n.scales = scales and (n.f32 != NULL or n.codes != NULL)
     return n

@@ -151,6 +151,7 @@ cdef inline void _scan_query(const CodeBase *base, const float *lut, float qcons
         block_norms.f32 = norm_terms
         block_norms.codes = NULL
         block_norms.levels = NULL
+        block_norms.scales = base.norms.scales
         _scan_rows(&heap, base.codes, base.W, lut, qconst, block_norms, start, stop, base.allow)
 
 
@@ -275,10 +276,12 @@ def scan(TableModel model not None,          # IN the quantizer's table arrays
          float[:, ::1] out_dist,             # OUT (nq, k) ascending
          int64_t[:, ::1] out_rows,           # OUT (nq, k) the rows of the results; (inf, -1) past the last
          int n_threads,
-         const float[::1] bound=None):       # IN (nq,) or None: only codes at a distance below bound[q] may
+         const float[::1] bound=None,        # IN (nq,) or None: only codes at a distance below bound[q] may
                                              #    enter the results of query q; slots left empty come out as
                                              #    (bound[q], -1). For scanning the parts of one base in turn (the
                                              #    segments of a collection): the k-th best so far, just above.
+         bint norm_scales=False):            # IN the norm terms are scales s_b multiplying each code's sum
+                                             #    (metric "cosine": 1 / ||x_hat_b||) instead of terms added to it
     """The tables of each query, then an exhaustive ADC scan keeping the k best (dist, id) of each query among the
     allowed rows; writes their distances and row numbers (the caller maps rows to ids; a row keeps the stored vector
     reachable for re-ranking).
@@ -310,7 +313,7 @@ def scan(TableModel model not None,          # IN the quantizer's table arrays
     base.N = codes.shape[0]
     base.W = codes.shape[1]
     base.codes = &codes[0, 0] if base.N > 0 else NULL
-    base.norms = _norm_terms(norms_f32, norm_codes, norm_levels)
+    base.norms = _norm_terms(norms_f32, norm_codes, norm_levels, norm_scales)
     base.ids = &ids[0] if ids is not None and ids.shape[0] > 0 else NULL
     base.allow = &allow[0] if allow is not None and allow.shape[0] > 0 else NULL
     batch.tables = &source

@@ -17,8 +17,16 @@ import numpy as np
 
 from ._validation import MAX_K, check_choice, check_int, check_k, resolve_n_threads
 
-__all__ = ["SearchOptions", "search_options", "check_rerank", "check_user_vectors", "check_id_vectors", "allow_ids",
-           "allow_bitmap", "IdLookup"]
+__all__ = ["SearchOptions", "search_options", "check_metric", "check_rerank", "default_rerank", "DEFAULT_RERANK_FACTOR",
+           "check_user_vectors", "check_id_vectors", "allow_ids", "allow_bitmap", "IdLookup", "unknown_ids_error"]
+
+# The re-ranking a collection's search does by default when it stores vectors (``rerank=None``): the best
+# DEFAULT_RERANK_FACTOR * k candidates by code are re-ranked exactly. Measured on minilm-real (OCKM(16, 2, 10), cosine,
+# 256 bits, float16 stored vectors; tools/bench_app_collection.py, docs/results.md "Collections that train
+# themselves"): 10-recall@10 0.989 with 10 k candidates and a model trained on 10,240 rows, 0.962 with 5 k, 0.649 with
+# none (sift-real, OCKM(8, 2, 10), 100K base: 0.984 with 5 k, 0.998 with 10 k). 10 k keeps 0.96 even for a model
+# trained on 1,024 rows.
+DEFAULT_RERANK_FACTOR = 10
 
 
 @dataclass(frozen=True)
@@ -55,7 +63,7 @@ class SearchOptions:
 
 
 def search_options(model, n_rows, k, *, n_probe=None, distance="adc", rerank=None, vectors=None, allow=None,
-                   n_threads=None, stored_vectors=False, by_id=False):
+                   n_threads=None, stored_vectors=False, by_id=False, metric=None):
     """The checked, resolved options of a search over ``n_rows`` rows encoded with ``model``, in this order: k,
     distance, rerank, vectors (and whether re-ranking has vectors: ``stored_vectors`` says whether the searched thing
     stores them), n_probe (``model._check_n_probe``), n_threads, allow. TypeError or ValueError naming the argument.
@@ -65,6 +73,7 @@ def search_options(model, n_rows, k, *, n_probe=None, distance="adc", rerank=Non
     of the index, and ``allow`` may be a boolean mask over them.
     """
     what = "collection" if by_id else "index"
+    check_metric(metric, model.metric, what)
     k = check_k(k, n_rows)
     distance = check_choice(distance, "distance", ("adc", "sdc"))
     rerank = check_rerank(rerank, k, n_rows)
@@ -81,12 +90,32 @@ def search_options(model, n_rows, k, *, n_probe=None, distance="adc", rerank=Non
     return SearchOptions(k, distance, rerank, vectors, allow, n_probe, n_threads)
 
 
+def check_metric(metric, model_metric, what="index"):
+    """``metric`` given to a search: None, or the metric the model already has (accepted, changes nothing). The metric
+    is fixed when the quantizer is fitted (its codebooks, and for cosine the normalised vectors, are trained for it):
+    any other value is a ValueError saying so and how to get an index of that metric."""
+    if metric is None or (isinstance(metric, str) and metric == model_metric):
+        return
+    raise ValueError(f"metric: this {what} ranks by {model_metric!r}, fixed when its quantizer was fitted; a search "
+                     f"cannot change it. To rank by {metric!r}, fit a quantizer with metric={metric!r} and build a new "
+                     f"{what} with it (leave metric out of search)")
+
+
+def default_rerank(k, n_rows):
+    """The candidates a collection that stores vectors re-ranks when a search gives no ``rerank``:
+    DEFAULT_RERANK_FACTOR * k (at most the rows there are, at least k)."""
+    return max(k, min(DEFAULT_RERANK_FACTOR * k, MAX_K, n_rows))
+
+
 def check_rerank(rerank, k, n_rows):
-    """None, or the number of candidates the scan keeps for ``rerank=R`` (an int, k <= R <= MAX_K): R, or
-    max(k, N) when R exceeds both (N rows give at most N candidates: a larger R would only allocate padding)."""
+    """None (no re-ranking: ``rerank`` None or 0), or the number of candidates the scan keeps for ``rerank=R`` (an
+    int, k <= R <= MAX_K): R, or max(k, N) when R exceeds both (N rows give at most N candidates: a larger R would
+    only allocate padding)."""
     if rerank is None:
         return None
-    rerank = check_int(rerank, "rerank", min_value=1, max_value=MAX_K)
+    rerank = check_int(rerank, "rerank", min_value=0, max_value=MAX_K)
+    if rerank == 0:
+        return None
     if rerank < k:
         raise ValueError(f"rerank = {rerank} must be >= k = {k}: the scan keeps rerank candidates, of which the best "
                          "k are returned")
@@ -180,6 +209,26 @@ class IdLookup:
         # positions left[j], left[j] + 1, ..., right[j] - 1 for every j, concatenated
         starts = np.repeat(left - (np.cumsum(counts) - counts), counts)
         return self.order[starts + np.arange(total)]
+
+    def first_rows(self, wanted):
+        """(found, rows): ``found`` a bool mask over ``wanted`` (int64, any order, repeats allowed), ``rows`` the
+        smallest row holding each found id (the sort is stable), -1 for the others."""
+        n = self.sorted_ids.shape[0]
+        rows = np.full(wanted.shape, -1, dtype=np.int64)
+        if n == 0:
+            return np.zeros(wanted.shape, dtype=bool), rows
+        pos = np.minimum(np.searchsorted(self.sorted_ids, wanted, side="left"), n - 1)
+        found = self.sorted_ids[pos] == wanted
+        rows[found] = self.order[pos[found]]
+        return found, rows
+
+
+def unknown_ids_error(ids, found, where):
+    """The ValueError of a look-up by id that found not every id: names the first unknown ids (in the order given)
+    and how many there are; ``where`` says what was searched ("the index", "the collection ...")."""
+    missing = ids[~found]
+    shown = ", ".join(str(int(i)) for i in missing[:5]) + (", ..." if missing.size > 5 else "")
+    return ValueError(f"ids: {missing.size} of {ids.size} ids are not in {where}: {shown}")
 
 
 def allow_bitmap(allow, n_rows, ids, id_lookup):

@@ -1,8 +1,11 @@
-"""Search-quality metrics: recall@R, mean overall ratio, and quantization distortion.
+"""Search-quality metrics: recall@R, k-recall@k, mean overall ratio, and quantization distortion.
 
-Definitions follow the OCKM paper and its predecessors:
+Two recalls, named as their communities name them (never "recall@10" alone for either):
 
-* **recall@R** — the fraction of queries whose true nearest neighbour is among the first R results.
+* **recall@R** (the OCKM paper and its predecessors, Jégou et al.) — the fraction of queries whose true nearest
+  neighbour is among the first R results: recall@1, recall@10, recall@100 (``recall_at_r``).
+* **k-recall@k** (ann-benchmarks, hnswlib, Faiss's "intersection") — the mean over queries of the fraction of the true
+  k nearest neighbours found among the first k results: 10-recall@10 (``k_recall_at_k``).
 * **mean overall ratio** (Tao et al., "Quality and efficiency in high-dimensional nearest neighbor search", 2009) —
   for each query the mean over i = 1..k of ‖q − r_i‖ / ‖q − r*_i‖, where r_i is the i-th of the k returned points
   re-sorted by true distance and r*_i the exact i-th neighbour; averaged over queries. 1.0 is perfect.
@@ -18,7 +21,7 @@ import numpy as np
 
 from ._validation import as_ids, as_vectors, check_int
 
-__all__ = ["recall_at_r", "mean_overall_ratio", "distortion", "exact_knn"]
+__all__ = ["recall_at_r", "k_recall_at_k", "mean_overall_ratio", "distortion", "exact_knn"]
 
 # Rows of float64 gathered per block by mean_overall_ratio (queries × 2k × dim): about 32 MB.
 _BLOCK_ELEMS = 1 << 22
@@ -245,6 +248,45 @@ def _float64_block(arr, name):
     if not np.isfinite(out).all():
         raise ValueError(f"{name} contains NaN or infinite values")
     return out
+
+
+def k_recall_at_k(retrieved_ids, groundtruth_ids, k):
+    """k-recall@k (10-recall@10 for k = 10): the mean over queries of |first k retrieved ∩ true k nearest| / k.
+
+    Parameters
+    ----------
+    retrieved_ids : array-like of shape (n_queries, >= k), integers
+        Search results, best first; −1 means "no result" and never matches; an id returned twice counts once.
+    groundtruth_ids : array-like of shape (n_queries, >= k), integers
+        Exact neighbours, nearest first; the first k are the true k nearest (ties as the ground truth broke them).
+    k : int >= 1
+
+    Returns
+    -------
+    recall : float in [0, 1]. Zero queries raise ValueError.
+    """
+    ret = _as_id_matrix(retrieved_ids, "retrieved_ids")
+    gt = _as_id_matrix(groundtruth_ids, "groundtruth_ids")
+    _check_same_queries(ret, "retrieved_ids", gt, "groundtruth_ids")
+    if ret.shape[0] == 0:
+        raise ValueError("retrieved_ids has no rows: recall of zero queries is undefined")
+    k = check_int(k, "k", min_value=1)
+    if ret.shape[1] < k or gt.shape[1] < k:
+        raise ValueError(f"k = {k} needs at least k columns in retrieved_ids and groundtruth_ids")
+    found = 0
+    step = max(1, _BLOCK_ELEMS // (k * k))
+    for i in range(0, ret.shape[0], step):
+        top, true = ret[i:i + step, :k], gt[i:i + step, :k]
+        # a retrieved id counts when it is a true neighbour and its first occurrence in its row (duplicates once)
+        first = np.ones(top.shape, dtype=bool)
+        order = np.argsort(top, axis=1, kind="stable")
+        ordered = np.take_along_axis(top, order, axis=1)
+        repeat = np.zeros(top.shape, dtype=bool)
+        repeat[:, 1:] = ordered[:, 1:] == ordered[:, :-1]
+        np.put_along_axis(first, order, ~repeat, axis=1)
+        match = (top[:, :, None] == true[:, None, :]).any(axis=2) & first & (top >= 0)
+        found += int(match.sum())
+    return found / (ret.shape[0] * k)
 
 
 def exact_knn(queries, base, k):

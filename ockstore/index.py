@@ -17,12 +17,12 @@ import numpy as np
 from . import _kinds, _rerank, _search_options
 from . import search as _search
 from . import storage
-from ._closable import Closable
 from ._code_blocks import FASTSCAN_MAX_WORDS, CodeBlocks, uses_blocks
 from ._index_rows import (
     BUILD_CHUNK, NORM_ENCODINGS, STORED_VECTOR_DTYPES, check_model_for, check_store_vectors, encode_all,
-    resolve_norm_encoding,
+    norm_scales, resolve_norm_encoding,
 )
+from ._stored_rows import StoredRows
 from ._validation import as_ids, as_vectors, check_choice, resolve_n_threads
 
 __all__ = ["Index"]
@@ -46,7 +46,7 @@ def _check_array(arr, name, dtype, shape):
     return arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
 
 
-class Index(Closable):
+class Index(StoredRows):
     """Compact codes of a base with their quantizer, searched exhaustively by ADC or SDC.
 
     Parameters
@@ -124,6 +124,7 @@ class Index(Closable):
         self._norm_levels = (np.ascontiguousarray(quantizer.norm_levels, dtype=np.float32)
                              if norm_encoding == "u8" else None)
         self._tables = None  # the QueryTables, built on first search: opening a file stays cheap
+        self._norm_scales = None  # cosine: 1 / ||x_hat|| per row ("f32") or per level ("u8"), built on first search
         self._resource = _resource
         self._file = None  # the storage.MappedFile of an index opened by open_index
         self._metadata = {}  # user metadata (the file's "user" map); written again by save()
@@ -175,21 +176,8 @@ class Index(Closable):
         return cls(quantizer, codes, norms, ids, norm_encoding, vectors=vectors)
 
     # -------------------------------------------------------------------------------------------------- lifecycle
-    def close(self):
-        """Release the arrays (and the file behind them, if any). Idempotent; any later use raises ValueError."""
-        if self._closed:
-            return
-        self._closed = True
-        self._codes = self._norms = self._ids = self._norm_levels = self._vectors = self._id_lookup = None
-        self._tables = None
-        self._file = None
-        resource, self._resource = self._resource, None
-        if resource is not None:
-            resource.close()
-
-    def _check_open(self):
-        if self._closed:
-            raise ValueError("I/O operation on a closed index")
+    def _release_arrays(self):
+        self._codes = self._norms = self._norm_levels = self._tables = self._norm_scales = None
 
     def __repr__(self):
         if self._closed:
@@ -202,11 +190,6 @@ class Index(Closable):
     def __len__(self):
         self._check_open()
         return int(self._codes.shape[0])
-
-    @property
-    def ntotal(self) -> int:
-        """N, the number of vectors."""
-        return len(self)
 
     @property
     def dim(self) -> int:
@@ -231,18 +214,6 @@ class Index(Closable):
         """(N,) float32 norm terms ("f32"), (N,) uint8 norm codes ("u8"), or None ("none")."""
         self._check_open()
         return self._norms
-
-    @property
-    def ids(self):
-        """(N,) int64: the stored ids, or 0..N-1 (made on request) when none were given."""
-        self._check_open()
-        return self._ids if self._ids is not None else np.arange(len(self), dtype=np.int64)
-
-    @property
-    def has_ids(self) -> bool:
-        """True when user ids are stored; False when the ids are the row numbers 0..N-1."""
-        self._check_open()
-        return self._ids is not None
 
     @property
     def vectors(self):
@@ -281,18 +252,6 @@ class Index(Closable):
         """Bits of a code as stored: 4 per word in fast-scan blocks, else 8 (a file of format < 1.3 keeps the byte
         codes of a model with K <= 16)."""
         return (4 if isinstance(self._codes, CodeBlocks) else 8) * self._quantizer.code_size
-
-    @property
-    def path(self):
-        """The file this index was opened from (str), or None for an index built in memory."""
-        self._check_open()
-        return None if self._file is None else self._file.path
-
-    @property
-    def metadata(self) -> dict:
-        """The user metadata: the file's user map (a copy), {} for an index built in memory."""
-        self._check_open()
-        return storage.canonical_metadata(self._metadata)
 
     def info(self) -> dict:
         """A plain dict describing the index.
@@ -412,7 +371,8 @@ class Index(Closable):
                                         f"section 'ids': row {start + row} holds {int(block[row])}, ids must be >= 0")
 
     # ----------------------------------------------------------------------------------------------------- search
-    def search(self, Q, k, *, n_probe=None, distance="adc", rerank=None, vectors=None, allow=None, n_threads=None):
+    def search(self, Q, k, *, n_probe=None, distance="adc", rerank=None, vectors=None, allow=None, n_threads=None,
+               metric=None):
         """The k best base vectors of each query: by an exhaustive scan of the codes, or (an inverted file) of the
         lists nearest each query.
 
@@ -448,6 +408,9 @@ class Index(Closable):
             serves every query of the call.
         n_threads : int or None
             None means all cores. Results do not depend on it.
+        metric : None
+            The metric is the quantizer's (``index.metric``), fixed when it was fitted: None or that metric; any other
+            value raises ValueError saying so.
 
         Returns
         -------
@@ -463,7 +426,7 @@ class Index(Closable):
         N = self._codes.shape[0]
         opts = _search_options.search_options(
             self._quantizer, N, k, n_probe=n_probe, distance=distance, rerank=rerank, vectors=vectors, allow=allow,
-            n_threads=n_threads, stored_vectors=self._vectors is not None)
+            n_threads=n_threads, stored_vectors=self._vectors is not None, metric=metric)
         Q, was_1d = as_vectors(Q, "Q", self._quantizer.dim)
         Q = self._quantizer._prepare(Q, "Q")
         bitmap = None
@@ -499,8 +462,18 @@ class Index(Closable):
         return tables
 
     def _code_rows(self, bitmap):
-        """The rows of this index as a scan reads them (search.CodeRows), restricted to ``bitmap`` (or all)."""
-        encoding = self._norm_encoding  # "none" exactly when the tables need no norm term (resolve_norm_encoding)
+        """The rows of this index as a scan reads them (search.CodeRows), restricted to ``bitmap`` (or all). The norm
+        terms: added for L2 ("none" exactly when the tables need none: resolve_norm_encoding); for cosine, 1/||x_hat||
+        scales (docs/FORMAT.md 11.3, I20): a float32 array made once per index from "f32" terms (N values), or a
+        256-entry table of the "u8" levels."""
+        encoding = self._norm_encoding
+        if encoding != "none" and self._quantizer.metric == "cosine":
+            scales = self._norm_scales
+            if scales is None:  # two threads may both make it; one is kept
+                scales = self._norm_scales = norm_scales(self._norms if encoding == "f32" else self._norm_levels)
+            if encoding == "f32":
+                return _search.CodeRows(self._codes, self._ids, scales, None, None, bitmap, True)
+            return _search.CodeRows(self._codes, self._ids, None, self._norms, scales, bitmap, True)
         return _search.CodeRows(self._codes, self._ids, self._norms if encoding == "f32" else None,
                                 self._norms if encoding == "u8" else None, self._norm_levels, bitmap)
 
@@ -520,14 +493,3 @@ class Index(Closable):
             return _rerank.gather_rows(source, rows, damaged), (rows if ids is None else ids[rows])
 
         return fetch
-
-    def _damaged(self, check, detail):
-        """The FormatError of damage found in this index's arrays (named as verify names them)."""
-        return storage.format_error(self._file.path if self._file is not None else "<in-memory index>", check, detail)
-
-    def _ids_lookup(self):
-        """The IdLookup of the stored ids, built on first use (filters by id need it)."""
-        lookup = self._id_lookup
-        if lookup is None:
-            lookup = self._id_lookup = _search_options.IdLookup(self._ids)
-        return lookup

@@ -81,10 +81,11 @@ def search_lists(tables, ivf, Q, k, rows, list_offsets, n_probe, *, n_threads=1)
         if isinstance(rows.codes, CodeBlocks):  # K <= 16: each list in fast-scan blocks (docs/ARCHITECTURE.md)
             _kernels.fastscan_ivf_scan(tables.model, batch, rows.codes.blocks, rows.codes.run_blocks, rows.norms,
                                        rows.norm_codes, norm_levels, rows.ids, rows.allow, list_offsets, lists, terms,
-                                       D[start:stop], found[start:stop], threads)
+                                       D[start:stop], found[start:stop], threads, rows.norm_scales)
         else:
             _kernels.ivf_scan(tables.model, batch, rows.codes, rows.norms, rows.norm_codes, norm_levels, rows.ids,
-                              rows.allow, list_offsets, lists, terms, D[start:stop], found[start:stop], threads)
+                              rows.allow, list_offsets, lists, terms, D[start:stop], found[start:stop], threads,
+                              rows.norm_scales)
     return D, found
 
 
@@ -106,7 +107,7 @@ class IVFIndex(Index):
     list_offsets : ndarray of shape (n_lists + 1,), integers
         List l holds rows list_offsets[l] .. list_offsets[l + 1] - 1: from 0 to N, non-decreasing.
     norm_encoding : "f32", "u8" or "none"
-        "none" exactly for metrics "ip" and "cosine".
+        "none" for metric "ip"; "f32" or "u8" for "l2"; any for "cosine" (the norm term divides its scores).
     vectors : ndarray of shape (N, P), dtype float16, float32 or uint8, or None
         The stored vectors in row order, for exact re-ranking.
 
@@ -146,10 +147,9 @@ class IVFIndex(Index):
         return cls(ivf, codes[order], None if norms is None else norms[order], ids[order], offsets, norm_encoding,
                    vectors=None if vectors is None else vectors[order])
 
-    def close(self):
-        """As :meth:`Index.close` (the list offsets are released with the other arrays)."""
+    def _release_arrays(self):
+        super()._release_arrays()
         self._list_offsets = None
-        super().close()
 
     # ------------------------------------------------------------------------------------------------- attributes
     @property
@@ -236,6 +236,9 @@ class IVFIndex(Index):
         if opts.distance == "sdc":
             lists, codes = ivf._encode_prepared(Q, threads)
             scan_Q = np.ascontiguousarray(ivf._reconstruct(lists, codes, threads))
+            if ivf.metric == "cosine":  # the query's reconstruction at unit length: scores estimate cosines
+                lengths = np.sqrt(np.einsum("ij,ij->i", scan_Q, scan_Q, dtype=np.float64))
+                scan_Q = np.ascontiguousarray(scan_Q / np.where(lengths > 0, lengths, 1.0)[:, None], dtype=np.float32)
         return search_lists(self._query_tables(), ivf, scan_Q, opts.width, self._code_rows(bitmap),
                             self._list_offsets, opts.n_probe, n_threads=threads)
 

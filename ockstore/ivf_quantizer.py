@@ -38,8 +38,8 @@ MAX_LISTS = 1 << 24
 ROWS_PER_STEP = 16384
 
 # n_probe when a search gives none: L / DEFAULT_PROBE_DIVISOR lists, rounded up (16 of 1,024). Measured with
-# tools/bench_ivf.py (sift-real, 1M base, IVF(1024, OCKM(4, 2, 10)); docs/results.md, "Inverted file"): recall@10 is
-# 0.761 at n_probe 16 against 0.774 with every list scanned (0.724 against 0.742 over 10,000 queries), at 1/30 of the
+# tools/bench_ivf.py (sift-real, 1M base, IVF(1024, OCKM(4, 2, 10)); docs/results.md, "Inverted file"): recall@10
+# (the nearest neighbour among the first 10) is 0.761 at n_probe 16 against 0.774 with every list scanned (0.724 against 0.742 over 10,000 queries), at 1/30 of the
 # time; n_probe 32 adds 0.008 for 1.5 times the time, n_probe 8 loses 0.045.
 DEFAULT_PROBE_DIVISOR = 64
 

@@ -93,9 +93,10 @@ class Quantizer(Model):
     objective_history : ndarray of shape (n_iterations + 1,), dtype float64
         Mean squared reconstruction error of the training vectors: [0] after initialisation, [i] after iteration i.
         Never rises.
-    norm_levels : ndarray of shape (256,), dtype float32, or None when C = 1
+    norm_levels : ndarray of shape (256,), dtype float32, or None when C = 1 (and the metric is not "cosine")
         The 256 levels of the one-dimensional quantizer of ||x_hat||^2 (fitted on the training vectors), used by
-        indexes that store the norm term in one byte.
+        indexes that store the norm term in one byte (L2 with C >= 2: added to distances; cosine: 1 / ||x_hat||
+        scales scores).
     """
 
     method = ""  # the method's name in files and on the command line
@@ -273,7 +274,7 @@ class Quantizer(Model):
         self._reset()
         self.dim = P
         self._set_learned(result.rotation, result.codebooks, result.objective_history, None)
-        if self.n_codebooks > 1:
+        if self.n_codebooks > 1 or self.metric == "cosine":  # the norm term (L2), or the norm scale of cosine scores
             norms = self._tables.code_sqnorms(result.codes, self._threads(n_threads))
             self._norm_levels = fit_norm_levels(norms, self.n_codewords)
         self.stop_reason = result.stop_reason

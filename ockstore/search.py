@@ -84,7 +84,8 @@ def panels(matrix, width=_kernels.TABLE_PANEL):
 TABLE_L2_NORM_TERM = _kernels.TABLE_L2_NORM_TERM  # -2 z_m.d: L2 with C >= 2; qconst = ||z||^2, the stored norm
 #                                                  term completes the distance
 TABLE_L2_WHOLE = _kernels.TABLE_L2_WHOLE  # ||z_m - d||^2: L2 with C = 1, the whole distance
-TABLE_NEG_DOT = _kernels.TABLE_NEG_DOT    # -z_m.d: inner product and cosine (scores are the negated sums; no norm term)
+TABLE_NEG_DOT = _kernels.TABLE_NEG_DOT    # -z_m.d: inner product and cosine (scores are the negated sums; cosine
+#                                          divides them by ||x_hat|| with a norm term: CodeRows.norm_scales)
 
 
 class QueryTables:
@@ -130,6 +131,12 @@ class QueryTables:
         """True when distances add the stored norm term ||x_hat||^2 of each code (L2 with C >= 2)."""
         return self.kind == TABLE_L2_NORM_TERM
 
+    @property
+    def uses_norm_scale(self) -> bool:
+        """True when scores are divided by ||x_hat|| (metric "cosine", from the stored norm term when there is one:
+        docs/FORMAT.md 11.3, I20): the scan multiplies each code's sum by 1 / ||x_hat||."""
+        return self.metric == "cosine"
+
     def sdc_rotated(self, Q, n_threads):
         """The (nq, M*S) float64 reconstructions z_hat_q of the queries' own codes, sum_c d[m, c, b_mc] per subspace,
         in the decoder's order. Q : (nq, P) float32, C-contiguous, finite (normalised for cosine)."""
@@ -141,7 +148,11 @@ class QueryTables:
         z = picked[:, :, 0]
         for c in range(1, C):  # the decoder's order: d[m, 0] + d[m, 1] + ...
             z = z + picked[:, :, c]
-        return np.ascontiguousarray(z.reshape(nq, M * self.sub_dim))
+        z = z.reshape(nq, M * self.sub_dim)
+        if self.metric == "cosine":  # the query's reconstruction at unit length: scores estimate cosines
+            lengths = np.sqrt(np.einsum("ij,ij->i", z, z))
+            z = z / np.where(lengths > 0, lengths, 1.0)[:, None]
+        return np.ascontiguousarray(z)
 
 
 @dataclass(frozen=True)
@@ -156,10 +167,13 @@ class CodeRows:
         The float32 norm term ||x_hat||^2 of each code (L2 with C >= 2).
     norm_codes : ndarray of shape (N,), dtype uint8, or None
         The one-byte norm term of each code, decoded through ``norm_levels``. At most one of norms / norm_codes, and
-        only when the tables use the norm term (``QueryTables.uses_norm_term``).
+        only when the tables use the norm term (``QueryTables.uses_norm_term``) or scale by it (``norm_scales``).
     norm_levels : ndarray of shape (256,), dtype float32, or None (with norm_codes only)
     allow : ndarray of shape (ceil(N / 64),), dtype uint64, or None
         Bitmap of the rows to scan (``rows_bitmap``); None scans every row.
+    norm_scales : bool
+        The norms (or the levels of norm_codes) are scales 1 / ||x_hat|| that multiply each code's sum (metric
+        "cosine", ``QueryTables.uses_norm_scale``) instead of norm terms added to it.
     """
 
     codes: object
@@ -168,6 +182,7 @@ class CodeRows:
     norm_codes: np.ndarray | None
     norm_levels: np.ndarray | None
     allow: np.ndarray | None
+    norm_scales: bool = False
 
 
 def search_codes(tables, Q, k, rows, *, distance="adc", n_threads=1):
@@ -207,7 +222,7 @@ def search_codes(tables, Q, k, rows, *, distance="adc", n_threads=1):
     elif n_threads is None:
         n_threads = resolve_n_threads(None)
     out_d, out_r = (D, found) if kk == k else (D[:, :kk].copy(), found[:, :kk].copy())
-    scan = scanner(codes)
+    scan = scanner(codes, None, rows.norm_scales)
     if distance == "adc":
         scan(tables.model, Q, None, norms, norm_codes, norm_levels, ids, allow, out_d, out_r, n_threads)
     else:
@@ -221,15 +236,16 @@ def search_codes(tables, Q, k, rows, *, distance="adc", n_threads=1):
     return D, found
 
 
-def scanner(codes, bound=None):
-    """The exhaustive scan kernel of ``codes`` (byte codes, or fast-scan blocks) with the codes bound: called as
+def scanner(codes, bound=None, norm_scales=False):
+    """The exhaustive scan kernel of ``codes`` (byte codes, or fast-scan blocks) with the codes, the bound and whether
+    the norm terms are scales (``CodeRows.norm_scales``) bound: called as
     ``scan(model, queries, rotated, norms, norm_codes, norm_levels, ids, allow, out_dist, out_rows, n_threads)``."""
     if isinstance(codes, CodeBlocks):
         def scan(model, queries, rotated, *rest):
-            _kernels.fastscan_scan(model, queries, rotated, codes.blocks, len(codes), *rest, bound)
+            _kernels.fastscan_scan(model, queries, rotated, codes.blocks, len(codes), *rest, bound, norm_scales)
     else:
         def scan(model, queries, rotated, *rest):
-            _kernels.scan(model, queries, rotated, codes, *rest, bound)
+            _kernels.scan(model, queries, rotated, codes, *rest, bound, norm_scales)
     return scan
 
 

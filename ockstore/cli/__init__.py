@@ -1,7 +1,7 @@
 """The ``ockstore`` command: train a quantizer, build an index file, search it, inspect, verify and evaluate it; create
-a collection folder and change it (add, delete, compact).
+a collection folder and change it (add, delete, compact, retrain).
 
-    ockstore [--debug] [--version] {train,build,search,info,verify,eval,create,add,delete,compact} ...
+    ockstore [--debug] [--version] {train,build,search,info,verify,eval,create,add,delete,compact,retrain} ...
 
 Exit status (docs/ARCHITECTURE.md, "Command line"): 0 on success; 2 for a usage error (argparse prints the usage
 line and the message); 1 for a data or format error, including a missing or unreadable input file, reported as exactly
@@ -10,10 +10,11 @@ one line ``ockstore: error: <message>`` on stderr (``--debug`` adds the tracebac
 
     parser.py       the argument parser and the checks that need several options (usage errors)
     commands.py     one function per subcommand, over ockstore's public API only
-    collections.py  the subcommands of collections (create, add, delete, compact) and their parsers
+    collections.py  the subcommands of collections (create, add, delete, compact, retrain) and their parsers
     options.py      what the parsers share: file kinds, argument types, option groups, add_command
     inputs.py       the input files of the subcommands and CommandError (data errors found by the command)
     output.py       printed results and info, result files
+    advice.py       the library's advice in error messages rewritten as the command line's (commands, options, files)
     progress.py     the progress bar of long work (stderr, only on a terminal unless --progress)
 
 Imports point one way: __init__ -> parser, commands -> collections -> inputs -> options (output and progress
@@ -29,6 +30,7 @@ import sys
 import traceback
 import warnings
 
+from .advice import command_line_message
 from .commands import COMMANDS
 from .inputs import CommandError
 from .output import one_line
@@ -94,6 +96,8 @@ def _main(argv):
             message = one_line(exc)
             if message.startswith("path: "):  # the library names its parameter; here the file name says it all
                 message = message[len("path: "):]
+            if not isinstance(exc, CommandError):  # the library's advice names Python calls: the command's instead
+                message = command_line_message(message, args)
         _error(message)
         return 1
 

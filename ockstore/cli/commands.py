@@ -14,12 +14,12 @@ import numpy as np
 
 import ockstore
 from ockstore import evaluation, vecfiles
+from ockstore._search_options import default_rerank
 from ockstore.errors import FormatError
-from ockstore.quantizers import METHODS
 
 from .collections import COMMANDS as COLLECTION_COMMANDS, build_distributed
 from .inputs import CommandError, base_ids, check_dim, check_output, iter_base, read_allowed_ids, read_vectors
-from .options import QUANTIZER_OPTIONS
+from .options import make_quantizer
 from .output import (
     distances_path, fmt_bytes, jsonable, print_info, print_results, write_distances, write_ids,
 )
@@ -67,13 +67,8 @@ def _open_index(path):
 # -------------------------------------------------------------------------------------------------------- commands
 def train(args, out):
     check_output(args.output, "-o/--output")
-    cls = METHODS[args.method]
-    given = {parameter: getattr(args, dest) for dest, (_flag, parameter) in QUANTIZER_OPTIONS.items()
-             if getattr(args, dest) is not None}  # the others: the class's own defaults
-    q = cls(args.subspaces, **given, n_threads=args.threads, verbose=args.verbose)
-    fine = q
-    if args.lists is not None:
-        q = ockstore.IVF(args.lists, fine, seed=0 if args.seed is None else args.seed, n_threads=args.threads)
+    q = make_quantizer(args)
+    fine = q.quantizer if args.lists is not None else q
 
     t0 = time.perf_counter()
     X = read_vectors(args.learn, "learn vectors", args.limit)
@@ -295,6 +290,8 @@ def evaluate(args, out):
         result["n_probe"] = args.probe if args.probe is not None else info["default_n_probe"]
     for r in args.recalls:
         result[f"recall@{r}"] = evaluation.recall_at_r(I, gt, r)
+    if args.k >= 10 and gt.shape[1] >= 10:
+        result["10-recall@10"] = evaluation.k_recall_at_k(I, gt, 10)
     if base is not None:
         if int(I[:, :10].min()) < 0:
             raise CommandError("the index holds fewer than 10 vectors: no mean overall ratio at 10")
@@ -313,12 +310,19 @@ def evaluate(args, out):
     print(f"index:    {args.index} ({ivf}{info['method'].upper()}, {info['bits']} bits, metric {info['metric']}, "
           f"{info['N']:,} vectors)", file=out)
     rerank = f", rerank {args.rerank}" if args.rerank is not None else ", no rerank"
+    if args.rerank is None and info.get("kind") == "collection" and info["store_vectors"] and info["trained"]:
+        rerank = f", rerank {default_rerank(args.k, info['N'])} (the collection's default)"
     probe = f", probe {result['n_probe']} of {result['n_lists']:,} lists" if "n_lists" in result else ""
     print(f"queries:  {nq:,} from {args.queries}, k={args.k}, {args.distance}{rerank}{probe}", file=out)
     width = max(len(f"recall@{r}") for r in args.recalls)
     width = max(width, len("ms/query"), len("MOR@10") if base is not None else 0)
+    width = max(width, len("10-recall@10") if "10-recall@10" in result else 0)
     for r in args.recalls:
-        print(f"{f'recall@{r}':<{width}}  {result[f'recall@{r}']:.4f}", file=out)
+        print(f"{f'recall@{r}':<{width}}  {result[f'recall@{r}']:.4f}" + (
+            "   (the nearest neighbour among the first R)" if r == args.recalls[0] else ""), file=out)
+    if "10-recall@10" in result:
+        print(f"{'10-recall@10':<{width}}  {result['10-recall@10']:.4f}   (the true 10 nearest among the first 10, "
+              "on average)", file=out)
     if base is not None:
         print(f"{'MOR@10':<{width}}  {result['mean_overall_ratio@10']:.4f}   (mean overall ratio at 10; 1 is exact)",
               file=out)

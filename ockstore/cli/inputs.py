@@ -43,7 +43,8 @@ def read_vectors(path, what, limit=None):
 
 
 def check_dim(path, what, dim, expected, owner):
-    if dim != expected:
+    """CommandError when ``dim`` is not ``expected`` (None: anything, as a collection without vectors takes)."""
+    if expected is not None and dim != expected:
         raise CommandError(f"{path}: {what} have dimension {dim}, but {owner} expects {expected}")
 
 
@@ -114,7 +115,7 @@ def iter_base(args, ids, dim, owner):
     chunk checked against ``dim`` and the ids (CommandError when the file has more vectors than ids or fewer)."""
     done = 0
     for chunk in vecfiles.iter_vecs(args.base, chunk_size=args.chunk_size):
-        if chunk.shape[1] != dim:
+        if dim is not None and chunk.shape[1] != dim:
             check_dim(args.base, "base vectors", chunk.shape[1], dim, owner)
         stop = done + chunk.shape[0]
         if ids is not None and stop > len(ids):

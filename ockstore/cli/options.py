@@ -15,7 +15,8 @@ from ockstore.quantizers import METHODS, PARAMETERS
 
 __all__ = ["VECTOR_FILES", "ID_FILES", "STORE_VECTORS", "DEFAULT_CHUNK", "QUANTIZER_OPTIONS", "Formatter", "wrap",
            "method_defaults", "param_type", "int_type", "positive", "add_command", "add_threads", "add_metadata",
-           "add_rerank", "add_probe", "add_progress"]
+           "add_rerank", "add_probe", "add_progress", "add_quantizer_options", "check_quantizer_options",
+           "make_quantizer"]
 
 # Vector and id files the command reads (the extensions ockstore.vecfiles understands).
 VECTOR_FILES = ".fvecs, .bvecs, .ivecs (each optionally .gz) or .npy"
@@ -129,6 +130,56 @@ def add_progress(p):
                    help="no progress bar (errors are still reported on stderr)")
     g.add_argument("--progress", action="store_true",
                    help="show the progress bar even when stderr is not a terminal")
+
+
+def add_quantizer_options(p, required):
+    """The options that make a quantizer (train; create without QUANTIZER_FILE): --method, --subspaces, the
+    parameters of QUANTIZER_OPTIONS, --lists (an IVF). ``required``: --method and --subspaces must be given."""
+    p.add_argument("--method", required=required, choices=tuple(METHODS), help="the quantizer")
+    p.add_argument("--subspaces", "-M", required=required, type=param_type("n_subspaces"), metavar="M",
+                   help="M, subspaces (1..dim)")
+    p.add_argument("--codebooks", "-C", type=param_type("n_codebooks"), default=None, metavar="C",
+                   help=f"C, codebooks per subspace (default: {method_defaults('n_codebooks')}; pq and ckm use 1)")
+    p.add_argument("--beam", "-T", type=param_type("beam_width"), default=None, metavar="T",
+                   help=f"T, beam width of the encoder (default: {method_defaults('beam_width')})")
+    p.add_argument("--codewords", "-K", type=param_type("n_codewords"), default=None, metavar="K",
+                   help="K, words per codebook, 2..256 (default 256)")
+    p.add_argument("--iterations", type=param_type("n_iter"), default=None, metavar="N",
+                   help="maximum training iterations (default: the method's own, see below)")
+    p.add_argument("--tol", type=param_type("tol", float), default=None,
+                   help="stop when an iteration lowers the objective by less than this fraction (default 1e-4)")
+    p.add_argument("--seed", type=param_type("seed"), default=None, help="random seed (default 0)")
+    p.add_argument("--metric", choices=PARAMETERS["metric"].choices, default=None,
+                   help="what searches rank by: l2, squared L2 distance, ascending (the default); ip, inner product, "
+                        "or cosine, cosine similarity, both descending (e.g. --metric ip)")
+    p.add_argument("--lists", type=int_type(1, "a positive integer"), default=None, metavar="N",
+                   help="make an inverted file (IVF) of N coarse lists: vectors go to the list of their nearest "
+                        "k-means centroid and the quantizer encodes their residuals; searches then scan the lists "
+                        "nearest each query only (search/eval --probe). Needs at least N training vectors "
+                        "(e.g. --lists 1024 for a million vectors); default: a flat index")
+
+
+def check_quantizer_options(sub, args):
+    """Each option of QUANTIZER_OPTIONS given must be a parameter of the method (usage error otherwise)."""
+    accepted = inspect.signature(METHODS[args.method]).parameters
+    for dest, (flag, parameter) in QUANTIZER_OPTIONS.items():
+        if getattr(args, dest) is not None and parameter not in accepted:
+            sub.error(f"argument {flag}: method {args.method} has no {parameter} "
+                      f"({METHODS[args.method].__name__} takes {', '.join(accepted)})")
+
+
+def make_quantizer(args):
+    """The unfitted quantizer of --method, --subspaces, the QUANTIZER_OPTIONS given (the others: the class's own
+    defaults) and --lists (an IVF over it)."""
+    import ockstore  # noqa: PLC0415 - the IVF class
+
+    given = {parameter: getattr(args, dest) for dest, (_flag, parameter) in QUANTIZER_OPTIONS.items()
+             if getattr(args, dest) is not None}
+    threads = getattr(args, "threads", None)
+    q = METHODS[args.method](args.subspaces, **given, n_threads=threads, verbose=getattr(args, "verbose", False))
+    if args.lists is not None:
+        return ockstore.IVF(args.lists, q, seed=0 if args.seed is None else args.seed, n_threads=threads)
+    return q
 
 
 def add_command(sub, name, text):

@@ -1,23 +1,22 @@
 """The argument parser of the ``ockstore`` command: subcommands, options, and the checks that need several options
 together (all usage errors: exit status 2 with argparse's usage line).
 
-The quantizer options are checked by the library's own parameter rules (``ockstore.quantizers.PARAMETERS``), and a
-method takes exactly the options its class's constructor takes (``ockstore.quantizers.METHODS``).
+The quantizer options (options.add_quantizer_options: train, and create without a quantizer file) are checked by the
+library's own parameter rules (``ockstore.quantizers.PARAMETERS``), and a method takes exactly the options its class's
+constructor takes (``ockstore.quantizers.METHODS``).
 """
 
 from __future__ import annotations
 
 import argparse
-import inspect
 
 import ockstore
-from ockstore.quantizers import METHODS, PARAMETERS
 
 from . import output
 from .collections import add_parsers
 from .options import (
     DEFAULT_CHUNK, ID_FILES, QUANTIZER_OPTIONS, STORE_VECTORS, VECTOR_FILES, Formatter, add_command, add_metadata,
-    add_probe, add_progress, add_rerank, add_threads, int_type, method_defaults, param_type,
+    add_probe, add_progress, add_quantizer_options, add_rerank, add_threads, check_quantizer_options, method_defaults,
     positive, wrap,
 )
 
@@ -67,28 +66,7 @@ examples:
 Code size: M*C bytes per vector (C = 1 for pq and ckm). Default iterations: """ + method_defaults("n_iter") + ".")
     p.add_argument("learn", metavar="LEARN_FILE", help=f"training vectors ({VECTOR_FILES})")
     p.add_argument("-o", "--output", required=True, metavar="QUANTIZER_FILE", help="the quantizer file to write")
-    p.add_argument("--method", required=True, choices=tuple(METHODS), help="the quantizer")
-    p.add_argument("--subspaces", "-M", required=True, type=param_type("n_subspaces"), metavar="M",
-                   help="M, subspaces (1..dim)")
-    p.add_argument("--codebooks", "-C", type=param_type("n_codebooks"), default=None, metavar="C",
-                   help=f"C, codebooks per subspace (default: {method_defaults('n_codebooks')}; pq and ckm use 1)")
-    p.add_argument("--beam", "-T", type=param_type("beam_width"), default=None, metavar="T",
-                   help=f"T, beam width of the encoder (default: {method_defaults('beam_width')})")
-    p.add_argument("--codewords", "-K", type=param_type("n_codewords"), default=None, metavar="K",
-                   help="K, words per codebook, 2..256 (default 256)")
-    p.add_argument("--iterations", type=param_type("n_iter"), default=None, metavar="N",
-                   help="maximum training iterations (default: the method's own, see below)")
-    p.add_argument("--tol", type=param_type("tol", float), default=None,
-                   help="stop when an iteration lowers the objective by less than this fraction (default 1e-4)")
-    p.add_argument("--seed", type=param_type("seed"), default=None, help="random seed (default 0)")
-    p.add_argument("--metric", choices=PARAMETERS["metric"].choices, default=None,
-                   help="what searches rank by: l2, squared L2 distance, ascending (the default); ip, inner product, "
-                        "or cosine, cosine similarity, both descending (e.g. --metric ip)")
-    p.add_argument("--lists", type=int_type(1, "a positive integer"), default=None, metavar="N",
-                   help="make an inverted file (IVF) of N coarse lists: vectors go to the list of their nearest "
-                        "k-means centroid and the quantizer encodes their residuals; searches then scan the lists "
-                        "nearest each query only (search/eval --probe). Needs at least N training vectors "
-                        "(e.g. --lists 1024 for a million vectors); default: a flat index")
+    add_quantizer_options(p, required=True)
     p.add_argument("--limit", type=positive, default=None, metavar="N", help="train on the first N vectors only")
     add_metadata(p)
     p.add_argument("-v", "--verbose", action="store_true", help="print the objective of every iteration on stderr")
@@ -211,7 +189,8 @@ measure recall (and mean overall ratio) against ground truth
 
 Search INDEX_FILE with the queries of QUERY_FILE and compare with the exact neighbours of GROUNDTRUTH_FILE (.ivecs:
 row i holds the base row numbers of query i's neighbours, nearest first; for an ip or cosine index, the best by that
-metric). recall@R is the fraction of queries whose true nearest neighbour is among the first R results. With --base,
+metric). recall@R is the fraction of queries whose true nearest neighbour is among the first R results; 10-recall@10
+(with K >= 10) the mean fraction of the true 10 nearest neighbours among the first 10. With --base,
 also the mean overall ratio at 10 (1.0 is perfect; l2 indexes only). With --rerank, the K results are the best of R
 candidates re-ranked exactly. The index's ids must be base row numbers (indexes built without --ids).
 
@@ -245,16 +224,14 @@ def check_args(args):
     """Checks that need several arguments together; failures are usage errors (exit 2)."""
     sub = args.subparser  # the subcommand's parser: its usage line goes with the message
     if args.command == "train":
-        accepted = inspect.signature(METHODS[args.method]).parameters
-        for dest, (flag, parameter) in QUANTIZER_OPTIONS.items():
-            if getattr(args, dest) is not None and parameter not in accepted:
-                sub.error(f"argument {flag}: method {args.method} has no {parameter} "
-                          f"({METHODS[args.method].__name__} takes {', '.join(accepted)})")
+        check_quantizer_options(sub, args)
         _check_metadata(sub, args.metadata)
     elif args.command in ("build", "create"):
         _check_metadata(sub, args.metadata)
         if args.command == "build":
             _check_build(sub, args)
+        else:
+            _check_create(sub, args)
     elif args.command == "search":
         if args.output is not None and output.output_kind(args.output) is None:
             sub.error(f"argument -o/--output: {args.output!r} must end in .ivecs, .ivecs.gz or .npy")
@@ -270,6 +247,27 @@ def check_args(args):
         if args.base is not None and args.k < 10:
             sub.error(f"argument --base: the mean overall ratio at 10 needs -k >= 10, got -k {args.k}")
         _check_rerank(sub, args)
+
+
+def _check_create(sub, args):
+    """create takes QUANTIZER_FILE (a fitted quantizer), or --method and --subspaces (a quantizer the collection
+    trains itself: --store-vectors required), not both."""
+    if args.quantizer is not None:
+        given = [flag for flag, dest in (("--method", "method"), ("--subspaces", "subspaces"), ("--lists", "lists"),
+                                         ("--train-size", "train_size"))
+                 if getattr(args, dest) is not None]
+        given += [flag for dest, (flag, _p) in QUANTIZER_OPTIONS.items() if getattr(args, dest) is not None]
+        if given:
+            sub.error(f"argument {given[0]}: not with QUANTIZER_FILE (the collection takes that file's quantizer); "
+                      "leave QUANTIZER_FILE out to have the collection train one itself")
+        return
+    if args.method is None or args.subspaces is None:
+        sub.error("give QUANTIZER_FILE (a trained quantizer), or --method and --subspaces (a quantizer the "
+                  "collection trains itself once it holds --train-size vectors)")
+    if args.store_vectors is None:
+        sub.error("argument --store-vectors: required without QUANTIZER_FILE (the collection keeps its vectors until "
+                  "it trains the quantizer on them)")
+    check_quantizer_options(sub, args)
 
 
 def _check_build(sub, args):

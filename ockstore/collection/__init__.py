@@ -18,7 +18,9 @@ they opened (a snapshot) until ``refresh()``.
     segments.py    opened segments, id lookups, deletion masks; writing new and merged segments
     snapshot.py    one opened generation: loading the newest one, searching it
     commit.py      a commit (files, then the manifest), removing old generations, vacuum
-    collection.py  the Collection class, create_collection, open_collection
+    training.py    collections that train their quantizer: the default train_size, the training commit
+    collection.py  the Collection class
+    folder.py      create_collection, open_collection
 
 Searching scans every segment with its deletions as a row filter (the bitmap of filtered search, built once per
 segment and deletion file, never per search) and merges the per-segment top-k exactly: ties by the smaller id, so
@@ -40,7 +42,8 @@ with ``merge_topk``. ``ockstore.distributed`` does all this on Dask (docs/ARCHIT
 searches").
 """
 
-from .collection import Collection, create_collection, open_collection
+from .collection import Collection
+from .folder import create_collection, open_collection
 from .merge import merge_topk
 from .policy import DEFAULT_MERGE_FACTOR, plan_merges
 from .segments import PendingSegment, SegmentSpec, SegmentWriter, write_pending_segment

@@ -11,21 +11,17 @@ import numpy as np
 
 from .. import storage
 from .._closable import Closable
-from .._index_rows import check_fitted_model, check_store_vectors, resolve_norm_encoding
+from .._stored_rows import ids_to_get
 from .._validation import as_ids, as_vectors, check_bool, check_choice, check_int
 from ..errors import FormatError
-from ..indexfile.schema import check_user_metadata
-from ..indexfile.writer import save_quantizer
-from ..paths import _as_str
 from . import commit as _commit
 from . import names
-from .lock import WriterLock
-from .manifest import MAX_ID, OPERATIONS, Manifest, SegmentEntry, write_manifest
-from .policy import DEFAULT_MAX_MERGE_ROWS, DEFAULT_MERGE_FACTOR
+from .manifest import MAX_ID, OPERATIONS, SegmentEntry
 from .segments import IdIndex, PendingSegment, Segment, write_pending_segment
 from .snapshot import load_newest, manifest_generations, remember
+from .training import DEFAULT_SAMPLE_ROWS, model_summary, retrain_model, spec_with_dim, train_commit
 
-__all__ = ["Collection", "create_collection", "open_collection"]
+__all__ = ["Collection"]
 
 # Generations whose files a writer keeps (the current one and the one before): readers on them keep working, and the
 # previous one is a complete fallback should the newest manifest ever be damaged.
@@ -56,7 +52,6 @@ class Collection(Closable):
         self._snap = snapshot
         self._lock = lock
         self._cache = cache
-        self._previous = None  # a writer's generation before the current one (its files are kept)
         self._next_generation = None
         if mode == "a":
             self._next_generation = max(manifest_generations(folder)[0], snapshot.generation) + 1
@@ -88,7 +83,9 @@ class Collection(Closable):
 
     def _check_open(self):
         if self._closed:
-            raise ValueError(f"I/O operation on a closed collection ({self._folder!r})")
+            how = "" if self._mode == "r" else ", 'a'"
+            raise ValueError(f"I/O operation on a closed collection: reopen it with "
+                             f"ockstore.open_collection({self._folder!r}{how})")
 
     def _check_writer(self, what):
         self._check_open()
@@ -122,12 +119,21 @@ class Collection(Closable):
 
     @property
     def quantizer(self):
+        """The fitted quantizer; the unfitted one (its parameters) while the collection has not trained it."""
         self._check_open()
         return self._snap.spec.quantizer
 
     @property
-    def dim(self) -> int:
-        return int(self.quantizer.dim)
+    def trained(self) -> bool:
+        """False while the collection has not trained its quantizer (its rows are stored vectors, searched exactly)."""
+        self._check_open()
+        return self._snap.spec.trained
+
+    @property
+    def dim(self):
+        """P; None only for a collection that trains its quantizer and has had no vector yet."""
+        self._check_open()
+        return self._snap.spec.vector_dim
 
     @property
     def metric(self) -> str:
@@ -162,6 +168,27 @@ class Collection(Closable):
         self._check_open()
         return self._snap.spec
 
+    def get(self, ids):
+        """The stored vectors of live ``ids``, in the order given.
+
+        Parameters
+        ----------
+        ids : array-like of shape (n,) of integer ids, or one id
+            Any order; an id given twice gives its vector twice. Every id must be live (ValueError naming the
+            unknown and deleted ones otherwise).
+
+        Returns
+        -------
+        V : ndarray of shape (n, P), or (P,) for one id, dtype float32
+            The vectors as stored (``store_vectors``), converted to float32, which holds float16 and uint8 values
+            exactly: the vectors as added (for "float16" rounded to float16), not normalised for cosine; an upserted
+            id gives its newest vector. ValueError when the collection stores no vectors.
+        """
+        self._check_open()
+        ids, was_scalar = ids_to_get(ids)
+        V = self._snap.get(ids)
+        return V[0] if was_scalar else V
+
     def ids(self):
         """Every live id, sorted ascending (int64)."""
         self._check_open()
@@ -169,16 +196,21 @@ class Collection(Closable):
 
     def info(self) -> dict:
         """A plain dict: kind ("collection"), path, mode, generation, N (live vectors), rows (stored, deleted ones
-        included), deleted, segments (their number), next_id, the quantizer's P, method, metric, M, C, K, T, bits,
-        norm_encoding, store_vectors, bytes_per_vector, merge_factor, metadata, problems (why newer manifests were
-        skipped, if any) and segment_files (file, rows, deleted, deletions, min_id, max_id of each segment)."""
+        included), deleted, segments (their number), next_id, trained (False while the collection has not trained its
+        quantizer), train_size (the live rows whose commit trains it; None once trained), quantizer_file (None while
+        untrained), the quantizer's P (None before the first vector), method, metric, M, C, K, T, bits,
+        norm_encoding, store_vectors, bytes_per_vector (once trained), merge_factor, metadata, problems (why newer
+        manifests were skipped, if any) and segment_files (file, rows, deleted, deletions, min_id, max_id of each
+        segment)."""
         self._check_open()
         snap = self._snap
         m, q = snap.manifest, snap.spec.quantizer
         return {
             "kind": "collection", "path": self._folder, "mode": self._mode, "generation": m.generation, "N": m.live,
             "rows": m.rows, "deleted": m.rows - m.live, "segments": len(m.segments), "next_id": m.next_id,
-            **q._summary(), "norm_encoding": m.norm_encoding, "store_vectors": m.store_vectors,
+            "trained": snap.spec.trained, "train_size": None if m.training is None else m.training.train_size,
+            "quantizer_file": m.quantizer,
+            **model_summary(snap.spec), "norm_encoding": m.norm_encoding, "store_vectors": m.store_vectors,
             "bytes_per_vector": int(q.code_size) + {"f32": 4, "u8": 1, "none": 0}[m.norm_encoding],
             "merge_factor": m.merge_factor, "metadata": storage.canonical_metadata(snap.user),
             "problems": list(snap.problems),
@@ -187,7 +219,8 @@ class Collection(Closable):
         }
 
     # ------------------------------------------------------------------------------------------------------ search
-    def search(self, Q, k, *, n_probe=None, distance="adc", rerank=None, vectors=None, allow=None, n_threads=None):
+    def search(self, Q, k, *, n_probe=None, distance="adc", rerank=None, vectors=None, allow=None, n_threads=None,
+               metric=None):
         """The k best live vectors of each query, over every segment: equal to one ``Index.search`` over an index
         holding the live rows (same values, same ids, same order).
 
@@ -198,15 +231,20 @@ class Collection(Closable):
         n_probe : int in 1..n_lists, or None
             A collection of an IVF (inverted-file segments): the lists each segment's search probes per query, as for
             ``Index.search`` (None: the IVF's default_n_probe). A flat collection takes only None.
-        rerank : int >= k, or None
+        rerank : int >= k, 0, or None
             As for ``Index.search``: the best ``rerank`` candidates of the whole collection by their codes are
-            re-ranked exactly, from the vectors stored in the segments (``store_vectors``) or from ``vectors``.
+            re-ranked exactly, from the vectors stored in the segments (``store_vectors``) or from ``vectors``. None:
+            the default re-ranking when the collection stores vectors (``_search_options.default_rerank``: 10 k
+            candidates), none otherwise; 0: none. Before the collection has trained its quantizer every result is
+            exact (brute force over the stored vectors) and ``rerank`` changes nothing.
         vectors : array-like of shape (n, P), or None
             For ``rerank``: row i is the vector of **id** i (on a collection rows have no fixed place; ids do). An
             ndarray, np.memmap, HDF5 dataset; only the candidates' rows are read, by increasing id.
         allow : array-like of int ids, or None
             Search only the vectors with these ids (any order; duplicates and unknown ids ignored). A boolean mask
             over rows is refused (TypeError): rows have no meaning across segments.
+        metric : None
+            The quantizer's metric (``collection.metric``), fixed when it was fitted: None or that metric.
 
         Returns
         -------
@@ -215,7 +253,7 @@ class Collection(Closable):
         """
         self._check_open()
         return self._snap.search(Q, k, n_probe=n_probe, distance=distance, rerank=rerank, vectors=vectors,
-                                 allow=allow, n_threads=n_threads)
+                                 allow=allow, n_threads=n_threads, metric=metric)
 
     # ---------------------------------------------------------------------------------------------------- changes
     def add(self, X, ids=None, *, n_threads=None):
@@ -232,7 +270,7 @@ class Collection(Closable):
             Threads for encoding; None means all cores.
         """
         self._check_writer("add")
-        X, was_1d = as_vectors(X, "X", self.dim, convert=False)
+        X, was_1d = as_vectors(X, "X", self._snap.spec.vector_dim, convert=False)
         n = X.shape[0]
         if ids is None:
             first = self._snap.manifest.next_id
@@ -255,7 +293,7 @@ class Collection(Closable):
         ``ids`` (array-like of shape (n,), integers >= 0) must be unique (ValueError otherwise).
         """
         self._check_writer("upsert")
-        X, was_1d = as_vectors(X, "X", self.dim, convert=False)
+        X, was_1d = as_vectors(X, "X", self._snap.spec.vector_dim, convert=False)
         if ids is None:
             raise TypeError("upsert needs ids (the vectors to replace)")
         ids = self._check_new_ids(ids if not was_1d else np.reshape(ids, -1), X.shape[0])
@@ -280,11 +318,43 @@ class Collection(Closable):
     def compact(self):
         """Merge every segment into one holding the live rows (codes, norm terms, ids and stored vectors copied, not
         re-encoded; memory bounded by a step of COPY_ROWS rows), in one commit. Readers of older generations are not
-        affected. Nothing to do (no commit) when there is at most one segment and nothing deleted."""
+        affected. Nothing to do (no commit) when there is at most one segment and nothing deleted.
+
+        The generation before the compaction is kept as the fallback, like the generation before any commit (should
+        the newest manifest ever be damaged, readers open it): until the next commit the folder holds its segments
+        too, about twice the live data. ``vacuum(keep_generations=1)`` removes it at once."""
         self._check_writer("compact")
         snap = self._snap
         if len(snap.views) > 1 or any(v.entry.deleted for v in snap.views):
             self._apply(operation="compact", compact=True)
+
+    def retrain(self, quantizer=None, *, sample=None, n_threads=None):
+        """Fit the quantizer again on a sample of the live stored vectors and re-encode every segment, in one commit
+        (ids, deletions and stored vectors kept; readers keep their snapshots). How an app refreshes a model trained
+        too early; on a collection that has not trained its quantizer yet, trains it now (below ``train_size``).
+
+        Parameters
+        ----------
+        quantizer : PQ, CKM, ECKM, OCKM or IVF, or None
+            None: a fresh copy of the collection's quantizer's parameters, fitted here. Unfitted: fitted here, in
+            place (it becomes the collection's model). Fitted: used as it is (nothing is fitted: every row is
+            re-encoded with it). Its dimension and metric must be the collection's, and its norm term the
+            collection's ``norm_encoding``.
+        sample : int or None
+            Fit on a uniform sample of this many live rows (all of them when there are fewer); None:
+            ``training.DEFAULT_SAMPLE_ROWS`` (131,072). At least what ``fit`` needs (K, and n_lists for an IVF).
+        n_threads : int or None
+            Threads for encoding; None means all cores.
+
+        ValueError when the collection stores no vectors (nothing to fit on: create it with ``store_vectors``) or
+        holds fewer live vectors than ``fit`` needs.
+        """
+        self._check_writer("retrain")
+        snap = self._snap
+        model, fit, sample_rows = retrain_model(snap, quantizer, DEFAULT_SAMPLE_ROWS if sample is None else sample)
+        self._commit_generation(lambda generation: train_commit(
+            snap, generation, model, fit=fit, sample_rows=sample_rows, operation="retrain", check=self._lock.check,
+            n_threads=n_threads))
 
     def refresh(self):
         """Move to the newest committed generation (a reader; a writer is always there). Returns the generation."""
@@ -316,8 +386,9 @@ class Collection(Closable):
         if snap.problems:
             raise FormatError(f"{self._folder!r}: skipped manifest: the collection is at generation "
                               f"{snap.generation}, but " + "; ".join(snap.problems))
-        with storage.open_file(os.path.join(self._folder, snap.manifest.quantizer)) as mf:
-            mf.verify()
+        if snap.manifest.quantizer is not None:  # None: not trained yet
+            with storage.open_file(os.path.join(self._folder, snap.manifest.quantizer)) as mf:
+                mf.verify()
         live = []
         for view in snap.views:
             index, entry = view.index, view.entry
@@ -354,6 +425,10 @@ class Collection(Closable):
         operation = check_choice(operation, "operation", OPERATIONS)
         merge = check_bool(merge, "merge")
         pending = list(pending)
+        spec, training = self._snap.spec, None
+        if not spec.trained and spec.dim is None and pending and isinstance(pending[0], PendingSegment):
+            with _open_file_index(pending[0].path) as first:  # the first vectors: their dimension is the collection's
+                spec, training = spec_with_dim(self._snap, first.dim)
         all_ids = []
         for p in pending:
             if not isinstance(p, PendingSegment):
@@ -362,7 +437,7 @@ class Collection(Closable):
             if folder != self._folder or not names.is_pending(name):
                 raise ValueError(f"pending: {p.path!r} is not a pending segment of {self._folder!r}")
             segment = Segment(  # the checks of any segment at open, against the entry it will get
-                folder, SegmentEntry(name, p.rows, p.min_id, p.max_id), self._snap.spec)
+                folder, SegmentEntry(name, p.rows, p.min_id, p.max_id), spec)
             try:
                 ids = np.array(segment.index.ids)
             finally:
@@ -378,7 +453,8 @@ class Collection(Closable):
             raise ValueError(f"ids: id {int(ids[np.argmax(live)])} is already in the collection (use upsert to replace "
                              "it)")
         if pending:
-            self._apply(operation=operation, pending=pending, next_id=self._next_id_after(ids), merge=merge)
+            self._commit_rows(pending, None, ids.size, operation, self._next_id_after(ids), spec, training,
+                              merge=merge)
 
     # ----------------------------------------------------------------------------------------------------- private
     @staticmethod
@@ -399,20 +475,42 @@ class Collection(Closable):
 
     def _write(self, X, ids, operation, n_threads):
         """Encode X with ids into the first segment of the next generation (written under its final name: nothing
-        references it before the commit), then commit it (deleting the live ids first for upsert)."""
+        references it before the commit), then commit it (deleting the live ids first for upsert). Before the
+        collection has trained its quantizer the segment holds the stored vectors only, and the commit whose live rows
+        reach train_size trains it (train_commit)."""
         snap = self._snap
-        pending = write_pending_segment(self._folder, snap.spec, X, ids, n_threads=n_threads,
+        spec, training = snap.spec, None
+        if not spec.trained and spec.dim is None:  # the first vectors of the collection set its dimension
+            spec, training = spec_with_dim(snap, X.shape[1])
+        pending = write_pending_segment(self._folder, spec, X, ids, n_threads=n_threads,
                                         _name=names.segment_name(self._generation_to_commit(), 0))
         try:
             deletes = None
             if operation == "upsert":
                 _, found = snap.find_live(ids)
                 deletes = {number: ids[hit] for number, hit, _rows in found}
-            self._apply(operation=operation, pending=[pending], deletes=deletes, next_id=self._next_id_after(ids))
+            self._commit_rows([pending], deletes, ids.size, operation, self._next_id_after(ids), spec, training,
+                              n_threads=n_threads)
         except BaseException:
             if not os.path.exists(os.path.join(self._folder, names.manifest_name(_generation_of(pending)))):
                 _remove_file(pending.path)  # not committed
             raise
+
+    def _commit_rows(self, pending, deletes, added, operation, next_id, spec, training, merge=True, n_threads=None):
+        """Commit new rows (pending files) and deletions: an ordinary commit, or, when the collection has not trained
+        its quantizer and its live rows reach train_size, the training commit (training.train_commit)."""
+        snap = self._snap
+        if not snap.spec.trained:
+            removed = sum(int(d.size) for d in deletes.values()) if deletes else 0
+            if snap.live - removed + added >= snap.manifest.training.train_size:
+                model = snap.manifest.training.quantizer()  # a fresh unfitted copy: the snapshot's stays as it is
+                self._commit_generation(lambda generation: train_commit(
+                    snap, generation, model, fit=True, sample_rows=DEFAULT_SAMPLE_ROWS, operation=operation,
+                    pending=pending, deletes=deletes, next_id=next_id, check=self._lock.check, spec=spec,
+                    n_threads=n_threads))
+                return
+        self._apply(operation=operation, pending=pending, deletes=deletes, next_id=next_id, merge=merge, spec=spec,
+                    training=training)
 
     def _generation_to_commit(self):
         generation = self._next_generation
@@ -423,10 +521,18 @@ class Collection(Closable):
         return generation
 
     def _apply(self, **changes):
-        """One commit of the next generation; then the files of the generation before last are removed."""
+        """One commit of the next generation (commit.commit)."""
+        snap = self._snap
+        self._commit_generation(lambda generation: _commit.commit(snap, generation, check=self._lock.check,
+                                                                  **changes))
+
+    def _commit_generation(self, make):
+        """``make(generation)`` commits the next generation and returns its Snapshot (or (Snapshot, files to remove
+        after the commit)); then the files only older generations than the one before it referenced are removed
+        (also those earlier writers left: commit.remove_older_generations)."""
         generation = self._generation_to_commit()
         try:
-            new = _commit.commit(self._snap, generation, check=self._lock.check, **changes)
+            new = make(generation)
         except _commit.GenerationTaken:
             self._next_generation = max(manifest_generations(self._folder)[0], generation) + 1
             raise
@@ -435,12 +541,13 @@ class Collection(Closable):
                 self._next_generation = generation + 1  # committed, though an error followed: take it from disk
                 self._snap = load_newest(self._folder, self._cache, warn=False)
             raise
+        new, consumed = new if isinstance(new, tuple) else (new, ())
         self._next_generation = generation + 1
         remember(self._cache, new)
-        dropped, self._previous = self._previous, self._snap.manifest
-        self._snap = new
-        if dropped is not None:
-            _commit.remove_generation(self._folder, dropped, [new.manifest, self._previous])
+        previous, self._snap = self._snap.manifest, new
+        for path in consumed:
+            _remove_file(path)  # no manifest references them
+        _commit.remove_older_generations(self._folder, [new.manifest, previous])
 
 
 def _generation_of(pending):
@@ -448,106 +555,14 @@ def _generation_of(pending):
     return int(os.path.basename(pending.path).split(".")[1])
 
 
+def _open_file_index(path):
+    from ..indexfile.reader import open_index
+
+    return open_index(path)
+
+
 def _remove_file(path):
     try:
         os.unlink(path)
     except FileNotFoundError:
         pass
-
-
-# ==================================================================================================================
-# opening and creating
-
-
-def _folder_path(path):
-    return os.path.abspath(_as_str(path, "path"))
-
-
-def open_collection(path, mode="r"):
-    """Open a collection folder.
-
-    Parameters
-    ----------
-    path : str or os.PathLike
-        The folder.
-    mode : "r" or "a"
-        "r": a read-only snapshot of the newest committed generation, kept until :meth:`Collection.refresh`; takes no
-        lock. "a": the writer; takes the folder's lock (CollectionLockedError naming the folder and the lock when
-        another writer holds it).
-
-    The newest generation whose manifest verifies is opened; newer manifests that do not are skipped with a
-    CollectionWarning and listed in ``info()["problems"]``. Raises FileNotFoundError (no such folder), ValueError
-    (a file, not a folder) or FormatError (not a collection, or damaged).
-    """
-    folder = _folder_path(path)
-    mode = check_choice(mode, "mode", ("r", "a"))
-    if not os.path.exists(folder):
-        raise FileNotFoundError(f"path: no such collection folder: {folder!r}")
-    if not os.path.isdir(folder):
-        raise ValueError(f"path: {folder!r} is a file, not a collection folder (an index file opens with "
-                         "ockstore.open_index)")
-    if not manifest_generations(folder):
-        raise FormatError(f"{folder!r}: not a collection: no manifest file (manifest.<generation>) in the folder")
-    lock = WriterLock(folder) if mode == "a" else None
-    cache = {}
-    try:
-        snapshot = load_newest(folder, cache)
-    except BaseException:
-        if lock is not None:
-            lock.release()
-        raise
-    return Collection(folder, mode, snapshot, lock, cache)
-
-
-def create_collection(path, quantizer, *, norm_encoding=None, store_vectors=None, metadata=None,
-                      merge_factor=DEFAULT_MERGE_FACTOR):
-    """Create an empty collection folder and return it open as the writer (mode "a").
-
-    Parameters
-    ----------
-    path : str or os.PathLike
-        A folder that does not exist yet (its parent must) or an empty one. FileExistsError when it is already a
-        collection (or a file); ValueError when it holds other files.
-    quantizer : fitted PQ, CKM, ECKM, OCKM or IVF
-        Saved in the folder (``quantizer.ockq``) and shared by every segment. With an IVF every segment is an
-        inverted-file index (its coarse centroids shared too) and searches take ``n_probe``.
-    norm_encoding, store_vectors
-        As for :class:`ockstore.IndexWriter`, for every segment.
-    metadata : dict or None
-        User metadata, kept in every manifest (``Collection.metadata``).
-    merge_factor : int >= 2
-        F of the size-tiered merge policy (docs/ARCHITECTURE.md, "Collections"): a tier of segments of similar size
-        is merged into one when it reaches F segments. Stored in the collection.
-    """
-    folder = _folder_path(path)
-    quantizer = check_fitted_model(quantizer)
-    norm_encoding = resolve_norm_encoding(quantizer, norm_encoding)
-    store_vectors = check_store_vectors(store_vectors)
-    user = check_user_metadata(metadata)
-    merge_factor = check_int(merge_factor, "merge_factor", min_value=2, max_value=2**31 - 1)
-    if os.path.exists(folder):
-        if not os.path.isdir(folder):
-            raise FileExistsError(f"path: {folder!r} exists and is a file, not a folder")
-        entries = os.listdir(folder)
-        if any(names.parse_manifest(name) is not None for name in entries):
-            raise FileExistsError(f"path: {folder!r} is already a collection; open it with open_collection")
-        others = [n for n in entries if n not in (names.LOCK_NAME, names.QUANTIZER_NAME) and not names.is_temporary(n)]
-        if others:
-            raise ValueError(f"path: {folder!r} is not empty (it holds {others[0]!r}): a collection needs a folder of "
-                             "its own")
-    else:
-        parent = os.path.dirname(folder)
-        if not os.path.isdir(parent):
-            raise FileNotFoundError(f"path: folder does not exist: {parent!r}")
-        os.mkdir(folder)
-    lock = WriterLock(folder)
-    cache = {}
-    try:
-        save_quantizer(os.path.join(folder, names.QUANTIZER_NAME), quantizer)
-        write_manifest(folder, Manifest(0, names.QUANTIZER_NAME, norm_encoding, store_vectors, 0, merge_factor,
-                                        DEFAULT_MAX_MERGE_ROWS, (), "create"), user)
-        snapshot = load_newest(folder, cache)
-    except BaseException:
-        lock.release()
-        raise
-    return Collection(folder, "a", snapshot, lock, cache)

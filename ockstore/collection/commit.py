@@ -14,8 +14,8 @@ A commit of generation G, in this order:
 A crash anywhere before the rename leaves generation G - 1 (or whichever was newest) intact and readable; the files of
 the failed attempt are unreferenced, removed by ``vacuum`` (or overwritten by the next commit of generation G). An
 exception (not a crash) before the commit point removes them at once. After the commit point the files that only the
-generation before last referenced are deleted (the previous generation stays complete: a fallback if the newest
-manifest is ever damaged, and readers on it keep working).
+generations before the previous one referenced are deleted, whichever writer made them (the previous generation stays
+complete: a fallback if the newest manifest is ever damaged, and readers on it keep working).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from .policy import plan_merges
 from .segments import Segment, SegmentView, copy_live_rows
 from .snapshot import Snapshot, manifest_generations
 
-__all__ = ["GenerationTaken", "commit", "remove_generation", "vacuum"]
+__all__ = ["GenerationTaken", "commit", "write_checked_manifest", "remove_older_generations", "vacuum"]
 
 
 def _remove(folder, name):
@@ -53,7 +53,7 @@ class GenerationTaken(CollectionLockedError):
 
 
 def commit(snapshot, generation, *, operation, pending=(), deletes=None, compact=False, merge=True, next_id=None,
-           check=None):
+           check=None, spec=None, training=None):
     """Write generation ``generation`` from ``snapshot`` and return its Snapshot (no input validation: the collection
     checked ids and pending segments).
 
@@ -77,10 +77,15 @@ def commit(snapshot, generation, *, operation, pending=(), deletes=None, compact
         The new ``next_id`` (None: unchanged).
     check : callable or None
         Called just before the manifest is written (the writer's lock check); its exception aborts the commit.
+    spec, training : SegmentSpec and manifest.Training, or None (unchanged)
+        A collection that has not trained its quantizer learns the dimension of its vectors from its first add:
+        the spec and the training map with that dimension.
 
     GenerationTaken when ``manifest.<generation>`` exists already (it is never replaced).
     """
-    folder, spec, old = snapshot.folder, snapshot.spec, snapshot.manifest
+    folder, old = snapshot.folder, snapshot.manifest
+    spec = snapshot.spec if spec is None else spec
+    training = old.training if training is None else training
     written, opened = [], []
     counters = {"segment": 0, "deletions": 0}
     manifest_path = os.path.join(folder, names.manifest_name(generation))
@@ -141,16 +146,8 @@ def commit(snapshot, generation, *, operation, pending=(), deletes=None, compact
             _atomic.fsync_folder(folder)  # the renames of pending segments (files written atomically are synced)
         manifest = Manifest(generation, old.quantizer, old.norm_encoding, old.store_vectors,
                             old.next_id if next_id is None else next_id, old.merge_factor, old.max_merge_rows,
-                            tuple(v.entry for v in views), operation)
-        if check is not None:
-            check()  # the writer still holds the folder's lock
-        try:
-            write_manifest(folder, manifest, snapshot.user)
-        except FileExistsError:
-            raise GenerationTaken(
-                f"collection {folder!r}: {names.manifest_name(generation)} already exists: generation {generation} "
-                "was made by someone else (another writer, if the folder's lock file was removed); nothing was "
-                "committed. Close this writer and open the collection again") from None
+                            tuple(v.entry for v in views), operation, training)
+        write_checked_manifest(folder, manifest, snapshot.user, check)
     except GenerationTaken:
         for segment in opened:
             segment.close()
@@ -175,6 +172,21 @@ def commit(snapshot, generation, *, operation, pending=(), deletes=None, compact
     return Snapshot(folder, manifest, snapshot.user, spec, views, [], snapshot._tables, snapshot._cache)
 
 
+def write_checked_manifest(folder, manifest, user, check):
+    """The commit point (C10, C11): ``check()`` (the writer's lock), then the manifest written atomically, never over
+    an existing one (GenerationTaken then: nothing committed)."""
+    if check is not None:
+        check()  # the writer still holds the folder's lock
+    try:
+        write_manifest(folder, manifest, user)
+    except FileExistsError:
+        generation = manifest.generation
+        raise GenerationTaken(
+            f"collection {folder!r}: {names.manifest_name(generation)} already exists: generation {generation} "
+            "was made by someone else (another writer, if the folder's lock file was removed); nothing was "
+            "committed. Close this writer and open the collection again") from None
+
+
 def _is_regular(path):
     try:
         return stat.S_ISREG(os.lstat(path).st_mode)
@@ -182,16 +194,29 @@ def _is_regular(path):
         return False
 
 
-def remove_generation(folder, dropped, kept):
-    """Remove manifest ``dropped`` (a Manifest), then the files it references that no manifest of ``kept``
-    references. The manifest goes first, so that no manifest ever references a missing file."""
-    _remove(folder, names.manifest_name(dropped.generation))
-    keep = set()
+def remove_older_generations(folder, kept):
+    """Remove every manifest of the folder that is not one of ``kept`` (Manifests: the writer's current generation
+    and its fallback) and older than the newest of them, then every segment, deletion and quantizer file that none of
+    ``kept`` references (C12: manifests first, so that no manifest ever references a removed file). Run by the writer after
+    each commit, it removes whatever older generations left, also those of earlier writers of the folder (a writer
+    starts with no memory of them): after any number of writer launches the folder holds the current generation and
+    one fallback. Pending segments and temporary files are left alone (a distributed build's workers may be writing
+    them for a later commit; ``vacuum`` removes leftovers), as are foreign files (C1)."""
+    newest = max(m.generation for m in kept)
+    keep_manifests = {names.manifest_name(m.generation) for m in kept}
+    referenced = set()
     for manifest in kept:
-        keep |= manifest.referenced()
-    for file in sorted(dropped.referenced() - keep):
-        if file != dropped.quantizer:
-            _remove(folder, file)
+        referenced |= manifest.referenced()
+    listing = sorted(os.listdir(folder))
+    for name in listing:
+        generation = names.parse_manifest(name)
+        if generation is not None and generation < newest and name not in keep_manifests and \
+                _is_regular(os.path.join(folder, name)):
+            _remove(folder, name)
+    for name in listing:
+        if (names.is_segment(name) or names.is_deletions(name) or names.is_quantizer(name)) and \
+                name not in referenced and _is_regular(os.path.join(folder, name)):
+            _remove(folder, name)
 
 
 def vacuum(folder, current, keep):

@@ -25,17 +25,20 @@ import numpy as np
 
 from .. import storage
 from .._index_rows import NORM_ENCODINGS, STORE_VECTORS
+from .._params import PARAMETERS, STORED_PARAMETERS
 from ..indexfile.schema import LIBRARY
+from ..ivf_quantizer import IVF, MAX_LISTS
+from ..quantizers import METHODS
 from . import names
 
-__all__ = ["SegmentEntry", "Manifest", "write_manifest", "read_manifest", "write_deletions", "read_deletions",
+__all__ = ["SegmentEntry", "Training", "Manifest", "write_manifest", "read_manifest", "write_deletions", "read_deletions",
            "check_regular_file", "KIND_MANIFEST", "KIND_DELETIONS", "MAX_ID", "OPERATIONS"]
 
 KIND_MANIFEST = "manifest"
 KIND_DELETIONS = "deletions"
 MAX_ID = 2**63 - 1  # ids are int64 >= 0; next_id may reach MAX_ID + 1 (no id left)
 # What may make a generation (the body's 'operation', docs/FORMAT.md section 13.3); readers take any str.
-OPERATIONS = ("create", "add", "upsert", "delete", "compact", "commit", "build")  # "build": ockstore.distributed
+OPERATIONS = ("create", "add", "upsert", "delete", "compact", "commit", "build", "retrain")  # "build": distributed
 
 # The body of a manifest is a few hundred bytes per segment; anything larger than this is not a manifest.
 MAX_BODY_BYTES = 1 << 28
@@ -58,11 +61,48 @@ class SegmentEntry:
 
 
 @dataclass(frozen=True)
+class Training:
+    """The quantizer of a collection that has not trained it yet (docs/FORMAT.md section 13.3, key ``training``): its
+    method and parameters, the IVF's (or None), the dimension of the vectors (None until the first one) and the number
+    of live vectors whose commit trains it."""
+
+    method: str
+    params: dict
+    ivf: dict | None
+    dim: int | None
+    train_size: int
+
+    @classmethod
+    def of(cls, quantizer, train_size, dim=None):
+        """The Training of an unfitted PQ, CKM, ECKM, OCKM or IVF (its constructor's stored parameters)."""
+        fine = quantizer.quantizer if isinstance(quantizer, IVF) else quantizer
+        ivf = quantizer._stored_params() if isinstance(quantizer, IVF) else None
+        return cls(fine.method, dict(fine._stored_params()), ivf, dim, int(train_size))
+
+    def quantizer(self):
+        """A new unfitted quantizer (an IVF over a new fine quantizer) with these parameters."""
+        cls = METHODS[self.method]
+        fine = cls(**{name: self.params[name] for name in cls._param_names() if name in self.params})
+        if self.ivf is None:
+            return fine
+        return IVF(self.ivf["n_lists"], fine, n_iter=self.ivf["n_iter"], seed=self.ivf["seed"])
+
+    def with_dim(self, dim):
+        return Training(self.method, self.params, self.ivf, dim, self.train_size)
+
+    def body(self):
+        return {"dim": self.dim, "ivf": self.ivf, "method": self.method, "params": dict(sorted(self.params.items())),
+                "train_size": self.train_size}
+
+
+@dataclass(frozen=True)
 class Manifest:
-    """The state of a collection at one generation (the body of ``manifest.<generation>``)."""
+    """The state of a collection at one generation (the body of ``manifest.<generation>``). ``quantizer`` is None
+    exactly when ``training`` is set: the collection has not trained its quantizer yet (its segments are files of
+    stored vectors)."""
 
     generation: int
-    quantizer: str
+    quantizer: str | None
     norm_encoding: str
     store_vectors: str | None
     next_id: int
@@ -70,6 +110,7 @@ class Manifest:
     max_merge_rows: int
     segments: tuple = field(default=())
     operation: str = "create"
+    training: Training | None = None
 
     @property
     def live(self) -> int:
@@ -81,7 +122,7 @@ class Manifest:
 
     def referenced(self):
         """The file names this generation needs (the quantizer, segments and deletion files)."""
-        files = {self.quantizer}
+        files = set() if self.quantizer is None else {self.quantizer}
         for s in self.segments:
             files.add(s.file)
             if s.deletions is not None:
@@ -90,7 +131,7 @@ class Manifest:
 
     def body(self):
         """The msgpack map of docs/FORMAT.md section 13.3 (keys in ascending order)."""
-        return {
+        body = {
             "generation": self.generation, "max_merge_rows": self.max_merge_rows, "merge_factor": self.merge_factor,
             "next_id": self.next_id, "norm_encoding": self.norm_encoding, "operation": self.operation,
             "quantizer": self.quantizer,
@@ -98,6 +139,9 @@ class Manifest:
                           "min_id": s.min_id, "rows": s.rows} for s in self.segments],
             "store_vectors": self.store_vectors,
         }
+        if self.training is not None:  # absent once trained: the body of a trained collection is as before
+            body["training"] = self.training.body()
+        return dict(sorted(body.items()))
 
 
 # ====================================================================================================================
@@ -224,9 +268,19 @@ def read_manifest(path, generation):
     b = _Body(path, body)
     if b.int("generation", 0, names.MAX_GENERATION) != generation:
         raise b.fail(f"key 'generation' = {body['generation']}, the file name says {generation}")
-    quantizer = b.name(body.get("quantizer"), "quantizer", lambda n: True)
+    training = None
+    if body.get("quantizer") is None and "quantizer" in body:
+        training = _read_training(b, body.get("training"))
+        quantizer = None
+    else:
+        quantizer = b.name(body.get("quantizer"), "quantizer", lambda n: True)
+        if body.get("training") is not None:
+            raise b.fail("key 'training' must be nil (or absent) when key 'quantizer' names a quantizer file")
     norm_encoding = b.choice("norm_encoding", NORM_ENCODINGS)
     store_vectors = b.choice("store_vectors", STORE_VECTORS, nullable=True)
+    if training is not None and store_vectors is None:
+        raise b.fail("key 'store_vectors' = nil in a collection that has not trained its quantizer: its rows are "
+                     "stored vectors")
     next_id = b.int("next_id", 0, MAX_ID + 1)
     merge_factor = b.int("merge_factor", 2, 2**31 - 1)
     max_merge_rows = b.int("max_merge_rows", 1, MAX_ID)
@@ -262,8 +316,49 @@ def read_manifest(path, generation):
             seen.add(name)
         segments.append(SegmentEntry(file, rows, min_id, max_id, deletions, deleted))
     manifest = Manifest(generation, quantizer, norm_encoding, store_vectors, next_id, merge_factor, max_merge_rows,
-                        tuple(segments), operation)
+                        tuple(segments), operation, training)
     return manifest, user
+
+
+def _read_training(b, raw):
+    """The ``training`` map of a collection that has not trained its quantizer (docs/FORMAT.md 13.3), checked by the
+    rules of the quantizers' own parameters."""
+    if not isinstance(raw, dict):
+        raise b.fail(f"key 'quantizer' = nil needs key 'training' (a map), got {raw!r}")
+    method = raw.get("method")
+    if type(method) is not str or method not in METHODS:
+        raise b.fail(f"training: 'method' = {method!r}, expected one of {', '.join(map(repr, METHODS))}")
+    params = raw.get("params")
+    if not isinstance(params, dict):
+        raise b.fail(f"training: 'params' = {params!r}, expected a map")
+    checked = {}
+    for name in STORED_PARAMETERS:
+        if name not in params:
+            if PARAMETERS[name].absent_means is None:
+                raise b.fail(f"training: 'params' has no key {name!r}")
+            continue
+        try:
+            checked[name] = PARAMETERS[name].check(params[name])
+        except (TypeError, ValueError):
+            raise b.fail(f"training: 'params'[{name!r}] = {params[name]!r}, expected "
+                         f"{PARAMETERS[name].describe()}") from None
+    for name, value in METHODS[method]._fixed.items():
+        if checked.get(name, value) != value:
+            raise b.fail(f"training: method {method!r} has {name} = {value}, got {checked[name]}")
+    ivf = raw.get("ivf")
+    if ivf is not None:
+        if not isinstance(ivf, dict):
+            raise b.fail(f"training: 'ivf' = {ivf!r}, expected a map or nil")
+        ivf = {"n_lists": b.int("n_lists", 1, MAX_LISTS, "training: ivf", ivf),
+               "n_iter": b.int("n_iter", 1, 2**31 - 1, "training: ivf", ivf),
+               "seed": None if ivf.get("seed") is None else b.int("seed", 0, 2**64 - 1, "training: ivf", ivf)}
+    dim = raw.get("dim")
+    if dim is not None:
+        dim = b.int("dim", 1, 2**31 - 1, "training:", raw)
+        if checked["n_subspaces"] > dim:
+            raise b.fail(f"training: 'n_subspaces' = {checked['n_subspaces']} exceeds 'dim' = {dim}")
+    train_size = b.int("train_size", 1, MAX_ID, "training:", raw)
+    return Training(method, checked, ivf, dim, train_size)
 
 
 def read_deletions(path, entry):

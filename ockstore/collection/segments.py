@@ -17,9 +17,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import storage
+from .._closable import AbortOnError
 from .._index_rows import BUILD_CHUNK, encode_step
 from .._validation import as_ids, as_vectors, resolve_n_threads
+from ..exact_index import ExactIndex
 from ..indexfile.reader import open_index
+from ..indexfile.vectors_file import VectorsWriter, checked_vector_rows
 from ..indexfile.writer import IndexWriter
 from ..search import rows_bitmap
 from . import names
@@ -40,12 +43,28 @@ COPY_ROWS = 1 << 16
 class SegmentSpec:
     """What every segment of a collection shares: the quantizer, the norm encoding and the stored vectors' dtype.
 
-    Picklable (a fitted quantizer pickles), so that a distributed build can ship it to its workers.
+    While the collection has not trained its quantizer, ``quantizer`` is the unfitted one (its parameters), ``dim``
+    the dimension of the vectors (None before the first), and segments are files of stored vectors only
+    (``ExactIndex``). Picklable (a quantizer pickles), so that a distributed build can ship it to its workers.
     """
 
     quantizer: object
     norm_encoding: str
     store_vectors: str | None
+    dim: int | None = None
+
+    @property
+    def trained(self) -> bool:
+        return self.quantizer.is_fitted
+
+    @property
+    def metric(self) -> str:
+        return self.quantizer.metric
+
+    @property
+    def vector_dim(self):
+        """The dimension of the vectors (None only before the first vector of an untrained collection)."""
+        return self.quantizer.dim if self.trained else self.dim
 
 
 # ====================================================================================================================
@@ -116,11 +135,19 @@ def _check_segment(index, path, entry, spec):
         raise fail(f"{index.ntotal} rows, the manifest says {entry.rows}")
     if not index.has_ids:
         raise fail("the segment stores no ids (meta 'has_ids' is false)")
+    if isinstance(index, ExactIndex) != (not spec.trained):
+        raise fail("a file of stored vectors in a collection that has trained its quantizer" if spec.trained else
+                   "an index file in a collection that has not trained its quantizer (its segments store vectors only)")
+    if not spec.trained:
+        if (index.metric, index.store_vectors, index.dim) != (spec.metric, spec.store_vectors, spec.dim):
+            raise fail(f"metric {index.metric!r}, store_vectors {index.store_vectors!r}, dimension {index.dim}; the "
+                       f"collection has {spec.metric!r}, {spec.store_vectors!r}, {spec.dim}")
+        return
     if index.norm_encoding != spec.norm_encoding or index.store_vectors != spec.store_vectors:
         raise fail(f"norm_encoding {index.norm_encoding!r} and store_vectors {index.store_vectors!r}, the collection "
                    f"has {spec.norm_encoding!r} and {spec.store_vectors!r}")
     if index.quantizer != spec.quantizer:
-        raise fail(f"its quantizer differs from the collection's {names.QUANTIZER_NAME!r}")
+        raise fail("its quantizer differs from the collection's quantizer file")
 
 
 class SegmentView:
@@ -213,21 +240,29 @@ class PendingSegment:
     max_id: int
 
 
-class SegmentWriter:
+class SegmentWriter(AbortOnError):
     """Write one pending segment into a collection folder, chunk by chunk (memory bounded by the chunk).
 
     Every chunk comes with its ids (int64 >= 0; the collection assigns them when the caller gives none). Nothing is
     checked against the collection here: the commit does that. Used as a context manager, an exception aborts (the
-    file is removed).
+    file is removed). ``dim``: the dimension of the vectors, for a collection that has not trained its quantizer and
+    has no vectors yet (its spec does not know it).
     """
 
-    def __init__(self, folder, spec, *, n_threads=None, _name=None):
+    def __init__(self, folder, spec, *, n_threads=None, dim=None, _name=None):
         # _name: the collection's own adds write their segment under its final name (saves a rename and an fsync)
         self.path = os.path.join(folder, names.pending_name() if _name is None else _name)
+        if not spec.trained and spec.dim is None and dim is not None:  # the first vectors of an untrained collection
+            spec = SegmentSpec(spec.quantizer, spec.norm_encoding, spec.store_vectors, dim)
         self._spec = spec
         self._threads = resolve_n_threads(n_threads)
-        self._writer = IndexWriter(self.path, spec.quantizer, norm_encoding=spec.norm_encoding,
-                                   store_vectors=spec.store_vectors, n_threads=1)
+        if spec.trained:
+            self._writer = IndexWriter(self.path, spec.quantizer, norm_encoding=spec.norm_encoding,
+                                       store_vectors=spec.store_vectors, n_threads=1)
+        else:  # stored vectors only, until the collection trains its quantizer
+            if spec.dim is None:
+                raise ValueError("the collection has no vectors yet: its dimension is set by its first add")
+            self._writer = VectorsWriter(self.path, spec.dim, spec.metric, spec.store_vectors)
         self.rows = 0
         self.min_id = None
         self.max_id = None
@@ -241,8 +276,15 @@ class SegmentWriter:
     def _add(self, X, ids, first_row=0):
         """add(), naming a refused row by its number plus ``first_row`` (the command line streams chunks of a file)."""
         spec = self._spec
-        X, _ = as_vectors(X, "X", spec.quantizer.dim, convert=False)
+        X, _ = as_vectors(X, "X", spec.vector_dim, convert=False)
         ids = as_ids(ids, "ids", n=X.shape[0])
+        if not spec.trained:
+            for start in range(0, X.shape[0], BUILD_CHUNK):
+                stop = min(X.shape[0], start + BUILD_CHUNK)
+                self._writer._append(checked_vector_rows(X[start:stop], spec.metric, spec.store_vectors,
+                                                         first_row + start), ids[start:stop])
+            self._count(ids)
+            return
         # Encoded here with the collection's quantizer, whose tables are built once, not by the IndexWriter (its own
         # copy of the model would build them again for every segment: most of the cost of a one-row add). The writer
         # of an IVF segment takes each row's list with its code.
@@ -254,6 +296,9 @@ class SegmentWriter:
             lists, codes, norms, vectors = encode_step(spec.quantizer, X[start:stop], spec.norm_encoding,
                                                        spec.store_vectors, threads, first_row + start)
             self._writer._append(codes, norms, ids[start:stop], vectors, list_ids=lists)  # lists: None when flat
+        self._count(ids)
+
+    def _count(self, ids):
         if ids.size:
             low, high = int(ids.min()), int(ids.max())
             self.min_id = low if self.min_id is None else min(self.min_id, low)
@@ -273,14 +318,6 @@ class SegmentWriter:
         self._writer.abort()
         _remove(self.path)
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, exc_type, exc, tb):
-        if exc_type is not None:
-            self.abort()
-        return False
-
 
 def write_pending_segment(folder, spec, X, ids, *, n_threads=None, _name=None):
     """Encode ``X`` with ``ids`` into a new pending segment of the collection folder ``folder``; returns its
@@ -299,8 +336,11 @@ def copy_live_rows(path, spec, views):
     list after list (within a list in the order copied), through temporary files.
     """
     rows, low, high = 0, None, None
-    with IndexWriter(path, spec.quantizer, norm_encoding=spec.norm_encoding,
-                     store_vectors=spec.store_vectors) as writer:
+    if spec.trained:
+        writer = IndexWriter(path, spec.quantizer, norm_encoding=spec.norm_encoding, store_vectors=spec.store_vectors)
+    else:  # files of stored vectors (ExactIndex._copy_rows appends their vectors and ids)
+        writer = VectorsWriter(path, spec.dim, spec.metric, spec.store_vectors)
+    with writer:
         for view in views:
             live = view.live_mask()
             for start in range(0, view.segment.rows, COPY_ROWS):
@@ -315,6 +355,7 @@ def copy_live_rows(path, spec, views):
         if rows == 0:
             writer.abort()
             return 0, None, None
+        writer.close()
     return rows, low, high
 
 

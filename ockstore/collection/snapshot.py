@@ -8,6 +8,7 @@ generations or removes the files of old ones (POSIX keeps open and mapped files 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import warnings
 
@@ -16,6 +17,7 @@ import numpy as np
 from .. import _rerank, _search_options, storage
 from .._validation import as_vectors, resolve_n_threads
 from ..errors import FormatError
+from ..exact_index import exact_search
 from ..search import QueryTables, rows_bitmap
 from ..indexfile.reader import load_quantizer
 from . import names
@@ -78,6 +80,25 @@ class Snapshot:
                 live |= hit
         return live, found
 
+    def get(self, ids):
+        """The stored vectors of the live ``ids`` (int64, checked >= 0; any order, repeats allowed), float32 of shape
+        (n, P) in the order given (Collection.get's docstring says everything)."""
+        if self.spec.store_vectors is None:
+            raise ValueError("get: this collection stores no vectors: create it with store_vectors='float32' (or "
+                             "'float16', 'uint8') to read vectors back")
+        unique, where = np.unique(ids, return_inverse=True)
+        live, found = self.find_live(unique)
+        if not live.all():
+            raise _search_options.unknown_ids_error(ids, live[where], "the collection (they were never added, or "
+                                                                      "were deleted)")
+        out = np.empty((unique.size, self.spec.vector_dim or 0), dtype=np.float32)
+        for number, hit, rows in found:
+            view = self.views[number]
+            path = view.segment.path
+            out[hit] = _rerank.gather_rows(view.index.vectors, rows,
+                                           lambda check, detail, path=path: storage.format_error(path, check, detail))
+        return out[where.reshape(-1)]
+
     def live_ids(self):
         """Every live id, sorted (int64)."""
         if not self.views:
@@ -85,17 +106,33 @@ class Snapshot:
         return np.sort(np.concatenate([view.live_ids() for view in self.views]))
 
     # -------------------------------------------------------------------------------------------------- search
-    def search_options(self, k, **options):
+    def search_options(self, k, *, rerank=None, **options):
         """The checked options of a search of this generation: ``_search_options.search_options`` over its live rows,
-        ``vectors`` and ``allow`` by id (every check of Collection.search but the queries')."""
-        return _search_options.search_options(self.spec.quantizer, self.live, k, by_id=True,
+        ``vectors`` and ``allow`` by id (every check of Collection.search but the queries'). ``rerank`` None means the
+        default re-ranking when the collection stores vectors and has trained its quantizer
+        (``_search_options.default_rerank``), none otherwise; 0 none. Before training every result is exact: no
+        re-ranking (a ``rerank`` given is checked, and changes nothing)."""
+        if not self.spec.trained and options.get("vectors") is not None:
+            raise ValueError("vectors: this collection has not trained its quantizer yet; it searches its stored "
+                             "vectors exactly and takes no other vectors")
+        default = rerank is None and self.spec.store_vectors is not None and self.spec.trained
+        if default:
+            rerank = _search_options.default_rerank(k if isinstance(k, int) and k >= 1 else 1, self.live) or None
+        opts = _search_options.search_options(self.spec.quantizer, self.live, k, by_id=True, rerank=rerank,
                                               stored_vectors=self.spec.store_vectors is not None, **options)
+        if not self.spec.trained:
+            opts = dataclasses.replace(opts, rerank=None)
+        return opts
 
-    def search(self, Q, k, *, n_probe=None, distance="adc", rerank=None, vectors=None, allow=None, n_threads=None):
+    def search(self, Q, k, *, n_probe=None, distance="adc", rerank=None, vectors=None, allow=None, n_threads=None,
+               metric=None):
         """Collection.search (its docstring says everything)."""
         opts = self.search_options(k, n_probe=n_probe, distance=distance, rerank=rerank, vectors=vectors, allow=allow,
-                                   n_threads=n_threads)
-        Q, was_1d = as_vectors(Q, "Q", self.spec.quantizer.dim)
+                                   n_threads=n_threads, metric=metric)
+        Q, was_1d = as_vectors(Q, "Q", self.spec.vector_dim)
+        if not self.spec.trained:
+            D, I = self._search_exact(Q, opts)
+            return (D[0], I[0]) if was_1d else (D, I)
         quantizer = self.spec.quantizer
         threads = resolve_n_threads(opts.n_threads)
         Qp = quantizer._prepare(Q, "Q")  # what Index.search scans with: unit rows for cosine
@@ -140,6 +177,23 @@ class Snapshot:
         D, I, part = merge_topk(results, width, descending=quantizer.metric != "l2", n_queries=Q.shape[0],
                                 return_part=True)
         return D, I, part, None, searched
+
+    def _search_exact(self, Q, opts):
+        """The search of a collection that has not trained its quantizer: every live (allowed) row by brute force
+        over the stored vectors (exact_index.exact_search, per segment), merged exactly."""
+        quantizer = self.spec.quantizer
+        threads = resolve_n_threads(opts.n_threads)
+        Qp = quantizer._prepare(Q, "Q")
+        results = []
+        for view in self.views:
+            mask = view.live_mask() if opts.allow is None else view.allowed_mask(opts.allow)
+            if opts.allow is not None and mask is None:
+                continue
+            index = view.index
+            results.append(exact_search(Qp, min(opts.k, view.segment.rows), index.vectors, index.ids,
+                                        quantizer.metric, allow=mask, n_threads=threads, source=index._damaged,
+                                        screen=index._screen_arrays()))
+        return merge_topk(results, opts.k, descending=quantizer.metric != "l2", n_queries=Q.shape[0])
 
     @property
     def tables(self):
@@ -213,11 +267,14 @@ def _open_generation(folder, manifest, user, cache, problems, files=None):
     """The Snapshot of a verified manifest; ``cache`` (a dict kept by the caller) holds the quantizer, the Segments and
     SegmentViews already opened, reused when the files are the same. FileNotFoundError when a file is missing.
     ``files``: open only the segments of these names (a share of the generation; see open_generation)."""
-    quantizer_key = ("quantizer", manifest.quantizer)
-    quantizer = cache.get(quantizer_key)
-    if quantizer is None:
-        quantizer = load_quantizer(check_regular_file(os.path.join(folder, manifest.quantizer)))
-    spec = SegmentSpec(quantizer, manifest.norm_encoding, manifest.store_vectors)
+    if manifest.training is not None:  # not trained yet: the quantizer's parameters, segments of stored vectors
+        spec = SegmentSpec(manifest.training.quantizer(), manifest.norm_encoding, manifest.store_vectors,
+                           manifest.training.dim)
+    else:
+        quantizer = cache.get(("quantizer", manifest.quantizer))
+        if quantizer is None:
+            quantizer = load_quantizer(check_regular_file(os.path.join(folder, manifest.quantizer)))
+        spec = SegmentSpec(quantizer, manifest.norm_encoding, manifest.store_vectors)
     views, opened = [], []
     try:
         for entry in manifest.segments:
@@ -260,7 +317,8 @@ def remember(cache, snapshot):
     """Make ``cache`` hold what ``snapshot`` opened (and nothing of older generations): its quantizer, segments,
     views and query tables, for the next generation to reuse."""
     cache.clear()
-    cache[("quantizer", snapshot.manifest.quantizer)] = snapshot.spec.quantizer
+    if snapshot.spec.trained:
+        cache[("quantizer", snapshot.manifest.quantizer)] = snapshot.spec.quantizer
     if snapshot._tables is not None:
         cache[("tables", snapshot.manifest.quantizer)] = snapshot._tables
     for view in snapshot.views:

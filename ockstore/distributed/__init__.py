@@ -73,9 +73,11 @@ def build_collection(path, quantizer, source, *, ids=None, client=None, partitio
         A folder every worker sees at the same path. When it does not exist (or is empty) the collection is created
         (``ockstore.create_collection(path, quantizer, **collection_options)``); when it is a collection the vectors
         are added to it (its quantizer, ids continuing after its ``next_id``).
-    quantizer : fitted PQ, CKM, ECKM, OCKM or IVF (any model a collection accepts; an IVF gives inverted-file
+    quantizer : PQ, CKM, ECKM, OCKM or IVF (any model a collection accepts; an IVF gives inverted-file
         segments, searched with ``n_probe``), or None to add to an existing
-        collection with its own quantizer. Shipped to every worker once.
+        collection with its own quantizer. Shipped to every worker once. An unfitted one makes a collection that
+        trains it itself (``store_vectors`` required): the workers write stored vectors, and the commit trains the
+        quantizer when the rows reach ``train_size``, on the client (a sample of at most 131,072 rows in memory).
     source : dask.array of shape (N, P), a vector file, or a list of vector files
         Files: ``.fvecs``, ``.bvecs``, ``.ivecs`` (each optionally ``.gz``) or ``.npy``, at paths every worker sees.
         Partitions (one task and one segment each): a dask.array's blocks of rows (rechunked to ``partition_rows``
@@ -94,8 +96,8 @@ def build_collection(path, quantizer, source, *, ids=None, client=None, partitio
         Called on the client when the tasks start and as each finishes: ``progress(tasks_done, tasks_total,
         rows_done, rows_total)``.
     **collection_options
-        ``norm_encoding``, ``store_vectors``, ``metadata``, ``merge_factor`` of a new collection (ValueError for an
-        existing one).
+        ``norm_encoding``, ``store_vectors``, ``metadata``, ``merge_factor``, ``train_size`` of a new collection
+        (ValueError for an existing one).
 
     Returns
     -------

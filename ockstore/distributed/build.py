@@ -20,6 +20,7 @@ import distributed
 import numpy as np
 
 from .._index_rows import check_fitted_model
+from ..collection.training import check_model, spec_with_dim
 from .._validation import as_ids
 from ..collection import create_collection, open_collection
 from ..collection import names
@@ -37,7 +38,9 @@ def build_collection(path, quantizer, source, *, ids=None, client=None, partitio
     folder = os.path.abspath(_as_str(path, "path"))
     existing = os.path.isdir(folder) and any(names.parse_manifest(n) is not None for n in os.listdir(folder))
     if not existing or quantizer is not None:
-        quantizer = check_fitted_model(quantizer)
+        quantizer = check_model(quantizer)
+        if quantizer.is_fitted:
+            quantizer = check_fitted_model(quantizer)
     if existing and collection_options:
         raise ValueError(f"{', '.join(sorted(collection_options))}: {folder!r} is already a collection, whose options "
                          "were fixed when it was created; leave them out to add to it")
@@ -45,7 +48,7 @@ def build_collection(path, quantizer, source, *, ids=None, client=None, partitio
         raise TypeError(f"progress must be a callable or None, got {type(progress).__name__}")
     with connect(client) as cl:
         src = sources.resolve(source, partition_rows, cl)
-        if quantizer is not None and src.dim != quantizer.dim:
+        if quantizer is not None and quantizer.is_fitted and src.dim != quantizer.dim:
             raise ValueError(f"source holds vectors of dimension {src.dim}, the quantizer expects {quantizer.dim}")
         if ids is not None:
             ids = as_ids(ids, "ids", n=src.rows)
@@ -81,10 +84,11 @@ def build_collection(path, quantizer, source, *, ids=None, client=None, partitio
 
 
 def _check_against(collection, quantizer, src, ids):
-    if quantizer is not None and collection.quantizer != quantizer:
+    if quantizer is not None and (collection.quantizer != quantizer if quantizer.is_fitted else
+                                  collection.quantizer.get_params() != quantizer.get_params()):
         raise ValueError(f"quantizer: the collection {collection.path!r} has another quantizer; pass None (or its own, "
                          "ockstore.load_quantizer of its quantizer.ockq) to add to it")
-    if src.dim != collection.dim:
+    if collection.dim is not None and src.dim != collection.dim:
         raise ValueError(f"source holds vectors of dimension {src.dim}, the collection {collection.path!r} "
                          f"{collection.dim}")
     if ids is None:
@@ -102,7 +106,10 @@ def _encode_all(cl, collection, src, ids, progress):
     folder, first_id = collection.path, collection.next_id
     event_name = f"ockstore-build-{secrets.token_hex(8)}"
     event = distributed.Event(event_name, client=cl)
-    spec = dask.delayed(collection.segment_spec, pure=True)  # one copy in the graph, shipped once per worker
+    spec = collection.segment_spec
+    if not spec.trained and spec.dim is None:  # the first vectors of a collection that trains its quantizer
+        spec = spec_with_dim(collection._snap, src.dim)[0]
+    spec = dask.delayed(spec, pure=True)  # one copy in the graph, shipped once per worker
     blocks = src.blocks() if src.array is not None else [None] * len(src.partitions)
     encode = dask.delayed(tasks.encode_partition, pure=False)
     graphs = []

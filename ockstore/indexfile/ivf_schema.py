@@ -15,10 +15,13 @@ import numpy as np
 
 from .._code_blocks import uses_blocks
 from ..ivf_quantizer import MAX_LISTS, ivf_from_state
-from .schema import FASTSCAN_MINOR_VERSION, N_NORM_LEVELS, FileSchema, _short, put_quantizer_sections, quantizer_meta
+from .schema import (
+    FASTSCAN_MINOR_VERSION, N_NORM_LEVELS, FileSchema, _short, check_bounded, format_minor_version, model_value_bounds,
+    put_quantizer_sections, quantizer_meta,
+)
 
-__all__ = ["KIND_IVF_INDEX", "KIND_IVF_QUANTIZER", "KIND_IVF_FASTSCAN_INDEX", "IVF_MINOR_VERSION", "IVFFileSchema", "IVF_FILES", "ivf_meta",
-           "put_ivf_sections", "read_ivf_meta", "read_ivf_model", "read_list_offsets"]
+__all__ = ["KIND_IVF_INDEX", "KIND_IVF_QUANTIZER", "KIND_IVF_FASTSCAN_INDEX", "IVF_MINOR_VERSION", "IVFFileSchema",
+           "IVF_FILES", "ivf_meta", "put_ivf_sections", "read_ivf_meta", "read_ivf_model", "read_list_offsets"]
 
 # docs/FORMAT.md section 14.1: the kinds of inverted-file files. Readers of format 1.0 and 1.1 know only "index" and
 # "quantizer": they refuse these files ("unknown kind") instead of reading their rows as a flat index (V1).
@@ -83,6 +86,9 @@ def read_ivf_model(reader, ivf_params, p, quantizer):
     for name, arr in arrays.items():
         if not np.isfinite(arr).all():
             raise reader.fail("non-finite values", f"section {name!r} holds NaN or infinite values")
+    bounds = model_value_bounds(P)
+    check_bounded(reader, "coarse_centroids", arrays["coarse_centroids"], bounds["centroids"])
+    check_bounded(reader, "ivf_norm_levels", arrays["ivf_norm_levels"], bounds["levels"], non_negative=True)
     if (np.diff(arrays["ivf_norm_levels"]) < 0).any():
         raise reader.fail("unsorted norm levels", "section 'ivf_norm_levels' is not in ascending order")
     return ivf_from_state({"dim": P, **ivf_params}, arrays, quantizer)
@@ -119,8 +125,11 @@ class IVFFileSchema(FileSchema):
     row_sections = ("list_offsets",)
     description = "an inverted file"
 
-    def minor_version(self, model, store_vectors, index=False):
-        return FASTSCAN_MINOR_VERSION if index and uses_blocks(model.n_codewords) else IVF_MINOR_VERSION
+    def minor_version(self, model, store_vectors, norm_encoding="none", index=False):
+        """1.2 at least; 1.3 for the norm term of a cosine inverted file or its fine quantizer's norm levels (I20), and
+        for an index of 4-bit codes (fast-scan blocks, F1)."""
+        minor = max(IVF_MINOR_VERSION, format_minor_version(model.quantizer, store_vectors, norm_encoding))
+        return max(minor, FASTSCAN_MINOR_VERSION) if index and uses_blocks(model.n_codewords) else minor
 
     def meta(self, file_kind, ivf):
         return {**quantizer_meta(file_kind, ivf.quantizer), "ivf": ivf_meta(ivf)}

@@ -104,8 +104,8 @@ class IVFIndexWriter(IndexWriter):
         self._has_ids = None  # decided by the first add
         self._counts = np.zeros(self._quantizer.n_lists, dtype=np.int64)
         # checks the path; creates nothing yet
-        self._writer = storage.FileWriter(path, minor_version=IVF_FILES.minor_version(self._quantizer,
-                                                                                      self._store_vectors, index=True))
+        self._writer = storage.FileWriter(path, minor_version=IVF_FILES.minor_version(
+            self._quantizer, self._store_vectors, self._norm_encoding, index=True))
         self._columns = None  # the spill files, created by the first append
         self._blocks = uses_blocks(self._quantizer.n_codewords)  # 4-bit words: each list in fast-scan blocks
 

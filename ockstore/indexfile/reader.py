@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import os
+
 from .. import storage
 from .schema import read_file
+from .vectors_file import KIND_VECTORS, read_vectors_file
 
 __all__ = ["open_index", "load_quantizer", "file_info"]
 
@@ -19,8 +22,10 @@ def open_index(path):
 
     Returns
     -------
-    Index
-        Of the index class of the file's kind (an IVFIndex for an inverted file). Searchable at once; close it (or
+    Index, IVFIndex or ExactIndex
+        Of the index class of the file's kind: an IVFIndex for an inverted file, an ExactIndex (stored vectors
+        searched by brute force) for a file of kind "vectors" (a collection's segment before its quantizer is
+        trained). Searchable at once; close it (or
         use ``with``) to release the file. Its arrays are read-only. The file may be replaced while open (the index
         keeps reading the old contents).
 
@@ -34,16 +39,47 @@ def open_index(path):
         The file breaks a rule of docs/FORMAT.md (container or index layer), or is a quantizer file; the message
         names the file, the check and the section. Values of the large sections are checked by ``Index.verify()``.
     """
+    _refuse_collection_folder(path)
     mf = storage.open_file(path)
     try:
-        _file_kind, kind, model, rows = read_file(mf, index_only=True)
-        index = kind.index_class(model, **rows, _resource=mf)
+        if mf.meta.get("kind") == KIND_VECTORS:  # stored vectors without codes (a collection before training)
+            index = _make_exact_index(mf, mf)
+        else:
+            _file_kind, kind, model, rows = read_file(mf, index_only=True)
+            index = kind.index_class(model, **rows, _resource=mf)
     except BaseException:
         mf.close()
         raise
     index._file = mf
     index._metadata = mf.user
     return index
+
+
+def _refuse_collection_folder(path):
+    """ValueError naming open_collection when ``path`` is a collection folder (a folder is refused anyway; this one
+    says what to call instead)."""
+    try:
+        folder = os.path.isdir(path)
+    except (TypeError, ValueError):
+        return  # not a path: the container's check names the parameter
+    if not folder:
+        return
+    from ..collection.names import parse_manifest  # the collection layer builds on this one: imported on error only
+
+    try:
+        entries = os.listdir(path)
+    except OSError:
+        return
+    if any(parse_manifest(name) is not None for name in entries):
+        raise ValueError(f"path: {os.fspath(path)!r} is a collection folder: use ockstore.open_collection")
+
+
+def _make_exact_index(mf, resource=None):
+    """The ExactIndex of an opened file of kind "vectors" (docs/FORMAT.md section 15)."""
+    from ..exact_index import ExactIndex
+
+    vectors, ids, metric = read_vectors_file(mf)
+    return ExactIndex(vectors, ids, metric, _resource=resource)
 
 
 def load_quantizer(path):
@@ -68,9 +104,15 @@ def file_info(path) -> dict:
     :func:`open_index`.
     """
     with storage.open_file(path) as mf:
-        file_kind, kind, model, rows = read_file(mf, index_only=False)
         major, minor = mf.version
         common = {"format_version": f"{major}.{minor}", "metadata": storage.canonical_metadata(mf.user), "path": mf.path}
+        if mf.meta.get("kind") == KIND_VECTORS:
+            index = _make_exact_index(mf)
+            try:
+                return {"kind": KIND_VECTORS, **index.info(), "has_ids": index.has_ids, **common}
+            finally:
+                index.close()
+        file_kind, kind, model, rows = read_file(mf, index_only=False)
         if rows is not None:
             index = kind.index_class(model, **rows)
             try:

@@ -13,6 +13,8 @@ the schema of a file's kind from ``ockstore._kinds`` and never names a kind itse
 
 from __future__ import annotations
 
+import math
+
 import msgpack
 import numpy as np
 
@@ -21,6 +23,7 @@ from .._blas import blas_single_thread
 from .._code_blocks import FASTSCAN_MAX_WORDS, CodeBlocks, block_bytes, blocks_of_runs, uses_blocks
 from .._model_tables import SubspaceLayout
 from .._index_rows import NORM_DTYPES, NORM_ENCODINGS, STORE_VECTORS, STORED_VECTOR_DTYPES
+from .._validation import MAX_ABS_VALUE
 from .._version import __version__
 from .._params import STORED_PARAMETERS
 from ..quantizers import METHODS, PARAMETERS, quantizer_from_state
@@ -48,6 +51,29 @@ ROW_SECTIONS = ("codes", "code_blocks", "norms", "ids", "vectors")
 # 6e-8 (every method with a rotation, flat and IVF, on sift and minilm, and the golden files), the float32 product at
 # open adds well under 1e-5: the margin is wide, and a rotation this far from orthogonal would distort every distance.
 ROTATION_TOLERANCE = 1e-3
+
+# docs/FORMAT.md rules I6 and V3: bounds on the values of a model, so that every distance a search computes stays finite
+# in float32, as the bound on every vector input (|v| <= MAX_ABS_VALUE = 1e15) makes it for the vectors. Codebook words
+# live in the rotated space, where a vector within +-1e15 has coordinates up to sqrt(P) * 1e15; coarse centroids are
+# means of input vectors (within +-1e15); norm levels are squared norms of reconstructions, 0 <= level <= 4 P 1e30
+# (reconstructions within +-2e15 per coordinate). A file whose model breaks them (e.g. centroids rewritten to 1e20 with
+# the CRCs recomputed) would otherwise open, verify, and answer every search with padding only.
+def model_value_bounds(P):
+    """{"words": bound on |codebooks|, "centroids": bound on |coarse_centroids|, "levels": bound on norm levels}."""
+    return {"words": MAX_ABS_VALUE * math.sqrt(P), "centroids": MAX_ABS_VALUE, "levels": 4.0 * P * MAX_ABS_VALUE ** 2}
+
+
+def check_bounded(reader, name, arr, bound, non_negative=False):
+    """FormatError "value out of range" naming the section when a value of ``arr`` (finite) is beyond +-bound, or
+    negative with ``non_negative`` (I6, V3)."""
+    largest = float(np.abs(arr).max()) if arr.size else 0.0
+    if largest > bound:
+        raise reader.fail("value out of range", f"section {name!r} holds values of magnitude up to {largest:.3g}, "
+                                                f"beyond {bound:.3g}")
+    if non_negative and arr.size and float(arr.min()) < 0:
+        raise reader.fail("value out of range", f"section {name!r} holds {float(arr.min()):.3g}: squared norms are "
+                                                ">= 0")
+
 
 # The header holds the user metadata plus the index's own meta and section list, which take well under 1 KiB (eight
 # params, seven section entries, every int at most 9 bytes packed). User metadata is refused up front when it leaves
@@ -83,9 +109,18 @@ def quantizer_meta(kind, quantizer):
     return {"kind": kind, "library": LIBRARY, "method": quantizer.method, "params": params}
 
 
-def format_minor_version(quantizer, store_vectors):
-    """The format minor version a file needs (docs/FORMAT.md, "Versions"): 1 for a metric other than "l2" or stored
-    vectors (format 1.1), 0 otherwise, so that files using neither are exactly what format 1.0 writers wrote."""
+# The format minor version of the norm term of cosine indexes and of the norm levels of cosine quantizers with C = 1
+# (docs/FORMAT.md I20).
+COSINE_NORM_MINOR_VERSION = 3
+
+
+def format_minor_version(quantizer, store_vectors, norm_encoding="none"):
+    """The format minor version a file needs (docs/FORMAT.md, "Versions"): 3 for the norm term of a cosine index or
+    the norm levels of a cosine quantizer with one codebook per subspace (I20), 1 for a metric other than "l2" or
+    stored vectors (format 1.1), 0 otherwise, so that files using none are exactly what earlier writers wrote."""
+    if quantizer.metric == "cosine" and (norm_encoding != "none" or (quantizer.n_codebooks == 1
+                                                                      and quantizer.norm_levels is not None)):
+        return COSINE_NORM_MINOR_VERSION
     return 1 if quantizer.metric != "l2" or store_vectors is not None else 0
 
 
@@ -183,7 +218,11 @@ class _Reader:
         if type(encoding) is not str or encoding not in NORM_ENCODINGS:
             raise self.fail("bad meta", f"meta 'norm_encoding' = {_short(encoding)}, expected 'f32', 'u8' or 'none'")
         needs_norm = (ivf or p["n_codebooks"] > 1) and p["metric"] == "l2"
-        if needs_norm == (encoding == "none"):
+        if p["metric"] == "cosine" and encoding != "none" and self.mf.version < (1, COSINE_NORM_MINOR_VERSION):
+            raise self.fail("bad meta", f"meta 'norm_encoding' = {encoding!r} with metric 'cosine' exists from format "
+                                        f"1.{COSINE_NORM_MINOR_VERSION}, but the file says "
+                                        f"{self.mf.version[0]}.{self.mf.version[1]}")
+        if p["metric"] != "cosine" and needs_norm == (encoding == "none"):  # I3; cosine: any of the three (I20)
             expected = "'f32' or 'u8'" if needs_norm else "'none'"
             what = "an inverted file" if ivf else f"n_codebooks = {p['n_codebooks']}"
             raise self.fail("bad meta", f"meta 'norm_encoding' = {encoding!r} with {what} and metric "
@@ -232,15 +271,22 @@ class _Reader:
             views["rotation"] = self.section("rotation", "<f4", (P, P))
         views["codebooks"] = self.section("codebooks", "<f4", (M, C, K, S))
         views["objective_history"] = self.section("objective_history", "<f8", (None,))
-        if C == 1:
-            self.absent("norm_levels", "n_codebooks = 1 has no norm term")
-        else:
+        if C > 1:
             views["norm_levels"] = self.section("norm_levels", "<f4", (N_NORM_LEVELS,))
+        elif p["metric"] == "cosine" and "norm_levels" in self.mf.sections:  # I20: since 1.3, optional
+            views["norm_levels"] = self.section("norm_levels", "<f4", (N_NORM_LEVELS,))
+        else:
+            self.absent("norm_levels", "n_codebooks = 1 has no norm term" + (
+                "" if p["metric"] != "cosine" else " (a cosine quantizer may hold its norm levels)"))
         arrays = {name: np.array(view) for name, view in views.items()}  # copies: the model outlives the mapping
         # I6: values of the small sections.
         for name, arr in arrays.items():
             if not np.isfinite(arr).all():
                 raise self.fail("non-finite values", f"section {name!r} holds NaN or infinite values")
+        bounds = model_value_bounds(P)
+        check_bounded(self, "codebooks", arrays["codebooks"], bounds["words"])
+        if "norm_levels" in arrays:
+            check_bounded(self, "norm_levels", arrays["norm_levels"], bounds["levels"], non_negative=True)
         if "rotation" in arrays:
             R = arrays["rotation"]
             # One BLAS thread: a multi-threaded product would leave OpenBLAS's threads spinning for a while after
@@ -259,7 +305,7 @@ class _Reader:
                 raise self.fail("non-zero codebook padding",
                                 f"section 'codebooks': subspace {m} has {sizes[m]} dimensions, but its words have "
                                 f"non-zero values in columns {sizes[m]}..{S - 1}")
-        if C > 1 and (np.diff(arrays["norm_levels"]) < 0).any():
+        if "norm_levels" in arrays and (np.diff(arrays["norm_levels"]) < 0).any():
             raise self.fail("unsorted norm levels", "section 'norm_levels' is not in ascending order")
         return arrays
 
@@ -336,9 +382,9 @@ class FileSchema:
     description = "a flat index"     # what messages call a file of this kind
 
     # ---- writing
-    def minor_version(self, model, store_vectors, index=False):
+    def minor_version(self, model, store_vectors, norm_encoding="none", index=False):
         """The format minor version its files need (docs/FORMAT.md, "Versions"): 1.3 for an index of 4-bit codes."""
-        minor = format_minor_version(model, store_vectors)
+        minor = format_minor_version(model, store_vectors, norm_encoding)
         return max(minor, FASTSCAN_MINOR_VERSION) if index and uses_blocks(model.n_codewords) else minor
 
     def index_kind_of(self, model):
@@ -394,6 +440,9 @@ def read_file(mf, index_only):
     rows = None
     if is_index:
         ntotal, encoding, has_ids, store_vectors = index_meta
+        if encoding == "u8" and model.norm_levels is None:  # I20: a cosine index with C = 1 and no levels
+            raise reader.fail("missing section", "section 'norm_levels' is required in this file (meta "
+                                                 "'norm_encoding' is 'u8')")
         blocks = file_kind == files.fastscan_index_kind
         reader.fastscan(p, blocks)
         extra = files.read_rows(reader, meta, ntotal)

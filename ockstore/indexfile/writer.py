@@ -80,7 +80,7 @@ class IndexWriter:
         self._has_ids = None  # decided by the first add
         # checks the path; creates nothing yet
         writer = storage.FileWriter(path, minor_version=FLAT_FILES.minor_version(self._quantizer, self._store_vectors,
-                                                                                index=True))
+                                                                                 self._norm_encoding, index=True))
         FLAT_FILES.put_model(writer, self._quantizer)
         self._blocks = RowPacker(self._quantizer) if uses_blocks(self._quantizer.n_codewords) else None
         if self._blocks is not None:  # 4-bit words, in fast-scan blocks (docs/FORMAT.md section 15)

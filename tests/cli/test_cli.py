@@ -280,13 +280,14 @@ def test_eval_matches_the_api(data):
     values = {}
     for line in proc.stdout.splitlines():
         parts = line.split()
-        if parts and (parts[0].startswith("recall@") or parts[0] in ("MOR@10", "ms/query")):
+        if parts and (parts[0].startswith("recall@") or parts[0] in ("10-recall@10", "MOR@10", "ms/query")):
             values[parts[0]] = float(parts[1])
     with ockstore.open_index(data["index"]) as index:
         _, I = index.search(data["ds"].query, 20)
     gt = data["ds"].groundtruth
     for r in (1, 5, 20):
         assert values[f"recall@{r}"] == pytest.approx(evaluation.recall_at_r(I, gt, r), abs=5e-5)
+    assert values["10-recall@10"] == pytest.approx(evaluation.k_recall_at_k(I, gt, 10), abs=5e-5)
     mor = evaluation.mean_overall_ratio(data["ds"].query, data["ds"].base, I, gt, 10)
     assert values["MOR@10"] == pytest.approx(mor, abs=5e-5)
     assert values["ms/query"] > 0
@@ -298,6 +299,7 @@ def test_eval_matches_the_api(data):
     assert got["queries"] == 10 and got["distance"] == "sdc"
     for r in (1, 10):
         assert got[f"recall@{r}"] == evaluation.recall_at_r(I, gt[:10], r)
+    assert got["10-recall@10"] == evaluation.k_recall_at_k(I, gt[:10], 10)
     assert "recall@100" not in got  # default recalls are those <= k
 
 

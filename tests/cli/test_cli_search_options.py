@@ -195,5 +195,5 @@ def test_build_names_a_refused_row_by_its_row_in_the_file(ip, tmp_path):
     out = tmp_path / "x.ock"
     for chunk in ("100", "1000"):
         assert_data_error(run("build", ip["q"], tmp_path / "bad.npy", "-o", out, "--store-vectors", "uint8",
-                              "--chunk-size", chunk), "X row 450")
+                              "--chunk-size", chunk), f"{tmp_path / 'bad.npy'} row 450")
     assert not out.exists()

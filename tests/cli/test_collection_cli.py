@@ -5,6 +5,7 @@ against the Python API, failures against the exit-status rules (docs/ARCHITECTUR
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -53,11 +54,21 @@ def test_create_add_delete_compact_and_read(files, tmp_path):
     run("search", folder, files["query"], "-k", "5", "--rerank", "30", "-o", tmp_path / "rr.npy", check=0)
     out = run("compact", folder, check=0).stdout
     assert "2 segments" in out and "-> 1" in out and "removed" in out
+    assert "generation 3 is kept as the fallback" in out and "ockstore compact --no-fallback" in out
+    manifests = sorted(n for n in os.listdir(folder) if n.startswith("manifest."))
+    assert manifests == ["manifest.0000000003", "manifest.0000000004"]
     with ockstore.open_collection(folder) as c:
         assert c.info()["segments"] == 1 and c.info()["deleted"] == 0
         D, I = c.search(np.asarray(files["ds"].query), 10)
     assert np.array_equal(I, expected[1]) and np.array_equal(D, expected[0])
     assert "ok: 2,771 vectors" in run("verify", folder, check=0).stdout
+    run("delete", folder, files["dir"] / "doomed.txt", check=0)  # nothing left to delete: no commit
+    run("add", folder, files["dir"] / "more.npy", check=0)
+    out = run("compact", folder, "--no-fallback", check=0).stdout
+    assert "fallback" not in out
+    manifests = sorted(n for n in os.listdir(folder) if n.startswith("manifest."))
+    assert manifests == ["manifest.0000000006"]
+    assert "ok: 2,971 vectors" in run("verify", folder, check=0).stdout
 
 
 def test_eval_of_a_collection_equals_the_api(files, tmp_path):
@@ -115,7 +126,8 @@ def test_add_names_a_refused_row_by_its_row_in_the_file(files, tmp_path):
     X[450, 1] = 1e6  # beyond float16
     np.save(tmp_path / "bad.npy", X)
     for chunk in ("100", "1000"):
-        assert_data_error(run("add", folder, tmp_path / "bad.npy", "--chunk-size", chunk), "X row 450")
+        assert_data_error(run("add", folder, tmp_path / "bad.npy", "--chunk-size", chunk),
+                          f"{tmp_path / 'bad.npy'} row 450")
     with ockstore.open_collection(folder) as c:
         assert len(c) == 0
 
@@ -161,3 +173,36 @@ def test_delete_refuses_negative_ids_but_the_padding_of_results(files, tmp_path)
     assert_data_error(run("delete", folder, tmp_path / "neg.txt"), "-5")
     (tmp_path / "pad.txt").write_text("3 4 -1 -1\n")
     assert "deleted 2 of 2 ids" in run("delete", folder, tmp_path / "pad.txt", check=0).stdout
+
+
+def test_a_collection_that_trains_its_quantizer_from_the_command_line(files, tmp_path):
+    """create without QUANTIZER_FILE: the quantizer options, --store-vectors required; add below --train-size keeps
+    stored vectors (search exact, info says untrained), the add that reaches it trains; retrain; the usage errors."""
+    folder = tmp_path / "app"
+    out = run("create", folder, "--method", "ockm", "--subspaces", "4", "--codebooks", "2", "--codewords", "16",
+              "--iterations", "3", "--metric", "cosine", "--store-vectors", "float32", "--train-size", "2000",
+              check=0).stdout
+    assert "not trained yet" in out and "2,000 vectors" in out
+    small = tmp_path / "small.npy"
+    np.save(small, np.asarray(files["ds"].base[:1500]))
+    run("add", folder, small, check=0)
+    shown = json.loads(run("info", folder, "--json", check=0).stdout)
+    assert shown["trained"] is False and shown["N"] == 1500 and shown["P"] == files["ds"].base.shape[1]
+    ids_path = tmp_path / "ids.npy"
+    run("search", folder, files["query"], "-k", "5", "-o", ids_path, check=0)
+    with ockstore.open_collection(folder) as c:
+        assert np.array_equal(np.load(ids_path), c.search(np.asarray(files["ds"].query), 5)[1])
+    run("add", folder, files["base"], check=0)  # 3,000 more: trains
+    shown = json.loads(run("info", folder, "--json", check=0).stdout)
+    assert shown["trained"] is True and shown["N"] == 4500
+    out = run("retrain", folder, "--sample", "1000", check=0).stdout
+    assert "retrained" in out and "1,000 of 4,500" in out
+    assert "ok: 4,500 vectors" in run("verify", folder, check=0).stdout
+    assert_usage_error(run("create", tmp_path / "x", "--method", "ockm", "--subspaces", "4"), "--store-vectors")
+    assert_usage_error(run("create", tmp_path / "x"), "give QUANTIZER_FILE")
+    assert_usage_error(run("create", files["q"], tmp_path / "x", "--method", "pq"), "not with QUANTIZER_FILE")
+    assert_usage_error(run("create", tmp_path / "x", "--method", "pq", "--subspaces", "2", "--beam", "3",
+                           "--store-vectors", "float16"), "method pq has no beam_width")
+    plain = tmp_path / "plain"
+    run("create", files["q"], plain, check=0)
+    assert_data_error(run("retrain", plain), "retrain needs the stored vectors", "--store-vectors")

@@ -92,7 +92,7 @@ def test_probe_errors(data):
 def test_train_lists_errors(data, tmp_path):
     assert_usage_error(run("train", data["learn"], "-o", tmp_path / "x.ockq", *TRAIN_ARGS, "--lists", 0), "--lists")
     assert_data_error(run("train", data["learn"], "-o", tmp_path / "x.ockq", *TRAIN_ARGS, "--lists", 5000),
-                      "n_lists=5000")
+                      "need at least --lists 5000 training vectors")
     assert not (tmp_path / "x.ockq").exists()
 
 

@@ -2,7 +2,8 @@
 one search over an index of the live rows (the oracle of collection_model.py: the same codes, so the same values bit
 for bit), the scan of segments and the exact merge, add / upsert / delete / compact and the ids, the merge policy.
 
-The folder, the lock, snapshots and damaged folders are tests/collection/test_collection_folder.py; the property
+The folder, the lock, snapshots and damaged folders are tests/collection/test_collection_folder.py; what stays on
+disk (old generations, vacuum) is tests/collection/test_collection_disk.py; the property
 test (random sequences of operations) is tests/collection/test_collection_state.py; crashes (SIGKILL) and readers in
 other processes are tests/collection/test_collection_crash.py; the command line is tests/cli/test_collection_cli.py.
 """
@@ -44,12 +45,12 @@ def test_search_equals_one_index_of_the_live_rows(quantizers, tmp_path, name, no
     live = model.live_ids()
     for k in (1, 10, len(model), len(model) + 25):
         assert_same_search(c, ref, Q, k)
-    for options in ({"distance": "sdc"}, {"rerank": 30}, {"rerank": 30, "distance": "sdc"}, {"n_threads": 2},
+    for options in ({"distance": "sdc"}, {"rerank": 0}, {"rerank": 30}, {"rerank": 30, "distance": "sdc"}, {"n_threads": 2},
                     {"allow": live[::4]}, {"allow": live[::4], "rerank": 20}, {"allow": [live[3], -5, 10**12]},
                     {"allow": np.array([], dtype=np.int64)}, {"allow": live[::2].astype(np.uint64)}):
         assert_same_search(c, ref, Q, 10, **options)
-    D1, I1 = c.search(Q[0], 5)  # one 1-D query: 1-D results
-    D2, I2 = ref.search(Q[0], 5)
+    D1, I1 = c.search(Q[0], 5)  # one 1-D query: 1-D results (re-ranked by default: the collection stores vectors)
+    D2, I2 = ref.search(Q[0], 5, rerank=50)
     assert D1.shape == I1.shape == (5,) and np.array_equal(I1, I2) and np.array_equal(D1, D2)
     # the user's vectors, indexed by id, for rerank (here: the model's)
     by_id = np.zeros((int(live.max()) + 1, P), dtype=np.float32)

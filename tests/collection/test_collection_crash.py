@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 import ockstore
+from ockstore._search_options import default_rerank
 from ockstore.collection import names
 from collection_model import Model, assert_same_search, reference_index
 from helpers import gaussian_mixture
@@ -177,7 +178,8 @@ def test_readers_in_other_processes_keep_their_snapshots(setup, tmp_path):
             assert done["searches"] > 0 and done["generation"] == writer.generation
             Q = gaussian_mixture(5, P, seed=readers.index(proc))
             for seen in (proc.opened, done):
-                D, I = reference_index(q, models[seen["generation"]], store_vectors="float32").search(Q, 8)
+                live = models[seen["generation"]]  # the collection stores vectors: re-ranked by default
+                D, I = reference_index(q, live, store_vectors="float32").search(Q, 8, rerank=default_rerank(8, len(live)))
                 assert np.array_equal(np.array(seen["I"]), I)
                 assert np.array_equal(np.array(seen["D"], dtype=np.float32), D)
         assert len({p.opened["generation"] for p in readers}) == 3

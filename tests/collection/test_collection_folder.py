@@ -1,6 +1,6 @@
-"""Collection folders (docs/FORMAT.md section 13, rules C1-C12): the one writer and its lock, readers on
-snapshots, the files of a folder and their removal, pending segments committed at once, damaged, foreign and
-non-collection folders.
+"""Collection folders (docs/FORMAT.md section 13, rules C1-C11): the one writer and its lock, readers on snapshots,
+the files of a folder, pending segments committed at once, damaged, foreign and non-collection folders. What stays on
+disk (C12: old generations' removal, vacuum) is tested in test_collection_disk.py.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ import pytest
 
 import ockstore
 from ockstore import collection as coll
-from ockstore.collection import manifest as manifest_module
 from ockstore.collection import names
 from ockstore.errors import CollectionLockedError, FormatError
 from collection_model import P, Model, assert_same_search, populated, reference_index, vectors
@@ -82,7 +81,8 @@ def test_a_writer_whose_lock_file_was_removed_or_replaced_commits_nothing(q, tmp
 def test_a_commit_never_replaces_an_existing_manifest(q, tmp_path):
     """C11: a manifest is created, never renamed over another: a writer that finds the name of its next generation
     taken (here by a file that appeared after it opened the folder) commits nothing, leaves that file as it was, and
-    commits above it on its next change."""
+    commits above it on its next change, which removes the failed commit's segment and the manifest it passed (C12:
+    only the live generation and its fallback stay)."""
     path = tmp_path / "c"
     c = ockstore.create_collection(path, q)
     c.add(vectors(4, 1))
@@ -94,7 +94,8 @@ def test_a_commit_never_replaces_an_existing_manifest(q, tmp_path):
     assert not [n for n in os.listdir(path) if names.is_temporary(n)]
     c.add(vectors(5, 2))
     assert c.generation == 3
-    assert names.segment_name(2, 0) in c.vacuum()  # the failed commit's segment, left to vacuum
+    assert not taken.exists() and not (path / names.segment_name(2, 0)).exists()
+    assert c.vacuum() == []
     c.close()
     with ockstore.open_collection(path) as reader:
         assert reader.generation == 3 and len(reader) == 9
@@ -151,7 +152,7 @@ def test_a_reader_keeps_its_snapshot_until_refresh(q, tmp_path):
 
 
 # ====================================================================================================================
-# the folder (C1-C7, C10-C12)
+# the folder (C1-C7, C10, C11; C12 in test_collection_disk.py)
 
 
 def test_the_folder_holds_the_files_of_the_format(q, tmp_path):
@@ -186,43 +187,6 @@ def test_the_folder_holds_the_files_of_the_format(q, tmp_path):
             ids -= set(deleted.tolist())
         seen += sorted(ids)
     assert sorted(seen) == model.live_ids().tolist()  # C8: every live id in one segment
-
-
-def test_old_generations_are_removed_as_commits_go(q, tmp_path):
-    """C12: after a commit the files only the generation before last referenced are removed, manifest first; the
-    previous generation stays complete."""
-    folder = tmp_path / "c"
-    with ockstore.create_collection(folder, q, merge_factor=100) as c:
-        for seed in range(5):
-            c.add(vectors(10, seed))
-        c.compact()
-        kept = {names.manifest_name(c.generation), names.manifest_name(c.generation - 1)}
-        assert {n for n in os.listdir(folder) if names.parse_manifest(n) is not None} == kept
-        previous = manifest_module.read_manifest(folder / names.manifest_name(c.generation - 1), c.generation - 1)[0]
-        for file in previous.referenced():
-            assert (folder / file).exists()
-
-
-def test_vacuum_removes_leftovers_and_keeps_foreign_files(q, tmp_path):
-    """vacuum: unreferenced files of the collection's kinds go (leftovers of a killed writer included), foreign
-    files stay (C1)."""
-    c, model = populated(tmp_path / "c", q)
-    folder = tmp_path / "c"
-    leftovers = [names.segment_name(c.generation + 5, 0), names.deletions_name(3, 9), ".pending.0123456789abcdef.ock",
-                 f".{names.manifest_name(99)}.0a1b2c.tmp", names.manifest_name(0)]
-    foreign = ["notes.txt", "segment.1.ock", "manifest.7", ".hidden"]
-    for name in leftovers + foreign:
-        (folder / name).write_bytes(b"x")
-    removed = c.vacuum()
-    assert set(leftovers) <= set(removed)
-    for name in foreign:
-        assert (folder / name).read_bytes() == b"x"
-    with ockstore.open_collection(folder) as reader:  # foreign files are ignored
-        assert_same_search(reader, reference_index(q, model), vectors(4, 1), 5)
-        reader.verify()
-    with pytest.raises(ValueError, match="keep_generations must be >= 1"):
-        c.vacuum(keep_generations=0)
-    c.close()
 
 
 def test_commit_segments_makes_pending_segments_visible_at_once(q, tmp_path):
@@ -534,8 +498,14 @@ def test_paths_that_are_not_collections(q, tmp_path):
         ockstore.create_collection(tmp_path / "a" / "b", q)
     with pytest.raises(ValueError, match="merge_factor must be >= 2"):
         ockstore.create_collection(tmp_path / "m", q, merge_factor=1)
-    with pytest.raises(ockstore.NotFittedError):
+    with pytest.raises(ValueError, match="store_vectors is required with an unfitted quantizer"):
         ockstore.create_collection(tmp_path / "m", ockstore.PQ(2))
+    with pytest.raises(ValueError, match="train_size applies to an unfitted quantizer"):
+        ockstore.create_collection(tmp_path / "m", q, train_size=1000)
+    with pytest.raises(ValueError, match="train_size must be >= 256"):
+        ockstore.create_collection(tmp_path / "m", ockstore.PQ(2), store_vectors="float16", train_size=255)
+    with pytest.raises(TypeError, match="quantizer must be a PQ, CKM, ECKM, OCKM or IVF"):
+        ockstore.create_collection(tmp_path / "m", "OCKM(16, 2)", store_vectors="float16")
     with pytest.raises(ValueError, match="norm_encoding"):
         ockstore.create_collection(tmp_path / "m", q, norm_encoding="none")
     assert not (tmp_path / "m").exists()  # arguments are checked before anything is made

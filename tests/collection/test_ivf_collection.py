@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import ockstore
+from ockstore._search_options import default_rerank
 from helpers import gaussian_mixture
 
 P = 10
@@ -29,6 +30,14 @@ def base():
 @pytest.fixture(scope="module")
 def queries():
     return gaussian_mixture(9, P, seed=3)
+
+
+def _as_collection(options, store, k, n):
+    """The options of an index search that give a collection's search with ``options``: a collection that stores
+    vectors re-ranks by default (_search_options.default_rerank)."""
+    if store is None or "rerank" in options:
+        return options
+    return {**options, "rerank": default_rerank(k, n)}
 
 
 @pytest.mark.parametrize("store", [None, "float32"])
@@ -58,11 +67,11 @@ def test_collection_of_an_ivf(tmp_path, ivf, base, queries, store):
             assert len(c) == len(live)
             for opt in options:
                 D, I = c.search(queries, 12, **opt)
-                D0, I0 = index.search(queries, 12, **opt)
+                D0, I0 = index.search(queries, 12, **_as_collection(opt, store, 12, len(c)))
                 np.testing.assert_array_equal(I, I0)
                 np.testing.assert_allclose(D, D0, rtol=1e-6)
             D, I = c.search(queries, 5, n_probe=4, allow=live[::2])
-            D0, I0 = index.search(queries, 5, n_probe=4, allow=live[::2])
+            D0, I0 = index.search(queries, 5, n_probe=4, allow=live[::2], **_as_collection({}, store, 5, len(c)))
             np.testing.assert_array_equal(I, I0)
         c.verify()
     # every segment is an inverted file, its rows list after list
@@ -74,7 +83,8 @@ def test_collection_of_an_ivf(tmp_path, ivf, base, queries, store):
             assert np.all(np.diff(s.row_lists()) >= 0)
     with ockstore.open_collection(path) as reader:
         D, I = reader.search(queries, 7, n_probe=3)
-        np.testing.assert_array_equal(I, index.search(queries, 7, n_probe=3)[1])
+        np.testing.assert_array_equal(I, index.search(queries, 7, n_probe=3,
+                                                      **_as_collection({}, store, 7, len(reader)))[1])
         info = reader.info()
         assert info["n_lists"] == L and info["method"] == "ockm"
 

@@ -206,3 +206,22 @@ def test_distortion_checks():
         distortion(np.zeros((1, 2)), np.array([[np.inf, 0]]))
     with pytest.raises(TypeError, match="X must hold real numbers"):
         distortion(np.zeros((1, 2), dtype=bool), np.zeros((1, 2)))
+
+
+def test_k_recall_at_k_is_the_mean_overlap_of_the_top_k():
+    """10-recall@10 (k-recall@k): |first k returned ∩ true k| / k averaged over queries; -1 and repeats count
+    nothing; a permutation of the true top k is 1; only the first k columns of each matter."""
+    from ockstore.evaluation import k_recall_at_k
+
+    gt = np.array([[0, 1, 2, 3, 9], [5, 6, 7, 8, 9]])
+    assert k_recall_at_k(np.array([[3, 2, 1, 0, 7], [8, 7, 6, 5, 1]]), gt, 4) == 1.0
+    assert k_recall_at_k(np.array([[0, 0, -1, 9], [5, 9, 9, 1]]), gt, 4) == pytest.approx((1 + 1) / 8)
+    assert k_recall_at_k(np.array([[0, 1, 7, 3], [5, 6, 7, 8]]), gt, 2) == 1.0
+    rng = np.random.default_rng(0)
+    ret, true = rng.integers(0, 30, size=(50, 10)), np.argsort(rng.random((50, 30)), axis=1)[:, :10]
+    expected = np.mean([len(set(r.tolist()) & set(t.tolist())) / 10 for r, t in zip(ret, true)])
+    assert k_recall_at_k(ret, true, 10) == pytest.approx(expected)
+    with pytest.raises(ValueError, match="k = 5 needs at least k columns"):
+        k_recall_at_k(ret[:, :4], true, 5)
+    with pytest.raises(ValueError, match="no rows"):
+        k_recall_at_k(ret[:0], true[:0], 3)

@@ -442,3 +442,38 @@ def test_sample_is_uniform_over_every_partition_and_seeded(client, X, tmp_path):
     np.save(tmp_path / "empty.npy", np.zeros((0, DIM), dtype=np.float32))
     with pytest.raises(ValueError, match="no rows"):
         od.sample(tmp_path / "empty.npy")
+
+
+# ====================================================================================================================
+# collections that train their quantizer (docs/ARCHITECTURE.md, "Collections for apps")
+
+
+def test_a_build_with_an_unfitted_quantizer_stores_vectors_then_trains_at_train_size(client, X, tmp_path):
+    """An unfitted quantizer: the workers write files of stored vectors; a build below train_size commits them
+    (searched exactly, on the cluster as locally), the build that crosses it trains the quantizer in its commit."""
+    unfitted = ockstore.OCKM(4, 2, 4, n_codewords=16, n_iter=2, seed=0)
+    path = tmp_path / "c"
+    first = od.build_collection(path, unfitted, da.from_array(X[:600], chunks=(200, DIM)), client=client,
+                                store_vectors="float32", train_size=1000)
+    with first:
+        assert not first.info()["trained"] and len(first) == 600 and first.dim == DIM
+        assert all(isinstance(v.index, ockstore.exact_index.ExactIndex) for v in first._snap.views)
+    Q = base(20, seed=11)
+    for options in ({}, {"allow": np.arange(0, 600, 3)}):
+        D1, I1 = od.search_collection(path, Q, 7, client=client, **options)
+        with ockstore.open_collection(path) as c:
+            D2, I2 = c.search(Q, 7, **options)
+        np.testing.assert_array_equal(I1, I2)
+        np.testing.assert_array_equal(D1, D2)
+    second = od.build_collection(path, None, da.from_array(X[600:1400], chunks=(400, DIM)), client=client)
+    with second:
+        assert second.info()["trained"] and len(second) == 1400
+        assert np.array_equal(second.ids(), np.arange(1400))
+        np.testing.assert_array_equal(second.get(np.arange(1400)), X[:1400])
+    D1, I1 = od.search_collection(path, Q, 7, client=client)
+    with ockstore.open_collection(path) as c:
+        D2, I2 = c.search(Q, 7)
+    np.testing.assert_array_equal(I1, I2)
+    np.testing.assert_array_equal(D1, D2)
+    with pytest.raises(ValueError, match="store_vectors is required with an unfitted quantizer"):
+        od.build_collection(tmp_path / "d", unfitted, da.from_array(X[:10]), client=client)

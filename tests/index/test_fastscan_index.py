@@ -10,6 +10,8 @@ rerank, SDC, n_probe, 1 and 2 threads, each SIMD level), against two oracles:
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -43,6 +45,7 @@ MODELS = {
     ("eckm", "l2"): lambda: ockstore.ECKM(4, 3, n_codewords=8, n_iter=2, seed=0),  # K < 16: impossible words
 }
 CASES = [("ockm", "l2", "u8"), ("ockm", "l2", "f32"), ("ockm", "ip", "none"), ("ockm", "cosine", "none"),
+         ("ockm", "cosine", "u8"), ("ockm", "cosine", "f32"),  # cosine scored as cosine: sums times 1 / ||x_hat||
          ("pq", "l2", "none"), ("eckm", "l2", "u8")]
 
 
@@ -63,11 +66,7 @@ def byte_scan(index, Q, k, *, distance="adc", allow_rows=None):
     Qp = q._prepare(np.ascontiguousarray(Q, dtype=np.float32), "Q")
     ids = np.arange(len(index)) if index.ids is None else np.asarray(index.ids)
     bitmap = None if allow_rows is None else search_module.rows_bitmap(np.isin(np.arange(len(index)), allow_rows))
-    norms = index.norms
-    rows = search_module.CodeRows(index.codes, None if index.ids is None else np.ascontiguousarray(index.ids),
-                                  norms if index.norm_encoding == "f32" else None,
-                                  norms if index.norm_encoding == "u8" else None,
-                                  q.norm_levels if index.norm_encoding == "u8" else None, bitmap)
+    rows = dataclasses.replace(index._code_rows(bitmap), codes=index.codes)  # the index's norm terms, or scales
     D, R = search_module.search_codes(search_module.QueryTables(q), Qp, k, rows, distance=distance)
     I = np.where(R >= 0, ids[np.maximum(R, 0)], -1)
     return (D if q.metric == "l2" else -D), I
@@ -164,20 +163,17 @@ def ivf_byte_scan(index, Q, k, n_probe, distance="adc"):
     """The 8-bit IVF scan of the unpacked words, as IVFIndex.search gives it."""
     ivf = index.quantizer
     Qp = ivf._prepare(np.ascontiguousarray(Q, dtype=np.float32), "Q")
-    norms = index.norms
-    rows = search_module.CodeRows(index.codes, np.ascontiguousarray(index.ids),
-                                  norms if index.norm_encoding == "f32" else None,
-                                  norms if index.norm_encoding == "u8" else None,
-                                  ivf.norm_levels if index.norm_encoding == "u8" else None, None)
-    if distance == "sdc":
-        Qp = np.ascontiguousarray(ivf.decode(*ivf.encode(Qp)), dtype=np.float32)
+    rows = dataclasses.replace(index._code_rows(None), codes=index.codes)
+    if distance == "sdc":  # the queries' reconstructions (cosine: at unit length again, as IVFIndex scans them)
+        Qp = np.ascontiguousarray(ivf_checks.query_vectors(index, Q, "sdc"), dtype=np.float32)
     D, R = ivf_index_module.search_lists(search_module.QueryTables(ivf.quantizer), ivf, Qp, k, rows,
                                          index.list_offsets, n_probe)
     I = np.where(R >= 0, np.asarray(index.ids)[np.maximum(R, 0)], -1)
     return (D if ivf.metric == "l2" else -D), I
 
 
-@pytest.mark.parametrize("metric, encoding", [("l2", "u8"), ("l2", "f32"), ("ip", "none"), ("cosine", "none")])
+@pytest.mark.parametrize("metric, encoding", [("l2", "u8"), ("l2", "f32"), ("ip", "none"), ("cosine", "none"),
+                                              ("cosine", "u8"), ("cosine", "f32")])
 def test_ivf_with_empty_lists_equals_the_8bit_scan_and_numpy(metric, encoding):
     ivf = ockstore.IVF(16, ockstore.OCKM(4, 2, 3, n_codewords=16, metric=metric, n_iter=2, seed=0),
                        n_iter=4, seed=1).fit(LEARN)

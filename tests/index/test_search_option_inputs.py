@@ -52,7 +52,11 @@ def test_file_round_trip(tmp_path, quantizers, data, case, store):
         assert w.store_vectors == store
     memory.save(saved)
     assert built.read_bytes() == written.read_bytes() == saved.read_bytes()
-    version = "1.3" if q.n_codewords <= 16 else "1.1" if metric != "l2" or store is not None else "1.0"
+    version = "1.1" if metric != "l2" or store is not None else "1.0"
+    if metric == "cosine" and (enc != "none" or q.n_codebooks == 1):  # the norm term, or the norm levels (I20)
+        version = "1.3"
+    if q.n_codewords <= 16:  # fast-scan files (F1)
+        version = "1.3"
     assert ockstore.file_info(built)["format_version"] == version
     assert ockstore.file_info(built)["metric"] == metric
     assert ockstore.file_info(built)["store_vectors"] == store
@@ -97,7 +101,9 @@ def test_quantizer_file_keeps_the_metric(tmp_path, quantizers):
         loaded = ockstore.load_quantizer(path)
         assert loaded == q and loaded.metric == metric
         assert ockstore.file_info(path)["metric"] == metric
-        assert ockstore.file_info(path)["format_version"] == ("1.0" if metric == "l2" else "1.1")
+        cosine_levels = metric == "cosine" and q.n_codebooks == 1  # its norm levels (I20)
+        assert ockstore.file_info(path)["format_version"] == ("1.0" if metric == "l2" else
+                                                              "1.3" if cosine_levels else "1.1")
 
 
 def test_empty_index_with_stored_vectors(tmp_path, quantizers, data):
@@ -360,8 +366,11 @@ def test_search_option_errors(indexes, data):
     # rerank
     with pytest.raises(ValueError, match="rerank"):
         index.search(Q, 10, rerank=9)
+    D0, I0 = index.search(Q, 10, rerank=0)  # 0: no re-ranking, as None on an index
+    D1, I1 = index.search(Q, 10)
+    assert np.array_equal(I0, I1) and np.array_equal(D0, D1)
     with pytest.raises(ValueError, match="rerank"):
-        index.search(Q, 10, rerank=0)
+        index.search(Q, 10, rerank=-1)
     for bad in (20.0, "20", True):
         with pytest.raises(TypeError, match="rerank"):
             index.search(Q, 10, rerank=bad)
@@ -394,9 +403,9 @@ def test_search_option_errors(indexes, data):
         index.search(Q[:, :P - 1], 10, rerank=20)
 
 
-@pytest.mark.parametrize("metric", ["ip", "cosine"])
+@pytest.mark.parametrize("metric", ["ip"])
 def test_norm_encoding_with_inner_product_metrics_refused(tmp_path, quantizers, data, metric):
-    """"ip" and "cosine" need no norm term: only "none" (or None, which means it) is accepted."""
+    """"ip" needs no norm term: only "none" (or None, which means it) is accepted. (Cosine takes all three: I20.)"""
     base = data[1][:50]
     for method in ("pq", "ockm"):
         q = quantizers[method, metric]

@@ -157,6 +157,14 @@ BAD_OPEN = [
      "non-finite values", "norm_levels"),
     ("history-nan", "ockm", lambda s: {"sections": {"objective_history": _nan_at(s["objective_history"], 0)}},
      "non-finite values", "objective_history"),
+    ("codebooks-huge", "ockm", lambda s: {"sections": {"codebooks": _scale_words(s["codebooks"], 1e38)}},
+     "value out of range", "codebooks"),
+    ("codebooks-1e20", "pq", lambda s: {"sections": {"codebooks": _scale_words(s["codebooks"], 1e20)}},
+     "value out of range", "codebooks"),
+    ("norm_levels-huge", "ockm", lambda s: {"sections": {"norm_levels": s["norm_levels"] * np.float32(1e36)}},
+     "value out of range", "norm_levels"),
+    ("norm_levels-negative", "ockm", lambda s: {"sections": {"norm_levels": s["norm_levels"] - s["norm_levels"][1]}},
+     "value out of range", "norm_levels"),
     ("codebooks-padding", "ockm", lambda s: {"sections": {"codebooks": _poke(s["codebooks"], (3, 1, 5, 2))}},
      "non-zero codebook padding", "codebooks"),
     ("norm_levels-unsorted", "ockm", lambda s: {"sections": {"norm_levels": s["norm_levels"][::-1].copy()}},
@@ -168,6 +176,11 @@ BAD_OPEN = [
     ("rotation-skewed", "ockm", lambda s: {"sections": {"rotation": _add_at(s["rotation"], (3, 5), 0.01)}},
      "rotation not orthogonal", "rotation"),
 ]
+
+
+def _scale_words(codebooks, value):
+    """The codebooks with every used value set to +-value (padding columns stay zero): finite, huge."""
+    return np.where(codebooks != 0, np.sign(codebooks) * np.float32(value), 0).astype("<f4")
 
 
 def _add_at(arr, where, value):

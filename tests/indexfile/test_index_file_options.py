@@ -231,8 +231,9 @@ def test_minor_version_I18(tmp_path, quantizers, data, metric, store):
     path = built(tmp_path / "x.ock", quantizers[metric], X, store_vectors=store)
     version, meta, sections, user = parts_of(path)
     uses_1_1 = metric != "l2" or store is not None
-    assert version == (1, 1 if uses_1_1 else 0)
-    assert ockstore.file_info(path)["format_version"] == ("1.1" if uses_1_1 else "1.0")
+    minor = 3 if metric == "cosine" else 1 if uses_1_1 else 0  # cosine: the norm term by default (I20)
+    assert version == (1, minor)
+    assert ockstore.file_info(path)["format_version"] == f"1.{minor}"
     assert ("store_vectors" in meta) == (store is not None) and ("vectors" in sections) == (store is not None)
     assert ("metric" in meta["params"]) == (metric != "l2")
     if not uses_1_1:
@@ -270,15 +271,21 @@ def test_float16_section_in_a_1_0_file_refused_I18(tmp_path, stored):
 # ----------------------------------------------------------------------------------------------------------- I19
 @pytest.mark.parametrize("metric", ["ip", "cosine"])
 def test_metric_meaning_from_a_file_I19(tmp_path, quantizers, data, metric):
-    """I19: a file of metric "ip" / "cosine" ranks by descending score q . x_hat (q normalised for cosine), SDC by
-    x_hat_q . x_hat, ties by id, padding (-inf, -1); re-ranking gives the float32 exact scores of the stored rows."""
+    """I19, I20: a file of metric "ip" ranks by descending score q . x_hat, "cosine" by q . x_hat / ||x_hat|| (q
+    normalised; ||x_hat|| from the "f32" norm term here); SDC by x_hat_q . x_hat (cosine: x_hat_q / ||x_hat_q||, and
+    divided by ||x_hat||), ties by id, padding (-inf, -1); re-ranking gives the float32 exact scores of the rows."""
     X, Q = data[0][:N], data[0][200:200 + NQ]
     q = quantizers[metric]
-    path = built(tmp_path / "x.ock", q, X, store_vectors="float32")
+    path = built(tmp_path / "x.ock", q, X, store_vectors="float32",
+                 norm_encoding="f32" if metric == "cosine" else None)
     Xh = q.decode(q.encode(X)).astype(np.float64)
     Qv = Q / np.linalg.norm(Q, axis=1, keepdims=True) if metric == "cosine" else Q.astype(np.float64)
+    Qs = q.decode(q.encode(Q)).astype(np.float64)
+    if metric == "cosine":
+        Qs = Qs / np.linalg.norm(Qs, axis=1, keepdims=True)
+        Xh = Xh / np.linalg.norm(Xh, axis=1, keepdims=True)  # dividing every score by ||x_hat||
     with open_index(path) as index:
-        for distance, queries in (("adc", Qv), ("sdc", q.decode(q.encode(Q)).astype(np.float64))):
+        for distance, queries in (("adc", Qv), ("sdc", Qs)):
             D, I = index.search(Q, N + 3, distance=distance)
             assert (I[:, N:] == -1).all() and (D[:, N:] == -np.inf).all()
             scores = queries @ Xh.T
@@ -291,3 +298,46 @@ def test_metric_meaning_from_a_file_I19(tmp_path, quantizers, data, metric):
         if metric == "cosine":
             exact = exact / np.linalg.norm(X, axis=1)
         np.testing.assert_allclose(D, -np.sort(-exact, axis=1)[:, :6], rtol=1e-5, atol=1e-6)
+
+
+# ----------------------------------------------------------------------------------------------------------- I20
+def test_the_norm_term_of_cosine_indexes_I20(tmp_path, quantizers, data):
+    """I20: a cosine index stores the norm term by default ("u8"; "f32" and "none" on request) and says 1.3 when it
+    does; "none" keeps format 1.1 and the scores <q, x_hat> of files written before 1.3, which open and search as
+    they did. A file of minor version < 3 with a cosine norm term is refused ("bad meta"); a "u8" cosine index whose
+    quantizer has no norm levels is refused ("missing section")."""
+    X, Q = data[0][:N], data[0][300:305]
+    q = quantizers["cosine"]
+    for encoding, minor in (("u8", 3), ("f32", 3), ("none", 1)):
+        path = built(tmp_path / f"{encoding}.ock", q, X, norm_encoding=encoding)
+        version, meta, sections, user = parts_of(path)
+        assert version == (1, minor) and meta["norm_encoding"] == encoding
+        with open_index(path) as index:
+            assert index.norm_encoding == encoding
+            index.search(Q, 3)
+    assert built(tmp_path / "d.ock", q, X).read_bytes() == (tmp_path / "u8.ock").read_bytes()  # u8 the default
+    version, meta, sections, user = parts_of(tmp_path / "u8.ock")
+    expect_format_error(write_parts(tmp_path / "old.ock", meta, sections, user, minor=2), "bad meta", "norm_encoding")
+    pq = quantizers["pq-cosine"]  # one codebook per subspace: its norm levels are fitted for cosine (since 1.3)
+    assert pq.norm_levels is not None
+    qpath = tmp_path / "pq.ockq"
+    save_quantizer(qpath, pq)
+    version, meta, sections, user = parts_of(qpath)
+    assert version == (1, 3) and "norm_levels" in sections
+    del sections["norm_levels"]  # a quantizer of format 1.1, fitted before 1.3
+    old = ockstore.load_quantizer(write_parts(tmp_path / "pq_old.ockq", meta, sections, user, minor=1))
+    assert old.norm_levels is None
+    index = ockstore.Index.from_vectors(old, X)
+    assert index.norm_encoding == "none"  # what indexes of it were before 1.3
+    with pytest.raises(ValueError, match="norm_encoding 'u8' needs the quantizer's norm levels"):
+        ockstore.Index.from_vectors(old, X, norm_encoding="u8")
+    ockstore.Index.from_vectors(old, X, norm_encoding="f32")
+    version, meta, sections, user = parts_of(built(tmp_path / "pq.ock", pq, X))
+    assert meta["norm_encoding"] == "u8"
+    del sections["norm_levels"]
+    expect_format_error(write_parts(tmp_path / "pq_nolevels.ock", meta, sections, user, minor=3), "missing section",
+                        "norm_levels")
+    meta, sections, user = parts_of(qpath)[1:]
+    sections["norm_levels"] = sections["norm_levels"][::-1].copy()
+    with pytest.raises(ockstore.FormatError, match="unsorted norm levels"):
+        ockstore.load_quantizer(write_parts(tmp_path / "pq_bad.ockq", meta, sections, user, minor=3))

@@ -61,6 +61,7 @@ def run_every_kernel():
             "ockm_k16": ockstore.OCKM(3, 2, 10, n_codewords=16, n_iter=2, seed=11),
             "pq_k16": ockstore.PQ(3, n_codewords=16, n_iter=2, seed=12),
             "ockm_k16_ip": ockstore.OCKM(3, 2, 4, n_codewords=16, metric="ip", n_iter=2, seed=13),
+            "ockm_k16_cos": ockstore.OCKM(3, 2, 4, n_codewords=16, metric="cosine", n_iter=2, seed=14),  # scales
         }
         for name, q in models.items():
             q.fit(X)

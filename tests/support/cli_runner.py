@@ -21,7 +21,7 @@ import pytest
 from helpers import REPO
 from ockstore import cli, datasets
 
-COMMANDS = ("train", "build", "search", "info", "verify", "eval", "create", "add", "delete", "compact")
+COMMANDS = ("train", "build", "search", "info", "verify", "eval", "create", "add", "delete", "compact", "retrain")
 
 # OCKM M=4 C=2 with K=16 words: 4 bytes per code, trains in a fraction of a second.
 TRAIN_ARGS = ["--method", "ockm", "--subspaces", "4", "--codebooks", "2", "--beam", "4", "--codewords", "16",

@@ -24,30 +24,10 @@ if __name__ == "__main__":  # run as a script: import the repository's ockstore
 import ockstore  # noqa: E402
 
 from helpers import gaussian_mixture  # noqa: E402 - next to this script
-from helpers import die  # noqa: E402
+from helpers import count_events  # noqa: E402
 
 OPERATIONS = 14
 KINDS = ["add", "add", "add_ids", "upsert", "delete", "delete", "compact", "vacuum"]
-
-
-def count_events(kill_at):
-    """Patch the os functions of commits so that each call counts; kill at event ``kill_at`` (see the docstring)."""
-    counter = [0]
-
-    def counted(real):
-        def call(*args, **kwargs):
-            counter[0] += 1
-            if counter[0] == kill_at:
-                die()
-            result = real(*args, **kwargs)
-            if counter[0] == -kill_at:
-                die()
-            return result
-        return call
-
-    for name in ("fsync", "replace", "rename", "unlink"):
-        setattr(os, name, counted(getattr(os, name)))
-    return counter
 
 
 def operation(rng, live, dim, step):

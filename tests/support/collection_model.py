@@ -80,8 +80,14 @@ def reference_index(quantizer, model, *, norm_encoding=None, store_vectors=None)
 
 
 def assert_same_search(collection, reference, Q, k, **options):
-    """The collection's results equal the reference index's, bit for bit (values and ids)."""
+    """The collection's results equal the reference index's, bit for bit (values and ids). A collection that stores
+    vectors re-ranks by default (``rerank`` None: ``_search_options.default_rerank``); the reference is asked for the
+    same re-ranking."""
+    from ockstore._search_options import default_rerank
+
     D1, I1 = collection.search(Q, k, **options)
+    if options.get("rerank") is None and collection.store_vectors is not None and collection.trained:
+        options = {**options, "rerank": max(default_rerank(k, len(collection)), 1)}
     D2, I2 = reference.search(Q, k, **options)
     np.testing.assert_array_equal(I1, I2, err_msg=f"ids differ with {options}")
     np.testing.assert_array_equal(D1, D2, err_msg=f"values differ with {options}")

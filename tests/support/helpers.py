@@ -354,6 +354,28 @@ def die():
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+def count_events(kill_at, names=("fsync", "replace", "rename", "unlink")):
+    """Patch the os functions ``names`` so that each call counts (the helper scripts' kill writers): KILL_AT = n > 0
+    kills this process (SIGKILL) just before event n, KILL_AT = -n just after it, 0 never. Returns the counter (a
+    one-element list: the events so far)."""
+    counter = [0]
+
+    def counted(real):
+        def call(*args, **kwargs):
+            counter[0] += 1
+            if counter[0] == kill_at:
+                die()
+            result = real(*args, **kwargs)
+            if counter[0] == -kill_at:
+                die()
+            return result
+        return call
+
+    for name in names:
+        setattr(os, name, counted(getattr(os, name)))
+    return counter
+
+
 @contextlib.contextmanager
 def sigkill_at(point):
     """Inside the block this process kills itself (SIGKILL) at ``point`` of a commit (helper scripts' kill points):

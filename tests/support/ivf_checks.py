@@ -35,7 +35,8 @@ FINE = {
 }
 # (metric, fine method, norm encoding) of the indexes searched
 CASES = [("l2", "ockm", "u8"), ("l2", "ockm", "f32"), ("l2", "pq", "u8"), ("l2", "ckm", "f32"), ("l2", "eckm", "u8"),
-         ("ip", "ockm", "none"), ("ip", "pq", "none"), ("cosine", "ockm", "none"), ("cosine", "ckm", "none")]
+         ("ip", "ockm", "none"), ("ip", "pq", "none"), ("cosine", "ockm", "none"), ("cosine", "ckm", "none"),
+         ("cosine", "ockm", "u8"), ("cosine", "pq", "f32")]
 
 
 def case_id(case):
@@ -86,8 +87,8 @@ def prepared(Q, metric):
 def query_vectors(index, Q, distance):
     """The vectors the scan compares with, float64: the (normalised) queries, or for SDC their reconstructions."""
     ivf = index.quantizer
-    if distance == "sdc":
-        return ivf.decode(*ivf.encode(Q)).astype(np.float64)  # encode normalises for cosine
+    if distance == "sdc":  # encode normalises for cosine; the reconstruction is scaled to unit length again
+        return prepared(ivf.decode(*ivf.encode(Q)).astype(np.float64), ivf.metric)
     return prepared(Q, ivf.metric)
 
 
@@ -103,6 +104,10 @@ def approx_keys(index, Qv):
     """(nq, N) float64 sort keys of the scan over every row (rows in file order)."""
     ivf = index.quantizer
     Xh = reconstruct(ivf, index.row_lists(), index.codes)
+    if ivf.metric == "cosine" and index.norm_encoding != "none":  # scores / ||x_hat|| from the stored norm term
+        terms = (np.asarray(index.norms, dtype=np.float64) if index.norm_encoding == "f32"
+                 else ivf.norm_levels[index.norms].astype(np.float64))
+        return -(Qv @ Xh.T) / np.sqrt(terms)[None, :]
     if ivf.metric != "l2":
         return -(Qv @ Xh.T)
     if index.norm_encoding == "u8":

@@ -4,7 +4,9 @@ test_search_option_inputs.py; the oracle pieces also serve tests/index/test_ivf_
 Oracles (float64, over every stored row; ``Xh = quantizer.decode(index.codes)``):
 
 * approximate values (no rerank): "l2" ||q - Xh||^2 (norm encoding "u8": ||q||^2 - 2 q.Xh + norm_levels[norms]),
-  "ip" q.Xh, "cosine" q_n.Xh with q_n = q / ||q||; with SDC the query is replaced by decode(encode(q)).
+  "ip" q.Xh, "cosine" q_n.Xh / ||Xh|| with q_n = q / ||q|| and ||Xh|| from the stored norm term (sqrt of the "f32"
+  term or of norm_levels[norms] for "u8"; with norm encoding "none", q_n.Xh: files before format 1.3); with SDC the
+  query is replaced by decode(encode(q)) (for cosine scaled to unit length).
 * exact values (rerank): from the vectors the re-ranking reads (``index.vectors`` or ``vectors=``): "l2"
   ||q - x||^2, "ip" q.x, "cosine" q_n.x / ||x||.
 
@@ -49,7 +51,8 @@ FITTED = [("pq", "l2"), ("ckm", "l2"), ("eckm", "l2"), ("ockm", "l2"),
 CASES = [
     ("l2", "pq", "none"), ("l2", "ckm", "none"), ("l2", "eckm", "f32"), ("l2", "ockm", "f32"), ("l2", "ockm", "u8"),
     ("ip", "pq", "none"), ("ip", "ockm", "none"),
-    ("cosine", "pq", "none"), ("cosine", "ockm", "none"),
+    ("cosine", "pq", "none"), ("cosine", "ockm", "none"), ("cosine", "pq", "u8"), ("cosine", "ockm", "u8"),
+    ("cosine", "ockm", "f32"),
 ]
 
 
@@ -115,14 +118,25 @@ def approx_keys(index, Q, distance):
     Xh = q.decode(index.codes).astype(np.float64)
     if distance == "sdc":
         Qv = q.decode(q.encode(Q)).astype(np.float64)  # encode normalises for cosine
+        if metric == "cosine":
+            Qv = Qv / np.linalg.norm(Qv, axis=1, keepdims=True)
     else:
         Qv = prepared_queries(Q, metric)
+    if metric == "cosine" and index.norm_encoding != "none":
+        return -(Qv @ Xh.T) / np.sqrt(stored_norm_terms(index))[None, :]
     if metric != "l2":
         return -(Qv @ Xh.T)
     if index.norm_encoding == "u8":
         norm_term = q.norm_levels[index.norms].astype(np.float64)
         return (Qv ** 2).sum(axis=1)[:, None] - 2 * Qv @ Xh.T + norm_term[None, :]
     return ((Qv[:, None, :] - Xh[None, :, :]) ** 2).sum(axis=-1)
+
+
+def stored_norm_terms(index):
+    """||x_hat||^2 of every row as the index stores it (float64): the "f32" terms, or the levels of the "u8" codes."""
+    if index.norm_encoding == "f32":
+        return np.asarray(index.norms, dtype=np.float64)
+    return np.asarray(index.quantizer.norm_levels, dtype=np.float64)[index.norms]
 
 
 def exact_keys(vectors, Q, metric):

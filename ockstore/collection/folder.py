@@ -1,0 +1,149 @@
+"""Opening and creating collection folders: ``open_collection`` (a reader's snapshot or the writer) and
+``create_collection`` (a new folder with a fitted quantizer, or with an unfitted one that the collection trains
+itself; docs/ARCHITECTURE.md, "Collections for apps")."""
+
+from __future__ import annotations
+
+import os
+
+from .._index_rows import check_fitted_model, check_store_vectors, resolve_norm_encoding
+from .._validation import check_choice, check_int
+from ..errors import FormatError
+from ..indexfile.schema import check_user_metadata
+from ..indexfile.writer import save_quantizer
+from ..paths import _as_str
+from . import names
+from .collection import Collection
+from .lock import WriterLock
+from .manifest import MAX_ID, Manifest, Training, write_manifest
+from .policy import DEFAULT_MAX_MERGE_ROWS, DEFAULT_MERGE_FACTOR
+from .snapshot import load_newest, manifest_generations
+from .training import check_model, default_train_size, min_train_rows
+
+__all__ = ["create_collection", "open_collection"]
+
+
+# ==================================================================================================================
+# opening and creating
+
+
+def _folder_path(path):
+    return os.path.abspath(_as_str(path, "path"))
+
+
+def open_collection(path, mode="r"):
+    """Open a collection folder.
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        The folder.
+    mode : "r" or "a"
+        "r": a read-only snapshot of the newest committed generation, kept until :meth:`Collection.refresh`; takes no
+        lock. "a": the writer; takes the folder's lock (CollectionLockedError naming the folder and the lock when
+        another writer holds it).
+
+    The newest generation whose manifest verifies is opened; newer manifests that do not are skipped with a
+    CollectionWarning and listed in ``info()["problems"]``. Raises FileNotFoundError (no such folder), ValueError
+    (a file, not a folder) or FormatError (not a collection, or damaged).
+    """
+    folder = _folder_path(path)
+    mode = check_choice(mode, "mode", ("r", "a"))
+    if not os.path.exists(folder):
+        raise FileNotFoundError(f"path: no such collection folder: {folder!r}")
+    if not os.path.isdir(folder):
+        raise ValueError(f"path: {folder!r} is a file, not a collection folder (an index file opens with "
+                         "ockstore.open_index)")
+    if not manifest_generations(folder):
+        raise FormatError(f"{folder!r}: not a collection: no manifest file (manifest.<generation>) in the folder")
+    lock = WriterLock(folder) if mode == "a" else None
+    cache = {}
+    try:
+        snapshot = load_newest(folder, cache)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+    return Collection(folder, mode, snapshot, lock, cache)
+
+
+def create_collection(path, quantizer, *, norm_encoding=None, store_vectors=None, metadata=None,
+                      merge_factor=DEFAULT_MERGE_FACTOR, train_size=None):
+    """Create an empty collection folder and return it open as the writer (mode "a").
+
+    Parameters
+    ----------
+    path : str or os.PathLike
+        A folder that does not exist yet (its parent must) or an empty one. FileExistsError when it is already a
+        collection (or a file); ValueError when it holds other files.
+    quantizer : PQ, CKM, ECKM, OCKM or IVF, fitted or not
+        Fitted: saved in the folder (``quantizer.ockq``) and shared by every segment. With an IVF every segment is an
+        inverted-file index (its coarse centroids shared too) and searches take ``n_probe``.
+        Not fitted: the collection trains it itself (docs/ARCHITECTURE.md, "Collections for apps"). Until then its
+        rows live as stored vectors only (``store_vectors`` is required) and searches are exact (brute force over
+        them); the commit whose live rows reach ``train_size`` fits a copy of it on those rows (a sample of at most
+        ``training.DEFAULT_SAMPLE_ROWS``) and encodes every row, in that one commit. The object given is not
+        changed. ``retrain`` trains it again later (or earlier). The dimension of the vectors is set by the first add.
+    norm_encoding, store_vectors
+        As for :class:`ockstore.IndexWriter`, for every segment.
+    metadata : dict or None
+        User metadata, kept in every manifest (``Collection.metadata``).
+    merge_factor : int >= 2
+        F of the size-tiered merge policy (docs/ARCHITECTURE.md, "Collections"): a tier of segments of similar size
+        is merged into one when it reaches F segments. Stored in the collection.
+    train_size : int or None
+        With an unfitted quantizer: the number of live vectors whose commit trains it, at least what ``fit`` needs
+        (K words per codebook, and n_lists for an IVF). None: ``training.default_train_size(quantizer)``, 40 rows per
+        word of a codebook (and per list of an IVF): 10,240 for K = 256, from the measurements in docs/results.md.
+        ValueError with a fitted quantizer.
+    """
+    folder = _folder_path(path)
+    quantizer = check_model(quantizer)
+    trained = quantizer.is_fitted
+    if trained:
+        quantizer = check_fitted_model(quantizer)
+    norm_encoding = resolve_norm_encoding(quantizer, norm_encoding)
+    store_vectors = check_store_vectors(store_vectors)
+    training = None
+    if trained:
+        if train_size is not None:
+            raise ValueError("train_size applies to an unfitted quantizer, which the collection trains itself; this "
+                             "one is fitted (leave train_size out)")
+    else:
+        if store_vectors is None:
+            raise ValueError("store_vectors is required with an unfitted quantizer: the collection keeps its rows as "
+                             "stored vectors until it trains the quantizer on them (and retrain needs them later); "
+                             "give store_vectors='float16' (or 'float32', 'uint8'), or fit the quantizer first")
+        least = min_train_rows(quantizer)
+        train_size = default_train_size(quantizer) if train_size is None else check_int(
+            train_size, "train_size", min_value=least, max_value=MAX_ID)
+        training = Training.of(quantizer, train_size)
+    user = check_user_metadata(metadata)
+    merge_factor = check_int(merge_factor, "merge_factor", min_value=2, max_value=2**31 - 1)
+    if os.path.exists(folder):
+        if not os.path.isdir(folder):
+            raise FileExistsError(f"path: {folder!r} exists and is a file, not a folder")
+        entries = os.listdir(folder)
+        if any(names.parse_manifest(name) is not None for name in entries):
+            raise FileExistsError(f"path: {folder!r} is already a collection; open it with open_collection")
+        others = [n for n in entries if n not in (names.LOCK_NAME, names.QUANTIZER_NAME) and not names.is_temporary(n)]
+        if others:
+            raise ValueError(f"path: {folder!r} is not empty (it holds {others[0]!r}): a collection needs a folder of "
+                             "its own")
+    else:
+        parent = os.path.dirname(folder)
+        if not os.path.isdir(parent):
+            raise FileNotFoundError(f"path: folder does not exist: {parent!r}")
+        os.mkdir(folder)
+    lock = WriterLock(folder)
+    cache = {}
+    try:
+        if trained:
+            save_quantizer(os.path.join(folder, names.QUANTIZER_NAME), quantizer)
+        write_manifest(folder, Manifest(0, names.QUANTIZER_NAME if trained else None, norm_encoding, store_vectors, 0,
+                                        merge_factor, DEFAULT_MAX_MERGE_ROWS, (), "create", training), user)
+        snapshot = load_newest(folder, cache)
+    except BaseException:
+        lock.release()
+        raise
+    return Collection(folder, "a", snapshot, lock, cache)
