@@ -82,12 +82,12 @@ def fastscan_check(blocks: U8, n_rows: int, n_words: int, n_codewords: int, out:
 def fastscan_scan(
     model: TableModel, queries: F32 | None, rotated: F64 | None, blocks: U8, N: int, norms_f32: F32 | None,
     norm_codes: U8 | None, norm_levels: F32 | None, ids: I64 | None, allow: U64 | None, out_dist: F32,
-    out_rows: I64, n_threads: int, bound: F32 | None = None, norm_scales: bool = False,
+    out_rows: I64, n_threads: int, bound: F32 | None = None, norm_scales: bool = False, scale_range: F64 | None = None,
 ) -> None: ...
 def fastscan_ivf_scan(
     model: TableModel, queries: F32, blocks: U8, list_blocks: I64, norms_f32: F32 | None, norm_codes: U8 | None,
     norm_levels: F32 | None, ids: I64, allow: U64 | None, list_offsets: I64, lists: I32, terms: F32, out_dist: F32,
-    out_rows: I64, n_threads: int, norm_scales: bool = False,
+    out_rows: I64, n_threads: int, norm_scales: bool = False, scale_range: F64 | None = None,
 ) -> None: ...
 def fastscan_sums(
     model: TableModel, queries: F32, blocks: U8, norm_codes: U8 | None, norm_levels: F32 | None, out: U16,

@@ -229,9 +229,10 @@ cdef inline void _fs_run(ock_fs_run *run, const FsSlot *slot, const uint8_t *blo
 
 cdef ock_fs_base _fs_base(int W, Py_ssize_t N, const float[::1] norms_f32, const uint8_t[::1] norm_codes,
                           const float[::1] norm_levels, const int64_t[::1] ids, const uint64_t[::1] allow,
-                          bint scales=False):
-    """The base of a scan; ``scales``: the norm terms are scales (cosine) that multiply the sums (their range is
-    found here: over the 256 levels, or over the N float32 scales)."""
+                          bint scales=False, const double[::1] scale_range=None):
+    """The base of a scan; ``scales``: the norm terms are scales (cosine) that multiply the sums; their range is
+    ``scale_range`` when given (the caller's, found once per index), else found here (over the 256 levels, or over
+    the N float32 scales)."""
     cdef ock_fs_base b
     cdef Py_ssize_t j
     cdef double v
@@ -246,7 +247,10 @@ cdef ock_fs_base _fs_base(int W, Py_ssize_t N, const float[::1] norms_f32, const
     b.scales = 1 if scales and (b.norms_f32 != NULL or b.norm_codes != NULL) else 0
     b.scale_lo = INFINITY
     b.scale_hi = 0.0
-    if b.scales:
+    if b.scales and scale_range is not None:
+        b.scale_lo = scale_range[0]
+        b.scale_hi = scale_range[1]
+    elif b.scales:
         with nogil:
             for j in range(N if b.norms_f32 != NULL else 256):
                 v = b.norms_f32[j] if b.norms_f32 != NULL else b.norm_levels[j]
@@ -254,8 +258,8 @@ cdef ock_fs_base _fs_base(int W, Py_ssize_t N, const float[::1] norms_f32, const
                     b.scale_lo = v
                 if v > b.scale_hi:
                     b.scale_hi = v
-        if not (b.scale_lo > 0.0):  # scales are positive (Python's norm_scales); anything else: no pruning by them
-            b.scale_lo = 0.0
+    if b.scales and not (b.scale_lo > 0.0):  # scales are positive (Python's norm_scales); else no pruning by them
+        b.scale_lo = 0.0
     return b
 
 
@@ -302,7 +306,8 @@ def fastscan_scan(TableModel model not None,          # IN the quantizer's table
                   int64_t[:, ::1] out_rows,           # OUT (nq, k) the rows of the results; (bound, -1) past the last
                   int n_threads,
                   const float[::1] bound=None,        # IN (nq,) or None: only rows below bound[q] may enter (as scan)
-                  bint norm_scales=False):            # IN the norm terms are scales multiplying the sums (cosine)
+                  bint norm_scales=False,             # IN the norm terms are scales multiplying the sums (cosine)
+                  const double[::1] scale_range=None):  # IN (2,) their smallest and largest (float32 scales), or None
     """_kernels_search's scan for codes in fast-scan blocks: the same arguments, the same results (distances, rows,
     order), by a scan of quantized sums that computes exact distances only for the rows that may enter
     (_fastscan.h).
@@ -337,7 +342,7 @@ def fastscan_scan(TableModel model not None,          # IN the quantizer's table
         n_threads = 1
     source.queries = &queries[0, 0] if queries is not None else NULL
     source.rotated = &rotated[0, 0] if rotated is not None else NULL
-    base = _fs_base(W, N, norms_f32, norm_codes, norm_levels, ids, allow, norm_scales)
+    base = _fs_base(W, N, norms_f32, norm_codes, norm_levels, ids, allow, norm_scales, scale_range)
     if base.norm_codes != NULL and not base.scales:  # scales are not part of the quantized sums
         ock_fs_norm_init(base.norm_levels, &norm)
         norm_ptr = &norm
@@ -421,7 +426,8 @@ def fastscan_ivf_scan(TableModel model not None,         # IN the fine quantizer
                       float[:, ::1] out_dist,            # OUT (nq, k) ascending
                       int64_t[:, ::1] out_rows,          # OUT (nq, k) the rows of the results; (inf, -1) past the last
                       int n_threads,
-                      bint norm_scales=False):           # IN the norm terms are scales multiplying the sums (cosine)
+                      bint norm_scales=False,            # IN the norm terms are scales multiplying the sums (cosine)
+                      const double[::1] scale_range=None):  # IN (2,) their smallest and largest, or None
     """_kernels_ivf's ivf_scan for codes in fast-scan blocks: the same arguments (with the blocks of each list), the
     same results. Queries run in parallel, each on one thread from start to end."""
     cdef TableSource source = model._source
@@ -444,7 +450,7 @@ def fastscan_ivf_scan(TableModel model not None,         # IN the fine quantizer
     if n_threads < 1:
         n_threads = 1
     source.queries = &queries[0, 0]
-    base = _fs_base(W, N, norms_f32, norm_codes, norm_levels, ids, allow, norm_scales)
+    base = _fs_base(W, N, norms_f32, norm_codes, norm_levels, ids, allow, norm_scales, scale_range)
     if base.norm_codes != NULL and not base.scales:  # scales are not part of the quantized sums
         ock_fs_norm_init(base.norm_levels, &norm)
         norm_ptr = &norm

@@ -465,15 +465,18 @@ class Index(StoredRows):
         """The rows of this index as a scan reads them (search.CodeRows), restricted to ``bitmap`` (or all). The norm
         terms: added for L2 ("none" exactly when the tables need none: resolve_norm_encoding); for cosine, 1/||x_hat||
         scales (docs/FORMAT.md 11.3, I20): a float32 array made once per index from "f32" terms (N values), or a
-        256-entry table of the "u8" levels."""
+        256-entry table of the "u8" levels (with "f32", the range of the scales too, for the fast scan's threshold)."""
         encoding = self._norm_encoding
         if encoding != "none" and self._quantizer.metric == "cosine":
             scales = self._norm_scales
             if scales is None:  # two threads may both make it; one is kept
-                scales = self._norm_scales = norm_scales(self._norms if encoding == "f32" else self._norm_levels)
+                scales = norm_scales(self._norms if encoding == "f32" else self._norm_levels)
+                scale_range = (np.array([scales.min(), scales.max()], dtype=np.float64)
+                               if encoding == "f32" and scales.size else None)
+                self._norm_scales = scales = (scales, scale_range)
             if encoding == "f32":
-                return _search.CodeRows(self._codes, self._ids, scales, None, None, bitmap, True)
-            return _search.CodeRows(self._codes, self._ids, None, self._norms, scales, bitmap, True)
+                return _search.CodeRows(self._codes, self._ids, scales[0], None, None, bitmap, True, scales[1])
+            return _search.CodeRows(self._codes, self._ids, None, self._norms, scales[0], bitmap, True)
         return _search.CodeRows(self._codes, self._ids, self._norms if encoding == "f32" else None,
                                 self._norms if encoding == "u8" else None, self._norm_levels, bitmap)
 

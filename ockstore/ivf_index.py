@@ -81,7 +81,8 @@ def search_lists(tables, ivf, Q, k, rows, list_offsets, n_probe, *, n_threads=1)
         if isinstance(rows.codes, CodeBlocks):  # K <= 16: each list in fast-scan blocks (docs/ARCHITECTURE.md)
             _kernels.fastscan_ivf_scan(tables.model, batch, rows.codes.blocks, rows.codes.run_blocks, rows.norms,
                                        rows.norm_codes, norm_levels, rows.ids, rows.allow, list_offsets, lists, terms,
-                                       D[start:stop], found[start:stop], threads, rows.norm_scales)
+                                       D[start:stop], found[start:stop], threads, rows.norm_scales,
+                                       rows.scale_range)
         else:
             _kernels.ivf_scan(tables.model, batch, rows.codes, rows.norms, rows.norm_codes, norm_levels, rows.ids,
                               rows.allow, list_offsets, lists, terms, D[start:stop], found[start:stop], threads,

@@ -174,6 +174,10 @@ class CodeRows:
     norm_scales : bool
         The norms (or the levels of norm_codes) are scales 1 / ||x_hat|| that multiply each code's sum (metric
         "cosine", ``QueryTables.uses_norm_scale``) instead of norm terms added to it.
+    scale_range : ndarray of shape (2,), dtype float64, or None
+        With norm_scales and float32 scales: their smallest and largest value, found once per index, so that a fast
+        scan (``_kernels.fastscan_scan``: its threshold) need not read the N scales per call; None: found by the kernel
+        (256 levels for norm codes).
     """
 
     codes: object
@@ -183,6 +187,7 @@ class CodeRows:
     norm_levels: np.ndarray | None
     allow: np.ndarray | None
     norm_scales: bool = False
+    scale_range: np.ndarray | None = None
 
 
 def search_codes(tables, Q, k, rows, *, distance="adc", n_threads=1):
@@ -222,7 +227,7 @@ def search_codes(tables, Q, k, rows, *, distance="adc", n_threads=1):
     elif n_threads is None:
         n_threads = resolve_n_threads(None)
     out_d, out_r = (D, found) if kk == k else (D[:, :kk].copy(), found[:, :kk].copy())
-    scan = scanner(codes, None, rows.norm_scales)
+    scan = scanner(codes, None, rows.norm_scales, rows.scale_range)
     if distance == "adc":
         scan(tables.model, Q, None, norms, norm_codes, norm_levels, ids, allow, out_d, out_r, n_threads)
     else:
@@ -236,13 +241,14 @@ def search_codes(tables, Q, k, rows, *, distance="adc", n_threads=1):
     return D, found
 
 
-def scanner(codes, bound=None, norm_scales=False):
+def scanner(codes, bound=None, norm_scales=False, scale_range=None):
     """The exhaustive scan kernel of ``codes`` (byte codes, or fast-scan blocks) with the codes, the bound and whether
-    the norm terms are scales (``CodeRows.norm_scales``) bound: called as
+    the norm terms are scales (``CodeRows.norm_scales``, ``scale_range``) bound: called as
     ``scan(model, queries, rotated, norms, norm_codes, norm_levels, ids, allow, out_dist, out_rows, n_threads)``."""
     if isinstance(codes, CodeBlocks):
         def scan(model, queries, rotated, *rest):
-            _kernels.fastscan_scan(model, queries, rotated, codes.blocks, len(codes), *rest, bound, norm_scales)
+            _kernels.fastscan_scan(model, queries, rotated, codes.blocks, len(codes), *rest, bound, norm_scales,
+                                   scale_range)
     else:
         def scan(model, queries, rotated, *rest):
             _kernels.scan(model, queries, rotated, codes, *rest, bound, norm_scales)

@@ -68,7 +68,7 @@ def scan_parts(tables, Q, k, parts, *, distance="adc", n_threads=1):
             out_d = np.empty((nb, kk), dtype=np.float32)
             out_r = np.empty((nb, kk), dtype=np.int64)
             bound = np.nextafter(best.max(axis=1), np.float32(np.inf))  # a code at the k-th best distance enters
-            scan = scanner(pa.codes, bound, pa.norm_scales)  # byte codes, or fast-scan blocks (K <= 16)
+            scan = scanner(pa.codes, bound, pa.norm_scales, pa.scale_range)  # byte codes, or fast-scan blocks (K <= 16)
             scan(tables.model, queries, rotated, pa.norms, pa.norm_codes,
                  pa.norm_levels if pa.norm_codes is not None else None, pa.ids, pa.allow, out_d, out_r,
                  1 if nb * N < SMALL_SCAN_CODES else n_threads)
