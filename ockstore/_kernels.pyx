@@ -7,8 +7,8 @@
     _kernels_codec.pxi    beam encoding, decoding, code norms, normal equations, row products, the vector check
     _kernels_search.pxi   the exhaustive scan of a batch of queries (scan)
     _kernels_ivf.pxi      the inverted file: coarse assignment, k-means sums, probing, the scan of probed lists
-    (next: _kernels_fastscan.pxi over _fastscan.h, _kernels_rerank.pxi over _rerank.h: an include line here each,
-    their C kernels registered in _simd.h's table)
+    _kernels_fastscan.pxi the fast scan of 4-bit codes in blocks (_fastscan.h; its SIMD kernels in _simd.h's table)
+    (next: _kernels_rerank.pxi over _rerank.h: an include line here, its C kernels registered in _simd.h's table)
 
 The contract of every kernel:
 - It trusts its arguments (the Python layers validate and allocate): C-contiguous arrays of the documented shapes and
@@ -25,7 +25,7 @@ import os
 
 from cython.parallel cimport parallel, prange, threadid
 from libc.math cimport INFINITY
-from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint64_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy, memset
 from scipy.linalg.cython_blas cimport sgemm
@@ -35,6 +35,7 @@ include "_kernels_scan.pxi"
 include "_kernels_codec.pxi"
 include "_kernels_search.pxi"
 include "_kernels_ivf.pxi"
+include "_kernels_fastscan.pxi"
 
 
 # --------------------------------------------------------------------------------------------------------------------

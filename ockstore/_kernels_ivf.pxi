@@ -238,7 +238,7 @@ def ivf_scan(TableModel model not None,         # IN the fine quantizer's table 
             lut = luts + tid * lut_stride
             w = work + tid * work_stride
             for q in prange(nq, schedule='dynamic'):
-                qconst = _query_tables(&source, q, w, lut)
+                qconst = _query_tables(&source, q, w, lut, SLOTS)
                 _topk_init(t, buf_d + tid * buf_stride, buf_r + tid * buf_stride, k, cap, row_ids)
                 for j in range(n_probe):
                     l = lists[q, j]

@@ -170,7 +170,7 @@ cdef void _scan_group(const CodeBase *base, const QueryBatch *batch, int q0, int
     cdef bint dense
     cdef const float *norm_terms
     for q in range(q1 - q0):
-        qconst[q] = _query_tables(batch.tables, q0 + q, work, luts + q * batch.lut_row)
+        qconst[q] = _query_tables(batch.tables, q0 + q, work, luts + q * batch.lut_row, SLOTS)
         _heap_init(hd + <size_t>q * k, hi + <size_t>q * k, k, _bound(batch, q0 + q))
     start = 0
     while start < base.N:
@@ -244,7 +244,7 @@ cdef void _scan_by_code_blocks(const CodeBase *base, const QueryBatch *batch, in
     cdef float *norm_buf
     cdef float qconst
     for q in range(batch.nq):
-        qconst = _query_tables(batch.tables, q, s.work, s.luts)
+        qconst = _query_tables(batch.tables, q, s.work, s.luts, SLOTS)
         for t in range(n_threads):
             _heap_init(s.heap_d + t * s.heap_stride, s.heap_i + t * s.heap_stride, k, _bound(batch, q))
         with parallel(num_threads=n_threads):

@@ -9,11 +9,14 @@
  * the order the source writes (no reassociation; _simd.c is compiled with -ffp-contract=off, fused multiply-adds only
  * where the source asks for one and the portable level computes the same value).
  *
- * A new vectorised kernel (the fast scan of 4-bit codes, _fastscan.h; the re-ranking loop, _rerank.h) plugs in at
- * three places: its entry in `ock_kernels` below, a wrapper below that, and its header in _simd_level.h.
+ * A new vectorised kernel (as the fast scan of 4-bit codes, _fastscan_kernels.h, did; next the re-ranking loop,
+ * _rerank.h) plugs in at three places: its entry in `ock_kernels` below, a wrapper below that, and its header in
+ * _simd_level.h.
  */
 #ifndef OCKSTORE_SIMD_H
 #define OCKSTORE_SIMD_H
+
+#include "_fastscan.h"
 
 /* The levels, in order: a CPU that runs one runs every lower one. Macros (not an enum) so that the level bodies can
  * test them with #if. */
@@ -51,7 +54,15 @@ typedef struct ock_kernels {
     /* The coarse step of the inverted file (_ivf.h). */
     void (*coarse_dots)(const float *q, const float *ct, int P, int L, float *out);
 
-    /* Next: the fast scan of 4-bit codes (_fastscan.h) and the re-ranking loop (_rerank.h). */
+    /* The fast scan of 4-bit codes (_fastscan.h, _fastscan_kernels.h): a run of blocks for one query, for two queries
+     * over the same rows, and the uint16 sums of one block (for tests). */
+    void (*fs_scan_run)(const ock_fs_base *b, const ock_fs_query *q, const ock_fs_run *run, ock_fs_collector *c);
+    void (*fs_scan_run2)(const ock_fs_base *b, const ock_fs_query *qa, const ock_fs_query *qb, const ock_fs_run *ra,
+                         const ock_fs_run *rb, ock_fs_collector *ca, ock_fs_collector *cb);
+    void (*fs_block_sums)(const uint8_t *block, const uint8_t *qlut, const ock_fs_tables *t,
+                          const uint8_t *norm_bytes, uint16_t *out);
+
+    /* Next: the re-ranking loop (_rerank.h). */
 } ock_kernels;
 
 #if defined(__GNUC__) || defined(__clang__)
@@ -118,6 +129,20 @@ static inline double ock_tables(const double *z, const float *words_t, const dou
 }
 static inline void ock_coarse_dots(const float *q, const float *ct, int P, int L, float *out) {
     OCK_CALL(coarse_dots)(q, ct, P, L, out);
+}
+
+static inline void ock_fs_scan_run(const ock_fs_base *b, const ock_fs_query *q, const ock_fs_run *run,
+                                   ock_fs_collector *c) {
+    OCK_CALL(fs_scan_run)(b, q, run, c);
+}
+static inline void ock_fs_scan_run2(const ock_fs_base *b, const ock_fs_query *qa, const ock_fs_query *qb,
+                                    const ock_fs_run *ra, const ock_fs_run *rb, ock_fs_collector *ca,
+                                    ock_fs_collector *cb) {
+    OCK_CALL(fs_scan_run2)(b, qa, qb, ra, rb, ca, cb);
+}
+static inline void ock_fs_block_sums(const uint8_t *block, const uint8_t *qlut, const ock_fs_tables *t,
+                                     const uint8_t *norm_bytes, uint16_t *out) {
+    OCK_CALL(fs_block_sums)(block, qlut, t, norm_bytes, out);
 }
 
 /* Constants the callers share with the kernels. */

@@ -41,7 +41,10 @@
 #include "_encoder.h"
 #include "_tables.h"
 #include "_ivf.h"
-/* #include "_fastscan.h"  and  #include "_rerank.h"  go here, with their entries in the table below. */
+/* The fast scan's kernels are functions of their own per instruction set (included once: the first inclusion
+ * defines every level's, each with its `target` attribute); the table below takes this level's. */
+#include "_fastscan_kernels.h"
+/* #include "_rerank.h"  goes here, with its entries in the table below. */
 
 static const ock_kernels OCK_FN(ock_kernels) = {
 #if OCK_LEVEL == OCK_LEVEL_AVX512
@@ -66,6 +69,9 @@ static const ock_kernels OCK_FN(ock_kernels) = {
     OCK_FN(rotate),
     OCK_FN(tables),
     OCK_FN(coarse_dots),
+    OCK_FN(ock_fs_scan_run),
+    OCK_FN(ock_fs_scan_run2),
+    OCK_FN(ock_fs_block_sums),
 };
 
 #ifdef OCK_VW

@@ -18,6 +18,7 @@ import numpy as np
 
 from . import _kernels
 from . import search as _search
+from ._code_blocks import CodeBlocks
 from ._index_rows import check_model_for
 from ._validation import check_int, resolve_n_threads
 from .index import Index
@@ -76,9 +77,16 @@ def search_lists(tables, ivf, Q, k, rows, list_offsets, n_probe, *, n_threads=1)
         stop = min(nq, start + PROBE_QUERIES_PER_STEP)
         batch = Q if stop - start == nq else Q[start:stop]
         lists, terms = ivf._probe(batch, n_probe, threads)
-        _kernels.ivf_scan(tables.model, batch, rows.codes, rows.norms, rows.norm_codes,
-                          rows.norm_levels if rows.norm_codes is not None else None, rows.ids, rows.allow,
-                          list_offsets, lists, terms, D[start:stop], found[start:stop], threads, rows.norm_scales)
+        norm_levels = rows.norm_levels if rows.norm_codes is not None else None
+        if isinstance(rows.codes, CodeBlocks):  # K <= 16: each list in fast-scan blocks (docs/ARCHITECTURE.md)
+            _kernels.fastscan_ivf_scan(tables.model, batch, rows.codes.blocks, rows.codes.run_blocks, rows.norms,
+                                       rows.norm_codes, norm_levels, rows.ids, rows.allow, list_offsets, lists, terms,
+                                       D[start:stop], found[start:stop], threads, rows.norm_scales,
+                                       rows.scale_range)
+        else:
+            _kernels.ivf_scan(tables.model, batch, rows.codes, rows.norms, rows.norm_codes, norm_levels, rows.ids,
+                              rows.allow, list_offsets, lists, terms, D[start:stop], found[start:stop], threads,
+                              rows.norm_scales)
     return D, found
 
 
@@ -115,10 +123,16 @@ class IVFIndex(Index):
 
     def __init__(self, ivf, codes, norms, ids, list_offsets, norm_encoding, *, vectors=None, _resource=None):
         ivf = check_model_for(type(self), ivf, "ivf")
-        n_rows = codes.shape[0] if isinstance(codes, np.ndarray) and codes.ndim == 2 else None
+        n_rows = (len(codes) if isinstance(codes, CodeBlocks)
+                  else codes.shape[0] if isinstance(codes, np.ndarray) and codes.ndim == 2 else None)
         if ids is None and n_rows is not None:
             ids = np.arange(n_rows, dtype=np.int64)  # rows are in list order: their ids are kept explicitly
-        self._attach(ivf, codes, norms, ids, norm_encoding, vectors, _resource)
+        runs = None
+        if n_rows is not None:  # the lists are the runs of fast-scan blocks (K <= 16): known before packing
+            runs = check_list_offsets(list_offsets, ivf.n_lists, n_rows)
+            if isinstance(codes, CodeBlocks) and not np.array_equal(codes.run_offsets, runs):
+                raise ValueError("codes: the runs of the blocks are not the lists of list_offsets")
+        self._attach(ivf, codes, norms, ids, norm_encoding, vectors, _resource, runs=runs)
         self._list_offsets = check_list_offsets(list_offsets, ivf.n_lists, len(self._codes))
 
     # ----------------------------------------------------------------------------------------------- construction

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._norm_levels import fit_scalar_quantizer
+from ._norm_levels import fit_norm_levels
 from ._kmeans import PROBE_IP, PROBE_L2, CoarseTables, train_coarse
 from ._params import PARAMETERS
 from ._validation import (
@@ -233,7 +233,7 @@ class IVF(Model):
         del residuals
         self.dim = P
         self._set_learned(centroids, history, None)
-        self._norm_levels = _read_only(fit_scalar_quantizer(self._norm_terms(labels, codes, threads), 256))
+        self._norm_levels = _read_only(fit_norm_levels(self._norm_terms(labels, codes, threads), q.n_codewords))
         return self
 
     def _set_learned(self, centroids, history, norm_levels):

@@ -32,6 +32,9 @@ sums of float32 table entries: they are squared L2 distances up to rounding, and
 Robustness to corrupt codes: each byte's table has 256 slots whatever K is; slots K..255 hold +inf, so a code byte
 >= K (possible only in a corrupt file, which ``verify`` reports) makes that vector's distance +inf and it is never
 returned, instead of reading outside the table.
+
+Codes in the fast-scan layout (K <= 16: ``_code_blocks.CodeBlocks``) are scanned by ``_kernels.fastscan_scan``, with
+the same arguments and the same results (docs/ARCHITECTURE.md, "Fast scan").
 """
 
 from __future__ import annotations
@@ -41,10 +44,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _kernels
+from ._code_blocks import CodeBlocks
 from ._validation import resolve_n_threads
 
-__all__ = ["QueryTables", "CodeRows", "search_codes", "rows_bitmap", "panels", "LUT_SLOTS", "TABLE_L2_NORM_TERM",
-           "TABLE_L2_WHOLE", "TABLE_NEG_DOT"]
+__all__ = ["QueryTables", "CodeRows", "search_codes", "scanner", "rows_bitmap", "panels", "LUT_SLOTS",
+           "TABLE_L2_NORM_TERM", "TABLE_L2_WHOLE", "TABLE_NEG_DOT"]
 
 # Table slots per code byte, whatever K is: a byte can only index 0..255, so the scan never reads past a table.
 LUT_SLOTS = _kernels.TABLE_SLOTS
@@ -156,7 +160,7 @@ class CodeRows:
     """The rows of an index as a scan reads them (an index, or one segment of a collection). Arrays may be read-only
     (views of a read-only memory map): a scan only reads them, never copies them.
 
-    codes : ndarray of shape (N, M*C), dtype uint8, C-contiguous
+    codes : ndarray of shape (N, M*C), dtype uint8, C-contiguous; or _code_blocks.CodeBlocks (K <= 16), one run
     ids : ndarray of shape (N,), dtype int64, C-contiguous, or None
         The id of each row, which breaks ties; None: the row number.
     norms : ndarray of shape (N,), dtype float32, or None
@@ -170,15 +174,20 @@ class CodeRows:
     norm_scales : bool
         The norms (or the levels of norm_codes) are scales 1 / ||x_hat|| that multiply each code's sum (metric
         "cosine", ``QueryTables.uses_norm_scale``) instead of norm terms added to it.
+    scale_range : ndarray of shape (2,), dtype float64, or None
+        With norm_scales and float32 scales: their smallest and largest value, found once per index, so that a fast
+        scan (``_kernels.fastscan_scan``: its threshold) need not read the N scales per call; None: found by the kernel
+        (256 levels for norm codes).
     """
 
-    codes: np.ndarray
+    codes: object
     ids: np.ndarray | None
     norms: np.ndarray | None
     norm_codes: np.ndarray | None
     norm_levels: np.ndarray | None
     allow: np.ndarray | None
     norm_scales: bool = False
+    scale_range: np.ndarray | None = None
 
 
 def search_codes(tables, Q, k, rows, *, distance="adc", n_threads=1):
@@ -218,19 +227,32 @@ def search_codes(tables, Q, k, rows, *, distance="adc", n_threads=1):
     elif n_threads is None:
         n_threads = resolve_n_threads(None)
     out_d, out_r = (D, found) if kk == k else (D[:, :kk].copy(), found[:, :kk].copy())
+    scan = scanner(codes, None, rows.norm_scales, rows.scale_range)
     if distance == "adc":
-        _kernels.scan(tables.model, Q, None, codes, norms, norm_codes, norm_levels, ids, allow, out_d, out_r,
-                      n_threads, None, rows.norm_scales)
+        scan(tables.model, Q, None, norms, norm_codes, norm_levels, ids, allow, out_d, out_r, n_threads)
     else:
         for start in range(0, nq, SDC_QUERIES_PER_STEP):
             stop = min(nq, start + SDC_QUERIES_PER_STEP)
-            _kernels.scan(tables.model, None, tables.sdc_rotated(Q[start:stop], n_threads), codes, norms,
-                          norm_codes, norm_levels, ids, allow, out_d[start:stop], out_r[start:stop], n_threads, None,
-                          rows.norm_scales)
+            scan(tables.model, None, tables.sdc_rotated(Q[start:stop], n_threads), norms, norm_codes, norm_levels,
+                 ids, allow, out_d[start:stop], out_r[start:stop], n_threads)
     if kk != k:
         D[:, :kk] = out_d
         found[:, :kk] = out_r
     return D, found
+
+
+def scanner(codes, bound=None, norm_scales=False, scale_range=None):
+    """The exhaustive scan kernel of ``codes`` (byte codes, or fast-scan blocks) with the codes, the bound and whether
+    the norm terms are scales (``CodeRows.norm_scales``, ``scale_range``) bound: called as
+    ``scan(model, queries, rotated, norms, norm_codes, norm_levels, ids, allow, out_dist, out_rows, n_threads)``."""
+    if isinstance(codes, CodeBlocks):
+        def scan(model, queries, rotated, *rest):
+            _kernels.fastscan_scan(model, queries, rotated, codes.blocks, len(codes), *rest, bound, norm_scales,
+                                   scale_range)
+    else:
+        def scan(model, queries, rotated, *rest):
+            _kernels.scan(model, queries, rotated, codes, *rest, bound, norm_scales)
+    return scan
 
 
 def rows_bitmap(mask):
