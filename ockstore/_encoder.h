@@ -191,6 +191,16 @@ OCK_TARGET static int OCK_FN(select_smallest_loops)(const float *values, int n, 
                                                     int *out_index) {
     const int G = OCK_SELECT_GROUPS;
     int count = 0;
+    if (T <= n && n <= G) { /* few words (K <= 32, as 4-bit codes have): rank them all at once, without branches */
+        float v[OCK_SELECT_GROUPS];
+        int k[OCK_SELECT_GROUPS];
+        for (int i = 0; i < n; i++) {
+            v[i] = values[i];
+            k[i] = i;
+        }
+        OCK_FN(rank_candidates)(v, k, n, T, out_score, out_index);
+        return T;
+    }
     if (!(T < G && n >= 2 * G)) {
         for (int k = 0; k < n; k++) count = ock_insert_ranked(values[k], k, T, out_score, out_index, count);
         return count;

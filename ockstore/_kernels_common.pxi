@@ -172,9 +172,10 @@ cdef inline Py_ssize_t _table_work_items(const TableSource *t) noexcept nogil:
     return <Py_ssize_t>t.D + <Py_ssize_t>t.C * t.K + t.P
 
 
-cdef float _query_tables(const TableSource *t, Py_ssize_t q, double *work, float *lut) noexcept nogil:
-    """The tables of query q written to lut (W * SLOTS floats); returns its constant term. work: scratch of
-    _table_work_items doubles. The same arithmetic for a query whatever the batch, the scan and the thread."""
+cdef float _query_tables(const TableSource *t, Py_ssize_t q, double *work, float *lut, int slots) noexcept nogil:
+    """The tables of query q written to lut (W * slots floats: SLOTS for byte codes, 16 for the fast scan's 4-bit
+    words); returns its constant term. work: scratch of _table_work_items doubles. The same arithmetic for a query
+    whatever the batch, the scan and the thread."""
     cdef double *z = work
     cdef double *acc = work + t.D
     cdef double *qd = acc + <Py_ssize_t>t.C * t.K
@@ -182,4 +183,4 @@ cdef float _query_tables(const TableSource *t, Py_ssize_t q, double *work, float
         memcpy(z, t.rotated + q * t.D, t.D * sizeof(double))
     else:
         ock_rotate(t.queries + q * t.P, t.rot, t.P, t.D, qd, z)
-    return <float>ock_tables(z, t.words, t.sqnorms, t.M, t.C, t.K, t.S, t.kind, SLOTS, acc, lut)
+    return <float>ock_tables(z, t.words, t.sqnorms, t.M, t.C, t.K, t.S, t.kind, slots, acc, lut)

@@ -334,7 +334,7 @@ cdef void _ivf_query(const IvfQuery *job, int q, int64_t *scratch, float *out_di
     _probe_query(query, job.ct, job.c_sqnorms, job.tables.P, job.L, job.probe_kind, job.n_probe, dots,
                  probe_buffers, lists, list_keys)
     # the table, then the lists
-    qconst = _query_tables(&job.tables, q, work, lut)
+    qconst = _query_tables(&job.tables, q, work, lut, SLOTS)
     _topk_start(&t, buffers, job.width, job.ids, INFINITY)
     for j in range(job.n_probe):
         l = <int>lists[j]

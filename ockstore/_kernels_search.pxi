@@ -210,7 +210,7 @@ cdef void _scan_group(const CodeBase *base, const QueryBatch *batch, int q0, int
     cdef bint dense
     cdef const float *norm_terms
     for q in range(q1 - q0):
-        qconst[q] = _query_tables(batch.tables, q0 + q, work, luts + q * batch.lut_row)
+        qconst[q] = _query_tables(batch.tables, q0 + q, work, luts + q * batch.lut_row, SLOTS)
         if batch.topk:
             _start_topk_slot(hi, k, q, base.ids, _bound(batch, q0 + q))
         else:
@@ -306,7 +306,7 @@ cdef void _scan_by_code_blocks(const CodeBase *base, const QueryBatch *batch, in
     cdef float *norm_buf
     cdef float qconst
     for q in range(batch.nq):
-        qconst = _query_tables(batch.tables, q, s.work, s.luts)
+        qconst = _query_tables(batch.tables, q, s.work, s.luts, SLOTS)
         for t in range(n_threads):
             if batch.topk:
                 _start_topk_slot(s.heap_i + t * s.heap_stride, k, 0, base.ids, _bound(batch, q))

@@ -34,7 +34,8 @@ class IndexKind:
         model)`` makes.
     files : object
         Its file schema (``indexfile.schema.FLAT_FILES``, ``indexfile.ivf_schema.IVF_FILES``): the values of meta
-        "kind" of its index and quantizer files, and how the model part of those files is written and read.
+        "kind" of its index files (byte codes, and 4-bit codes in fast-scan blocks) and quantizer files, and how the
+        model part of those files is written and read.
     """
 
     name: str
@@ -51,8 +52,8 @@ _KINDS = []
 def register(kind):
     """Add ``kind`` (IndexKind); its name and file kinds must be new. Returns it."""
     for other in _KINDS:
-        if other.name == kind.name or {other.files.index_kind, other.files.quantizer_kind} & {
-                kind.files.index_kind, kind.files.quantizer_kind}:
+        if other.name == kind.name or {*_index_kinds(other), other.files.quantizer_kind} & {
+                *_index_kinds(kind), kind.files.quantizer_kind}:
             raise ValueError(f"index kind {kind.name!r}: its name or file kinds are taken by {other.name!r}")
     _KINDS.append(kind)
     return kind
@@ -89,15 +90,21 @@ def of_class(cls):
     return max(found, key=lambda item: item[0])[1] if found else None
 
 
+def _index_kinds(kind):
+    """The values of meta "kind" of the index files of a kind: byte codes, and 4-bit codes in fast-scan blocks."""
+    return (kind.files.index_kind, kind.files.fastscan_index_kind)
+
+
 def file_kinds():
-    """Every value meta "kind" may have: the index and quantizer file kinds of each kind, in registration order."""
-    return tuple(name for kind in _KINDS for name in (kind.files.index_kind, kind.files.quantizer_kind))
+    """Every value meta "kind" may have: the index (byte codes, fast-scan blocks) and quantizer file kinds of each
+    kind, in registration order."""
+    return tuple(name for kind in _KINDS for name in (*_index_kinds(kind), kind.files.quantizer_kind))
 
 
 def of_file(file_kind):
     """(kind, is_index) of a file whose meta "kind" is ``file_kind`` (one of ``file_kinds()``), or None."""
     for kind in _KINDS:
-        if file_kind == kind.files.index_kind:
+        if file_kind in _index_kinds(kind):
             return kind, True
         if file_kind == kind.files.quantizer_kind:
             return kind, False

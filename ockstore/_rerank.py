@@ -25,8 +25,8 @@ from . import _kernels
 from ._sq8 import sq8_decode
 from ._validation import MAX_ABS_VALUE, resolve_n_threads, rows_beyond_limits
 
-__all__ = ["RERANK_STEP_BYTES", "StoredRows", "rerank_stored", "exact_search", "rerank", "gather_rows", "check_vector_rows",
-           "raise_zero_vector"]
+__all__ = ["RERANK_STEP_BYTES", "StoredRows", "rerank_stored", "rerank_candidates", "exact_search", "rerank",
+           "gather_rows", "check_vector_rows", "raise_zero_vector"]
 
 # Bytes of candidates' vectors gathered per step by ``rerank`` (the fetched block): bounds its memory whatever nq.
 RERANK_STEP_BYTES = 8 << 20
@@ -118,6 +118,28 @@ def rerank_stored(Q, rows, parts, stored, k, n_threads=None):
         bad = flags != 0
         stored.raise_bad(rows[bad], None if parts is None else parts[bad])
     return D, I
+
+
+def rerank_candidates(Q, rows, stored, k, n_threads=None):
+    """``rerank_stored`` of candidates of part 0 that returns their rows instead of their ids: what the scans return
+    (``search.search_codes`` and ``ivf_index.search_lists`` re-rank the candidates of the fast scan with it, whose
+    kernels take no stored rows). Q : (nq, P) float32 (the queries re-ranked); rows : (nq, R) int64, -1 for none.
+
+    Returns (values (nq, k) float32, rows (nq, k) int64, -1 past the last result)."""
+    nq = Q.shape[0]
+    D = np.empty((nq, k), dtype=np.float32)
+    ids = np.empty((nq, k), dtype=np.int64)
+    positions = np.empty((nq, k), dtype=np.int64)
+    flags = np.empty(nq, dtype=np.int32)
+    threads = 1 if nq <= 1 else resolve_n_threads(n_threads)
+    rows = np.ascontiguousarray(rows, dtype=np.int64)
+    _kernels.rerank(stored.source, np.ascontiguousarray(Q, dtype=np.float32), rows, None, D, ids, positions, flags,
+                    threads)
+    if flags.any():
+        stored.raise_bad(rows[flags != 0])
+    found = np.take_along_axis(rows, np.maximum(positions, 0), axis=1) if rows.shape[1] else positions
+    found[positions < 0] = -1
+    return D, found
 
 
 def exact_search(Q, stored, k, n_threads=None):

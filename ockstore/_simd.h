@@ -9,12 +9,14 @@
  * minima, in the order the source writes (no reassociation; _simd.c is compiled with -ffp-contract=off, fused
  * multiply-adds only where the source asks for one and the portable level computes the same value).
  *
- * A new vectorised kernel (the fast scan of 4-bit codes, _fastscan.h) plugs in at three places: its entry in
- * `ock_kernels` below, a wrapper below that, and its header in _simd_level.h (as the re-ranking loop's values do,
- * _rerank.h).
+ * A new vectorised kernel (as the fast scan of 4-bit codes, _fastscan_kernels.h, and the re-ranking loop's values,
+ * _rerank.h, did) plugs in at three places: its entry in `ock_kernels` below, a wrapper below that, and its header in
+ * _simd_level.h.
  */
 #ifndef OCKSTORE_SIMD_H
 #define OCKSTORE_SIMD_H
+
+#include "_fastscan.h"
 
 /* The levels, in order: a CPU that runs one runs every lower one. Macros (not an enum) so that the level bodies can
  * test them with #if. */
@@ -58,7 +60,13 @@ typedef struct ock_kernels {
     /* The exact values of re-ranking (_rerank.h): one function per (row kind, metric). */
     const ock_rr_value_table *rerank_values;
 
-    /* Next: the fast scan of 4-bit codes (_fastscan.h). */
+    /* The fast scan of 4-bit codes (_fastscan.h, _fastscan_kernels.h): a run of blocks for one query, for two queries
+     * over the same rows, and the uint16 sums of one block (for tests). */
+    void (*fs_scan_run)(const ock_fs_base *b, const ock_fs_query *q, const ock_fs_run *run, ock_fs_collector *c);
+    void (*fs_scan_run2)(const ock_fs_base *b, const ock_fs_query *qa, const ock_fs_query *qb, const ock_fs_run *ra,
+                         const ock_fs_run *rb, ock_fs_collector *ca, ock_fs_collector *cb);
+    void (*fs_block_sums)(const uint8_t *block, const uint8_t *qlut, const ock_fs_tables *t,
+                          const uint8_t *norm_bytes, uint16_t *out);
 } ock_kernels;
 
 #if defined(__GNUC__) || defined(__clang__)
@@ -127,6 +135,20 @@ static inline void ock_coarse_dots(const float *q, const float *ct, int P, int L
     OCK_CALL(coarse_dots)(q, ct, P, L, out);
 }
 static inline const ock_rr_value_table *ock_rerank_values(void) { return OCK_CALL(rerank_values); }
+
+static inline void ock_fs_scan_run(const ock_fs_base *b, const ock_fs_query *q, const ock_fs_run *run,
+                                   ock_fs_collector *c) {
+    OCK_CALL(fs_scan_run)(b, q, run, c);
+}
+static inline void ock_fs_scan_run2(const ock_fs_base *b, const ock_fs_query *qa, const ock_fs_query *qb,
+                                    const ock_fs_run *ra, const ock_fs_run *rb, ock_fs_collector *ca,
+                                    ock_fs_collector *cb) {
+    OCK_CALL(fs_scan_run2)(b, qa, qb, ra, rb, ca, cb);
+}
+static inline void ock_fs_block_sums(const uint8_t *block, const uint8_t *qlut, const ock_fs_tables *t,
+                                     const uint8_t *norm_bytes, uint16_t *out) {
+    OCK_CALL(fs_block_sums)(block, qlut, t, norm_bytes, out);
+}
 
 /* Constants the callers share with the kernels. */
 #define OCK_PANEL 32                 /* columns per panel of the model arrays the table kernel reads (_tables.h) */

@@ -42,7 +42,9 @@
 #include "_tables.h"
 #include "_ivf.h"
 #include "_rerank.h"   /* its per-level part: the value functions and OCK_FN(rerank_values) */
-/* #include "_fastscan.h"  goes here, with its entry in the table below. */
+/* The fast scan's kernels are functions of their own per instruction set (included once: the first inclusion
+ * defines every level's, each with its `target` attribute); the table below takes this level's. */
+#include "_fastscan_kernels.h"
 
 static const ock_kernels OCK_FN(ock_kernels) = {
 #if OCK_LEVEL == OCK_LEVEL_AVX512
@@ -68,6 +70,9 @@ static const ock_kernels OCK_FN(ock_kernels) = {
     OCK_FN(tables),
     OCK_FN(coarse_dots),
     &OCK_FN(rerank_values),
+    OCK_FN(ock_fs_scan_run),
+    OCK_FN(ock_fs_scan_run2),
+    OCK_FN(ock_fs_block_sums),
 };
 
 #ifdef OCK_VW

@@ -89,7 +89,7 @@ class StoredRows(Closable):
         V : ndarray of shape (n, P), or (P,) for one id, dtype float32
             The vectors as stored (``store_vectors``), converted to float32, which holds float16 and uint8 values
             exactly: the vectors as given to the index (for "float16" rounded to float16), not normalised for
-            cosine; for "sq8" the decoded values lo + step * code (docs/FORMAT.md section 16) rounded to float32.
+            cosine; for "sq8" the decoded values lo + step * code (docs/FORMAT.md section 17) rounded to float32.
             ValueError when the index stores no vectors.
         """
         self._check_open()

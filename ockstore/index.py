@@ -17,6 +17,7 @@ import numpy as np
 from . import _kinds, _rerank, _search_options
 from . import search as _search
 from . import storage
+from ._code_blocks import FASTSCAN_MAX_WORDS, CodeBlocks, uses_blocks
 from ._index_rows import (
     BUILD_CHUNK, NORM_ENCODINGS, STORED_VECTOR_DTYPES, check_model_for, check_store_vectors, encode_all,
     norm_scales, resolve_norm_encoding,
@@ -92,11 +93,25 @@ class Index(StoredRows):
         self._attach(check_model_for(type(self), quantizer), codes, norms, ids, norm_encoding, vectors, store_vectors,
                      _resource)
 
-    def _attach(self, quantizer, codes, norms, ids, norm_encoding, vectors, store_vectors, _resource):
-        """Check and keep the arrays of a fitted model (``__init__`` of this class and of IVFIndex)."""
+    def _attach(self, quantizer, codes, norms, ids, norm_encoding, vectors, store_vectors, _resource, runs=None):
+        """Check and keep the arrays of a fitted model (``__init__`` of this class and of IVFIndex). A model with at
+        most 16 words per codebook keeps its codes in fast-scan blocks (``_code_blocks``): given as (N, M*C) bytes
+        they are packed here, in ``runs`` (the rows of each run; None: one run), and the words must fit 4 bits --
+        except the byte codes of a file written before format 1.3 (``_resource`` given), which are searched as they
+        are stored (the 8-bit scan; the same results) so that opening stays O(1)."""
         norm_encoding = resolve_norm_encoding(quantizer, check_choice(norm_encoding, "norm_encoding",
                                                                        NORM_ENCODINGS))
-        codes = _check_array(codes, "codes", np.uint8, (None, quantizer.code_size))
+        if isinstance(codes, CodeBlocks):  # from a file or a build: already checked and packed
+            if codes.n_words != quantizer.code_size:
+                raise ValueError(f"codes hold {codes.n_words} words per row, the quantizer {quantizer.code_size}")
+        else:
+            codes = _check_array(codes, "codes", np.uint8, (None, quantizer.code_size))
+            if uses_blocks(quantizer.n_codewords) and _resource is None:
+                if codes.size and int(codes.max()) >= FASTSCAN_MAX_WORDS:
+                    row = int(np.argmax((codes >= FASTSCAN_MAX_WORDS).any(axis=1)))
+                    raise ValueError(f"codes: row {row} holds a word >= {FASTSCAN_MAX_WORDS}: a model with "
+                                     f"n_codewords = {quantizer.n_codewords} stores 4 bits per word")
+                codes = CodeBlocks.from_codes(codes, runs)
         N = codes.shape[0]
         if norm_encoding == "none":
             if norms is not None:
@@ -213,9 +228,10 @@ class Index(StoredRows):
 
     @property
     def codes(self):
-        """(N, M*C) uint8, as stored (possibly a read-only view)."""
+        """(N, M*C) uint8, the words of each code: as stored (possibly a read-only view), or, for a model with at most
+        16 words per codebook (stored two per byte in fast-scan blocks), a new array of them unpacked."""
         self._check_open()
-        return self._codes
+        return self._codes.unpack() if isinstance(self._codes, CodeBlocks) else self._codes
 
     @property
     def norms(self):
@@ -249,10 +265,16 @@ class Index(StoredRows):
 
     @property
     def bytes_per_vector(self) -> int:
-        """Code bytes plus norm-term bytes stored per vector (ids not counted)."""
+        """Code bytes plus norm-term bytes stored per vector (ids not counted; a model with at most 16 words per
+        codebook stores two words per byte, the padding of its last block of 32 rows aside)."""
         self._check_open()
         extra = {"f32": 4, "u8": 1, "none": 0}[self._norm_encoding]
-        return self._quantizer.code_size + extra
+        return -(-self._code_bits() // 8) + extra
+
+    def _code_bits(self):
+        """Bits of a code as stored: 4 per word in fast-scan blocks, else 8 (a file of format < 1.3 keeps the byte
+        codes of a model with K <= 16)."""
+        return (4 if isinstance(self._codes, CodeBlocks) else 8) * self._quantizer.code_size
 
     def info(self) -> dict:
         """A plain dict describing the index.
@@ -262,7 +284,7 @@ class Index(StoredRows):
         file adds format_version (the file's, e.g. "1.0"), has_ids, metadata (the user dict, a copy) and path.
         """
         self._check_open()
-        info = {"N": len(self), **self._model_summary(), "norm_encoding": self._norm_encoding,
+        info = {"N": len(self), **self._model_summary(), "bits": self._code_bits(), "norm_encoding": self._norm_encoding,
                 "store_vectors": self.store_vectors, "bytes_per_vector": self.bytes_per_vector}
         if self._file is not None:
             major, minor = self._file.version
@@ -331,13 +353,23 @@ class Index(StoredRows):
             self._file.verify()
         K = self._quantizer.n_codewords
         codes = self._codes
-        for start in range(0, codes.shape[0], _VERIFY_ROWS):
-            block = codes[start:start + _VERIFY_ROWS]
-            if block.size and int(block.max()) >= K:
-                row, byte = np.unravel_index(int(np.argmax(block >= K)), block.shape)
+        if isinstance(codes, CodeBlocks):
+            bad_row, bad_block = codes.check(K)
+            if bad_row >= 0:
                 raise storage.format_error(where, "code out of range",
-                                    f"section 'codes': row {start + row}, byte {byte} holds {int(block[row, byte])}, "
-                                    f"codes must be < K = {K}")
+                                           f"section 'code_blocks': row {bad_row} holds a word >= K = {K}")
+            if bad_block >= 0:
+                raise storage.format_error(where, "non-zero block padding",
+                                           f"section 'code_blocks': block {bad_block} has non-zero padding (its pad "
+                                           "column or its rows past the end of its run)")
+        else:
+            for start in range(0, codes.shape[0], _VERIFY_ROWS):
+                block = codes[start:start + _VERIFY_ROWS]
+                if block.size and int(block.max()) >= K:
+                    row, byte = np.unravel_index(int(np.argmax(block >= K)), block.shape)
+                    raise storage.format_error(where, "code out of range",
+                                               f"section 'codes': row {start + row}, byte {byte} holds "
+                                               f"{int(block[row, byte])}, codes must be < K = {K}")
         if self._norm_encoding == "f32":
             for start in range(0, self._norms.shape[0], _VERIFY_ROWS):
                 block = self._norms[start:start + _VERIFY_ROWS]
@@ -486,15 +518,18 @@ class Index(StoredRows):
         """The rows of this index as a scan reads them (search.CodeRows), restricted to ``bitmap`` (or all). The norm
         terms: added for L2 ("none" exactly when the tables need none: resolve_norm_encoding); for cosine, 1/||x_hat||
         scales (docs/FORMAT.md 11.3, I20): a float32 array made once per index from "f32" terms (N values), or a
-        256-entry table of the "u8" levels."""
+        256-entry table of the "u8" levels (with "f32", the range of the scales too, for the fast scan's threshold)."""
         encoding = self._norm_encoding
         if encoding != "none" and self._quantizer.metric == "cosine":
             scales = self._norm_scales
             if scales is None:  # two threads may both make it; one is kept
-                scales = self._norm_scales = norm_scales(self._norms if encoding == "f32" else self._norm_levels)
+                scales = norm_scales(self._norms if encoding == "f32" else self._norm_levels)
+                scale_range = (np.array([scales.min(), scales.max()], dtype=np.float64)
+                               if encoding == "f32" and scales.size else None)
+                self._norm_scales = scales = (scales, scale_range)
             if encoding == "f32":
-                return _search.CodeRows(self._codes, self._ids, scales, None, None, bitmap, True)
-            return _search.CodeRows(self._codes, self._ids, None, self._norms, scales, bitmap, True)
+                return _search.CodeRows(self._codes, self._ids, scales[0], None, None, bitmap, True, scales[1])
+            return _search.CodeRows(self._codes, self._ids, None, self._norms, scales[0], bitmap, True)
         return _search.CodeRows(self._codes, self._ids, self._norms if encoding == "f32" else None,
                                 self._norms if encoding == "u8" else None, self._norm_levels, bitmap)
 

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _kernels
+from . import _kernels, _rerank
 from . import search as _search
+from ._code_blocks import CodeBlocks
 from ._index_rows import check_model_for
 from ._validation import check_int, resolve_n_threads
 from .index import Index
 
-__all__ = ["IVFIndex", "search_lists", "check_list_offsets"]
+__all__ = ["IVFIndex", "search_lists", "search_block_lists", "check_list_offsets"]
 
 
 def check_list_offsets(offsets, n_lists, n_rows, name="list_offsets"):
@@ -84,6 +85,43 @@ def search_lists(lists, Q, k, n_probe, allow, *, n_threads=1, rerank=None, reran
     return D, found
 
 
+# Queries probed per call of the fast scan of lists: bounds the (queries x n_probe) lists and terms of a batch.
+PROBE_QUERIES_PER_STEP = 8192
+
+
+def search_block_lists(tables, ivf, Q, k, rows, list_offsets, n_probe, *, n_threads=1, rerank=None,
+                       rerank_queries=None):
+    """``search_lists`` for lists in fast-scan blocks (K <= 16: ``rows.codes`` a CodeBlocks, one run per list), the
+    one path of IVF fast-scan indexes: the coarse step (``ivf._probe``, the lists and terms the search kernel would
+    probe), ``_kernels.fastscan_ivf_scan`` over the probed lists, and with ``rerank`` = (StoredRows, R) its R best
+    rows of each query re-ranked by the compiled loop (``_rerank.rerank_candidates``), the k best kept. IvfLists'
+    one-call search scans byte codes only; the fast scan gives the same candidates (docs/ARCHITECTURE.md, "Fast
+    scan"). Arguments and results as ``search_lists`` (tables: the index's QueryTables; rows: its search.CodeRows)."""
+    nq = Q.shape[0]
+    width = k if rerank is None else max(k, rerank[1])
+    D = np.empty((nq, k), dtype=np.float32)
+    found = np.empty((nq, k), dtype=np.int64)
+    threads = max(1, min(resolve_n_threads(n_threads), nq))  # queries run in parallel: a thread per query at most
+    norm_levels = rows.norm_levels if rows.norm_codes is not None else None
+    step = PROBE_QUERIES_PER_STEP if rerank is None else max(1, _rerank.RERANK_STEP_BYTES // (8 * width))
+    for start in range(0, nq, step):
+        stop = min(nq, start + step)
+        batch = Q[start:stop]
+        lists, terms = ivf._probe(batch, n_probe)
+        cand_d = np.empty((stop - start, width), dtype=np.float32)
+        cand_r = np.empty((stop - start, width), dtype=np.int64)
+        _kernels.fastscan_ivf_scan(tables.model, batch, rows.codes.blocks, rows.codes.run_blocks, rows.norms,
+                                   rows.norm_codes, norm_levels, rows.ids, rows.allow, list_offsets, lists, terms,
+                                   cand_d, cand_r, threads, rows.norm_scales, rows.scale_range)
+        if rerank is None:
+            D[start:stop], found[start:stop] = cand_d, cand_r
+        else:
+            queries = Q if rerank_queries is None else rerank_queries
+            D[start:stop], found[start:stop] = _rerank.rerank_candidates(queries[start:stop], cand_r, rerank[0], k,
+                                                                          threads)
+    return D, found
+
+
 class IVFIndex(Index):
     """Compact codes of a base grouped in the lists of an IVF, searched by probing the lists nearest each query.
 
@@ -120,10 +158,16 @@ class IVFIndex(Index):
     def __init__(self, ivf, codes, norms, ids, list_offsets, norm_encoding, *, vectors=None, store_vectors=None,
                  _resource=None):
         ivf = check_model_for(type(self), ivf, "ivf")
-        n_rows = codes.shape[0] if isinstance(codes, np.ndarray) and codes.ndim == 2 else None
+        n_rows = (len(codes) if isinstance(codes, CodeBlocks)
+                  else codes.shape[0] if isinstance(codes, np.ndarray) and codes.ndim == 2 else None)
         if ids is None and n_rows is not None:
             ids = np.arange(n_rows, dtype=np.int64)  # rows are in list order: their ids are kept explicitly
-        self._attach(ivf, codes, norms, ids, norm_encoding, vectors, store_vectors, _resource)
+        runs = None
+        if n_rows is not None:  # the lists are the runs of fast-scan blocks (K <= 16): known before packing
+            runs = check_list_offsets(list_offsets, ivf.n_lists, n_rows)
+            if isinstance(codes, CodeBlocks) and not np.array_equal(codes.run_offsets, runs):
+                raise ValueError("codes: the runs of the blocks are not the lists of list_offsets")
+        self._attach(ivf, codes, norms, ids, norm_encoding, vectors, store_vectors, _resource, runs=runs)
         self._list_offsets = check_list_offsets(list_offsets, ivf.n_lists, len(self._codes))
         self._lists = None  # the _kernels.IvfLists, built on first search
 
@@ -233,6 +277,11 @@ class IVFIndex(Index):
             if ivf.metric == "cosine":  # the query's reconstruction at unit length: scores estimate cosines
                 lengths = np.sqrt(np.einsum("ij,ij->i", scan_Q, scan_Q, dtype=np.float64))
                 scan_Q = np.ascontiguousarray(scan_Q / np.where(lengths > 0, lengths, 1.0)[:, None], dtype=np.float32)
+        if isinstance(self._codes, CodeBlocks):  # K <= 16: the lists in fast-scan blocks
+            return search_block_lists(self._query_tables(), ivf, scan_Q, opts.k if stored is not None else opts.width,
+                                      self._code_rows(bitmap), self._list_offsets, opts.n_probe, n_threads=threads,
+                                      rerank=None if stored is None else (stored, opts.rerank),
+                                      rerank_queries=None if scan_Q is Q else Q)
         if stored is None:
             return search_lists(self._ivf_lists(), scan_Q, opts.width, opts.n_probe, bitmap, n_threads=threads)
         return search_lists(self._ivf_lists(), scan_Q, opts.k, opts.n_probe, bitmap, n_threads=threads,

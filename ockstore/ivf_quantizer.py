@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _kernels
-from ._norm_levels import fit_scalar_quantizer
+from ._norm_levels import fit_norm_levels
 from ._kmeans import PROBE_IP, PROBE_L2, CoarseTables, train_coarse
 from ._params import PARAMETERS
 from ._sq8 import learn_value_ranges
@@ -239,7 +239,7 @@ class IVF(Model):
         del residuals
         self.dim = P
         self._set_learned(centroids, history, None)
-        self._norm_levels = _read_only(fit_scalar_quantizer(self._norm_terms(labels, codes, threads), 256))
+        self._norm_levels = _read_only(fit_norm_levels(self._norm_terms(labels, codes, threads), q.n_codewords))
         self._set_value_ranges(ranges)
         return self
 

@@ -22,7 +22,7 @@ import numpy as np
 
 from . import _training
 from ._model_tables import CodecTables, SubspaceLayout
-from ._norm_levels import fit_scalar_quantizer
+from ._norm_levels import fit_norm_levels
 from ._params import PARAMETERS, STORED_PARAMETERS
 from ._sq8 import learn_value_ranges
 from ._validation import as_codes, as_vectors, normalize_rows, resolve_n_threads, to_float32_rows
@@ -152,8 +152,9 @@ class Quantizer(Model):
 
     @property
     def bits(self) -> int:
-        """Bits per encoded vector as stored: 8 * code_size."""
-        return 8 * self.code_size
+        """Bits per encoded vector as stored: 8 per word, or 4 with at most 16 words per codebook (then stored two
+        per byte, in the fast-scan layout); ``encode`` returns one byte per word either way (code_size)."""
+        return (4 if self.n_codewords <= 16 else 8) * self.code_size
 
     @classmethod
     @functools.cache
@@ -303,7 +304,7 @@ class Quantizer(Model):
         self._set_learned(result.rotation, result.codebooks, result.objective_history, None)
         if self.n_codebooks > 1 or self.metric == "cosine":  # the norm term (L2), or the norm scale of cosine scores
             norms = self._tables.code_sqnorms(result.codes, self._threads(n_threads))
-            self._norm_levels = fit_scalar_quantizer(norms, 256)
+            self._norm_levels = fit_norm_levels(norms, self.n_codewords)
         self.stop_reason = result.stop_reason
         return result.codes
 

@@ -32,6 +32,9 @@ sums of float32 table entries: they are squared L2 distances up to rounding, and
 Robustness to corrupt codes: each byte's table has 256 slots whatever K is; slots K..255 hold +inf, so a code byte
 >= K (possible only in a corrupt file, which ``verify`` reports) makes that vector's distance +inf and it is never
 returned, instead of reading outside the table.
+
+Codes in the fast-scan layout (K <= 16: ``_code_blocks.CodeBlocks``) are scanned by ``_kernels.fastscan_scan``, with
+the same arguments and the same results (docs/ARCHITECTURE.md, "Fast scan").
 """
 
 from __future__ import annotations
@@ -40,11 +43,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _kernels
+from . import _kernels, _rerank
+from ._code_blocks import CodeBlocks
 from ._validation import resolve_n_threads
 
-__all__ = ["QueryTables", "CodeRows", "search_codes", "rows_bitmap", "panels", "LUT_SLOTS", "TABLE_L2_NORM_TERM",
-           "TABLE_L2_WHOLE", "TABLE_NEG_DOT"]
+__all__ = ["QueryTables", "CodeRows", "search_codes", "scanner", "rows_bitmap", "panels", "LUT_SLOTS",
+           "TABLE_L2_NORM_TERM", "TABLE_L2_WHOLE", "TABLE_NEG_DOT"]
 
 # Table slots per code byte, whatever K is: a byte can only index 0..255, so the scan never reads past a table.
 LUT_SLOTS = _kernels.TABLE_SLOTS
@@ -156,7 +160,7 @@ class CodeRows:
     """The rows of an index as a scan reads them (an index, or one segment of a collection). Arrays may be read-only
     (views of a read-only memory map): a scan only reads them, never copies them.
 
-    codes : ndarray of shape (N, M*C), dtype uint8, C-contiguous
+    codes : ndarray of shape (N, M*C), dtype uint8, C-contiguous; or _code_blocks.CodeBlocks (K <= 16), one run
     ids : ndarray of shape (N,), dtype int64, C-contiguous, or None
         The id of each row, which breaks ties; None: the row number.
     norms : ndarray of shape (N,), dtype float32, or None
@@ -170,15 +174,20 @@ class CodeRows:
     norm_scales : bool
         The norms (or the levels of norm_codes) are scales 1 / ||x_hat|| that multiply each code's sum (metric
         "cosine", ``QueryTables.uses_norm_scale``) instead of norm terms added to it.
+    scale_range : ndarray of shape (2,), dtype float64, or None
+        With norm_scales and float32 scales: their smallest and largest value, found once per index, so that a fast
+        scan (``_kernels.fastscan_scan``: its threshold) need not read the N scales per call; None: found by the kernel
+        (256 levels for norm codes).
     """
 
-    codes: np.ndarray
+    codes: object
     ids: np.ndarray | None
     norms: np.ndarray | None
     norm_codes: np.ndarray | None
     norm_levels: np.ndarray | None
     allow: np.ndarray | None
     norm_scales: bool = False
+    scale_range: np.ndarray | None = None
 
 
 def search_codes(tables, Q, k, rows, *, distance="adc", n_threads=1, rerank=None):
@@ -223,19 +232,22 @@ def search_codes(tables, Q, k, rows, *, distance="adc", n_threads=1, rerank=None
     elif n_threads is None:
         n_threads = resolve_n_threads(None)
     out_d, out_r = (D, found) if kk == k else (D[:, :kk].copy(), found[:, :kk].copy())
+    if rerank is not None and isinstance(codes, CodeBlocks):  # 4-bit codes: the fast scan, then compiled re-ranking
+        return _search_blocks_reranked(tables, Q, k, rows, distance, n_threads, rerank)
     stored, width = (None, 0) if rerank is None else (rerank[0], min(rerank[1], N))
     flags = None if stored is None else np.empty(nq, dtype=np.int32)
-    source = None if stored is None else stored.source
+    scan = scanner(codes, None, rows.norm_scales, rows.scale_range)
+    # re-ranking inside the byte-code scan: _kernels.scan's keywords (SDC re-ranks the queries, not their codes)
+    reranking = {} if stored is None else {"rerank_rows": stored.source, "rerank": width, "out_flags": flags}
     if distance == "adc":
-        _kernels.scan(tables.model, Q, None, codes, norms, norm_codes, norm_levels, ids, allow, out_d, out_r,
-                      n_threads, None, source, width, None, flags, rows.norm_scales)
+        scan(tables.model, Q, None, norms, norm_codes, norm_levels, ids, allow, out_d, out_r, n_threads, **reranking)
     else:
         for start in range(0, nq, SDC_QUERIES_PER_STEP):
             stop = min(nq, start + SDC_QUERIES_PER_STEP)
-            _kernels.scan(tables.model, None, tables.sdc_rotated(Q[start:stop], n_threads), codes, norms,
-                          norm_codes, norm_levels, ids, allow, out_d[start:stop], out_r[start:stop], n_threads, None,
-                          source, width, None if stored is None else Q[start:stop],
-                          None if flags is None else flags[start:stop], rows.norm_scales)
+            if stored is not None:
+                reranking.update(rerank_queries=Q[start:stop], out_flags=flags[start:stop])
+            scan(tables.model, None, tables.sdc_rotated(Q[start:stop], n_threads), norms, norm_codes, norm_levels,
+                 ids, allow, out_d[start:stop], out_r[start:stop], n_threads, **reranking)
     if flags is not None and flags.any():  # a bad stored row among some query's candidates: name it
         bad = flags != 0
         _, candidates = search_codes(tables, Q[bad], width, rows, distance=distance, n_threads=n_threads)
@@ -243,6 +255,41 @@ def search_codes(tables, Q, k, rows, *, distance="adc", n_threads=1, rerank=None
     if kk != k:
         D[:, :kk] = out_d
         found[:, :kk] = out_r
+    return D, found
+
+
+def scanner(codes, bound=None, norm_scales=False, scale_range=None):
+    """The exhaustive scan kernel of ``codes`` (byte codes, or fast-scan blocks) with the codes, the bound and whether
+    the norm terms are scales (``CodeRows.norm_scales``, ``scale_range``) bound: called as
+    ``scan(model, queries, rotated, norms, norm_codes, norm_levels, ids, allow, out_dist, out_rows, n_threads)``;
+    the byte-code scan also takes ``_kernels.scan``'s re-ranking keywords (``rerank_rows``, ``rerank``,
+    ``rerank_queries``, ``out_flags``), which the fast scan has not (``_search_blocks_reranked``)."""
+    if isinstance(codes, CodeBlocks):
+        def scan(model, queries, rotated, *rest):
+            _kernels.fastscan_scan(model, queries, rotated, codes.blocks, len(codes), *rest, bound, norm_scales,
+                                   scale_range)
+    else:
+        def scan(model, queries, rotated, *rest, **rerank):
+            _kernels.scan(model, queries, rotated, codes, *rest, bound=bound, norm_scales=norm_scales, **rerank)
+    return scan
+
+
+def _search_blocks_reranked(tables, Q, k, rows, distance, n_threads, rerank):
+    """``search_codes`` with ``rerank`` for codes in fast-scan blocks (K <= 16): the fast scan keeps the R best rows
+    of each query (the same rows as the byte-code scan), then the compiled re-ranking loop
+    (``_rerank.rerank_candidates``) keeps the k best of them by exact value. The fast-scan kernels take no stored
+    rows, so the candidates leave the kernel, RERANK_STEP_BYTES of rows at a time (no per-candidate Python)."""
+    stored, R = rerank
+    width = min(R, rows.codes.shape[0])
+    nq = Q.shape[0]
+    D = np.empty((nq, k), dtype=np.float32)
+    found = np.empty((nq, k), dtype=np.int64)
+    step = max(1, _rerank.RERANK_STEP_BYTES // (8 * width))
+    for start in range(0, nq, step):
+        stop = min(nq, start + step)
+        _, candidates = search_codes(tables, Q[start:stop], width, rows, distance=distance, n_threads=n_threads)
+        D[start:stop], found[start:stop] = _rerank.rerank_candidates(Q[start:stop], candidates, stored, k,
+                                                                      n_threads)
     return D, found
 
 

@@ -22,3 +22,47 @@ def core_count() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:
         return os.cpu_count() or 1
+
+
+def load_average():
+    """The 1, 5 and 15 minute load averages (NaN where the system does not say)."""
+    try:
+        return os.getloadavg()
+    except OSError:  # pragma: no cover
+        return (float("nan"),) * 3
+
+
+def machine_info():
+    """CPU, cores and the versions of what a benchmark against faiss-cpu runs (faiss imported here, on demand)."""
+    import faiss
+    import numpy as np
+
+    import ockstore
+
+    return {"cpu": cpu_model(), "cores": core_count(), "python": platform.python_version(), "numpy": np.__version__,
+            "faiss": faiss.__version__, "ockstore": ockstore.__version__, "platform": platform.platform()}
+
+
+def texmex_prefix(folder, n_queries, base_limit, learn_limit, k):
+    """(dataset, learn float32, base in its stored dtype, queries float32, ground truth (n_queries, >= k)) of a
+    texmex folder: the whole base with its ground truth file, or its first ``base_limit`` rows with the exact k
+    nearest neighbours of that prefix."""
+    import numpy as np
+
+    from ockstore.datasets import load_texmex
+    from ockstore.evaluation import exact_knn
+
+    ds = load_texmex(folder)
+    learn = np.ascontiguousarray(ds.learn[:learn_limit], dtype=np.float32)
+    query = np.ascontiguousarray(ds.query[:n_queries], dtype=np.float32)
+    if base_limit is None:
+        return ds, learn, np.ascontiguousarray(ds.base), query, np.asarray(ds.groundtruth[:n_queries])
+    parts, have = [], 0
+    for chunk in ds.iter_base(min(base_limit, 100_000)):
+        parts.append(np.asarray(chunk[: base_limit - have]))
+        have += len(parts[-1])
+        if have >= base_limit:
+            break
+    base = np.ascontiguousarray(np.concatenate(parts))
+    _, gt = exact_knn(query, base.astype(np.float32), k)
+    return ds, learn, base, query, gt

@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -41,9 +40,8 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 import ockstore  # noqa: E402
-from _machine import core_count, cpu_model  # noqa: E402
-from ockstore.datasets import load_texmex  # noqa: E402
-from ockstore.evaluation import exact_knn, recall_at_r  # noqa: E402
+from _machine import load_average, machine_info, texmex_prefix  # noqa: E402
+from ockstore.evaluation import recall_at_r  # noqa: E402
 
 K_SEARCH = 100
 PROBES = (1, 4, 8, 16, 32, 64, 128)
@@ -69,39 +67,6 @@ seconds = time.perf_counter() - t0
 status = {line.split(":")[0]: line.split(":")[1].strip() for line in open("/proc/self/status") if ":" in line}
 print(json.dumps({"seconds": seconds, "vmhwm_kb": int(status.get("VmHWM", "0 kB").split()[0]), "n": done}))
 """
-
-
-def load_average():
-    try:
-        return os.getloadavg()
-    except OSError:  # pragma: no cover
-        return (float("nan"),) * 3
-
-
-def machine_info():
-    import faiss
-
-    return {"cpu": cpu_model(), "cores": core_count(), "python": platform.python_version(), "numpy": np.__version__,
-            "faiss": faiss.__version__, "ockstore": ockstore.__version__, "platform": platform.platform()}
-
-
-def load_data(folder, n_queries, base_limit, learn_limit):
-    ds = load_texmex(folder)
-    learn = np.ascontiguousarray(ds.learn[:learn_limit], dtype=np.float32)
-    query = np.ascontiguousarray(ds.query[:n_queries], dtype=np.float32)
-    if base_limit is None:
-        base = np.ascontiguousarray(ds.base, dtype=np.float32)
-        gt = np.asarray(ds.groundtruth[:n_queries])
-    else:
-        parts, have = [], 0
-        for chunk in ds.iter_base(min(base_limit, 100_000)):
-            parts.append(np.asarray(chunk[: base_limit - have], dtype=np.float32))
-            have += len(parts[-1])
-            if have >= base_limit:
-                break
-        base = np.ascontiguousarray(np.concatenate(parts))
-        _, gt = exact_knn(query, base, K_SEARCH)
-    return ds, learn, base, query, gt
 
 
 def make_faiss_pq(d, n_lists):
@@ -160,7 +125,8 @@ def main(argv=None):
     load_start = load_average()
     print(f"machine: {machine['cpu']}, {machine['cores']} cores; numpy {machine['numpy']}, faiss {machine['faiss']}; "
           f"load average {load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f}", flush=True)
-    ds, learn, base, query, gt = load_data(args.data, args.queries, base_limit, learn_limit)
+    _, learn, base, query, gt = texmex_prefix(args.data, args.queries, base_limit, learn_limit, K_SEARCH)
+    base = np.ascontiguousarray(base, dtype=np.float32)
     print(f"data: learn {learn.shape}, base {base.shape}, queries {query.shape}", flush=True)
     L = args.lists
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="bench_ivf_"))

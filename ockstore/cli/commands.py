@@ -145,7 +145,7 @@ def build(args, out):
         lists = (f"IVF of {info['n_lists']:,} lists ({sizes['min']:,} to {sizes['max']:,} vectors, {sizes['empty']} "
                  "empty), ")
     print(f"wrote {args.output}: {n:,} vectors, {lists}{info['method'].upper()} {info['bits']} bits, metric "
-          f"{info['metric']}, {info['bytes_per_vector']} bytes/vector ({info['M'] * info['C']} code bytes{norm})"
+          f"{info['metric']}, {info['bytes_per_vector']} bytes/vector ({-(-info['bits'] // 8)} code bytes{norm})"
           f"{vectors}, {fmt_bytes(size)}, {elapsed:.1f} s ({rate_text(rate)} vectors/s)", file=out)
     return 0
 

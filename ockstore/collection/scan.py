@@ -4,9 +4,10 @@
 Every segment has the collection's quantizer, so one table model serves them all (and, for SDC, one encoding of the
 queries); the kernel computes each query's tables as it scans (a few microseconds per query and segment). The segments
 are scanned in turn (the largest first), each with the k-th best distance found so far as a bound
-(``_kernels.scan(..., bound=...)``): its heap only takes codes that can still be among the k best, so ten
-segments cost about what one segment of all their rows costs, not ten heaps filling up. The parts' results are then merged exactly (``merge.topk_columns``: by distance, equal distances by the
-smaller id), so the results are those of one scan over the union of the rows, bit for bit.
+(``_kernels.scan(..., bound=...)``, or ``fastscan_scan`` for 4-bit codes: ``search.scanner``): its heap only takes
+codes that can still be among the k best, so ten segments cost about what one segment of all their rows costs, not ten
+heaps filling up. The parts' results are then merged exactly (``merge.topk_columns``: by distance, equal distances by
+the smaller id), so the results are those of one scan over the union of the rows, bit for bit.
 
 No input validation here: ``Snapshot.search`` checks everything first.
 """
@@ -15,8 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import _kernels
-from ..search import SMALL_SCAN_CODES
+from ..search import SMALL_SCAN_CODES, scanner
 from .merge import topk_columns
 
 __all__ = ["scan_parts", "QUERIES_PER_STEP"]
@@ -68,9 +68,10 @@ def scan_parts(tables, Q, k, parts, *, distance="adc", n_threads=1):
             out_d = np.empty((nb, kk), dtype=np.float32)
             out_r = np.empty((nb, kk), dtype=np.int64)
             bound = np.nextafter(best.max(axis=1), np.float32(np.inf))  # a code at the k-th best distance enters
-            _kernels.scan(tables.model, queries, rotated, pa.codes, pa.norms, pa.norm_codes,
-                          pa.norm_levels if pa.norm_codes is not None else None, pa.ids, pa.allow, out_d,
-                          out_r, 1 if nb * N < SMALL_SCAN_CODES else n_threads, bound, norm_scales=pa.norm_scales)
+            scan = scanner(pa.codes, bound, pa.norm_scales, pa.scale_range)  # byte codes, or fast-scan blocks (K <= 16)
+            scan(tables.model, queries, rotated, pa.norms, pa.norm_codes,
+                 pa.norm_levels if pa.norm_codes is not None else None, pa.ids, pa.allow, out_d, out_r,
+                 1 if nb * N < SMALL_SCAN_CODES else n_threads)
             real = out_r >= 0
             out_i = np.where(real, pa.ids[np.where(real, out_r, 0)], -1)
             found_d.append(out_d)

@@ -13,19 +13,22 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._code_blocks import uses_blocks
 from ..ivf_quantizer import MAX_LISTS, ivf_from_state
 from .schema import (
-    N_NORM_LEVELS, FileSchema, _short, check_bounded, format_minor_version, model_value_bounds, put_quantizer_sections,
-    quantizer_meta,
+    FASTSCAN_MINOR_VERSION, N_NORM_LEVELS, FileSchema, _short, check_bounded, format_minor_version, model_value_bounds,
+    put_quantizer_sections, quantizer_meta,
 )
 
-__all__ = ["KIND_IVF_INDEX", "KIND_IVF_QUANTIZER", "IVF_MINOR_VERSION", "IVFFileSchema", "IVF_FILES", "ivf_meta",
-           "put_ivf_sections", "read_ivf_meta", "read_ivf_model", "read_list_offsets"]
+__all__ = ["KIND_IVF_INDEX", "KIND_IVF_QUANTIZER", "KIND_IVF_FASTSCAN_INDEX", "IVF_MINOR_VERSION", "IVFFileSchema",
+           "IVF_FILES", "ivf_meta", "put_ivf_sections", "read_ivf_meta", "read_ivf_model", "read_list_offsets"]
 
 # docs/FORMAT.md section 14.1: the kinds of inverted-file files. Readers of format 1.0 and 1.1 know only "index" and
 # "quantizer": they refuse these files ("unknown kind") instead of reading their rows as a flat index (V1).
 KIND_IVF_INDEX = "ivf-index"
 KIND_IVF_QUANTIZER = "ivf-quantizer"
+# Section 15: an inverted file of 4-bit codes, its lists in fast-scan blocks (format 1.3).
+KIND_IVF_FASTSCAN_INDEX = "ivf-fastscan-index"
 
 # The format minor version that introduced inverted files (every IVF file says at least 1.2).
 IVF_MINOR_VERSION = 2
@@ -116,15 +119,18 @@ class IVFFileSchema(FileSchema):
     the list offsets; format 1.2 at least."""
 
     index_kind = KIND_IVF_INDEX
+    fastscan_index_kind = KIND_IVF_FASTSCAN_INDEX
     quantizer_kind = KIND_IVF_QUANTIZER
     own_sections = ("coarse_centroids", "coarse_objective_history", "ivf_norm_levels", "list_offsets")
     row_sections = ("list_offsets",)
     description = "an inverted file"
 
-    def minor_version(self, model, store_vectors, norm_encoding="none", value_ranges=False):
+    def minor_version(self, model, store_vectors, norm_encoding="none", value_ranges=False, index=False):
         """1.2 at least; 1.3 for the norm term of a cosine inverted file or its fine quantizer's norm levels (I20), for
-        value ranges or sq8 vectors (I21)."""
-        return max(IVF_MINOR_VERSION, format_minor_version(model.quantizer, store_vectors, norm_encoding, value_ranges))
+        value ranges or sq8 vectors (I21), and for an index of 4-bit codes (fast-scan blocks, F1)."""
+        minor = max(IVF_MINOR_VERSION, format_minor_version(model.quantizer, store_vectors, norm_encoding,
+                                                            value_ranges))
+        return max(minor, FASTSCAN_MINOR_VERSION) if index and uses_blocks(model.n_codewords) else minor
 
     def meta(self, file_kind, ivf):
         return {**quantizer_meta(file_kind, ivf.quantizer), "ivf": ivf_meta(ivf)}
@@ -146,6 +152,10 @@ class IVFFileSchema(FileSchema):
 
     def read_rows(self, reader, meta, ntotal):
         return {"list_offsets": read_list_offsets(reader, meta["n_lists"], ntotal)}
+
+    def row_runs(self, rows):
+        """Each list is a run (fast-scan blocks pad each list to whole blocks)."""
+        return rows["list_offsets"]
 
 
 IVF_FILES = IVFFileSchema()

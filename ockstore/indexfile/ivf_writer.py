@@ -22,15 +22,16 @@ import os
 import numpy as np
 
 from .. import _atomic, storage
+from .._code_blocks import block_bytes, blocks_of_runs, uses_blocks
 from .._index_rows import (
     NORM_DTYPES, STORED_VECTOR_DTYPES, check_model_for, check_store_vectors, resolve_norm_encoding,
 )
 from .._validation import resolve_n_threads
 from ..ivf_quantizer import ivf_from_state
 from ..quantizers import quantizer_from_state
-from .ivf_schema import IVF_FILES, KIND_IVF_INDEX
+from .ivf_schema import IVF_FILES
 from .schema import check_user_metadata, put_value_ranges
-from .writer import IndexWriter
+from .writer import IndexWriter, RowPacker
 
 __all__ = ["IVFIndexWriter", "ROWS_PER_SORT"]
 
@@ -104,8 +105,9 @@ class IVFIndexWriter(IndexWriter):
         self._counts = np.zeros(self._quantizer.n_lists, dtype=np.int64)
         # checks the path; creates nothing yet
         self._writer = storage.FileWriter(path, minor_version=IVF_FILES.minor_version(
-            self._quantizer, self._store_vectors, self._norm_encoding))
+            self._quantizer, self._store_vectors, self._norm_encoding, index=True))
         self._columns = None  # the spill files, created by the first append
+        self._blocks = uses_blocks(self._quantizer.n_codewords)  # 4-bit words: each list in fast-scan blocks
 
     def __repr__(self):
         return f"<IndexWriter {self.path!r} {self._state}, {self._ntotal} vectors, IVF {self._quantizer.n_lists} lists>"
@@ -177,7 +179,7 @@ class IVFIndexWriter(IndexWriter):
             return
         self._check_open()
         ivf = self._quantizer
-        meta = IVF_FILES.meta(KIND_IVF_INDEX, ivf)
+        meta = IVF_FILES.meta(IVF_FILES.index_kind_of(ivf), ivf)
         meta.update(ntotal=self._ntotal, norm_encoding=self._norm_encoding, has_ids=True)
         if self._store_vectors is not None:
             meta["store_vectors"] = self._store_vectors
@@ -190,14 +192,18 @@ class IVFIndexWriter(IndexWriter):
                 put_value_ranges(writer, ivf)
             writer.put("list_offsets", offsets)
             N = self._ntotal
-            writer.declare_filled("codes", "<u1", N, (ivf.code_size,))
+            if self._blocks:  # each list padded to whole blocks (docs/FORMAT.md section 16)
+                writer.declare_filled("code_blocks", "<u1", int(blocks_of_runs(offsets)[-1]),
+                                      (block_bytes(ivf.code_size),))
+            else:
+                writer.declare_filled("codes", "<u1", N, (ivf.code_size,))
             if self._norm_encoding != "none":
                 writer.declare_filled("norms", NORM_DTYPES[self._norm_encoding], N)
             writer.declare_filled("ids", "<i8", N)
             if self._store_vectors is not None:
                 writer.declare_filled("vectors", STORED_VECTOR_DTYPES[self._store_vectors], N, (ivf.dim,))
             if self._columns is not None:
-                self._sort_rows(offsets[:-1].copy())
+                self._sort_rows(offsets[:-1].copy(), blocks_of_runs(offsets)[:-1].copy() if self._blocks else None)
                 self._remove_columns()  # the sorted sections hold every row now
             writer.commit(meta, self._user)
         except BaseException:
@@ -205,9 +211,12 @@ class IVFIndexWriter(IndexWriter):
             raise
         self._state = "committed"
 
-    def _sort_rows(self, cursors):
-        """The counting sort: every spilled row to its list's next free row of the sections (see the module)."""
+    def _sort_rows(self, cursors, block_cursors=None):
+        """The counting sort: every spilled row to its list's next free row of the sections (see the module). With
+        ``block_cursors`` (each list's next free block), codes go into fast-scan blocks: each list packs its rows as
+        they come, holding the rows of its unfinished block (fewer than 32) until the next run or the end."""
         columns = self._columns
+        packers = {}
         for start in range(0, self._ntotal, ROWS_PER_SORT):
             count = min(ROWS_PER_SORT, self._ntotal - start)
             lists = columns["lists"].read(start, count)
@@ -220,8 +229,19 @@ class IVFIndexWriter(IndexWriter):
                 lst = int(sorted_lists[begin])
                 row = int(cursors[lst])
                 for name, block in blocks.items():
-                    self._writer.write_rows(name, row, block[begin:end])
+                    if name == "codes" and block_cursors is not None:
+                        packer = packers.setdefault(lst, RowPacker(self._quantizer))
+                        self._write_blocks(block_cursors, lst, packer.add(block[begin:end]))
+                    else:
+                        self._writer.write_rows(name, row, block[begin:end])
                 cursors[lst] = row + (end - begin)
+        for lst, packer in packers.items():  # the last block of each list, padded
+            self._write_blocks(block_cursors, lst, packer.finish())
+
+    def _write_blocks(self, block_cursors, lst, packed):
+        if len(packed):
+            self._writer.write_rows("code_blocks", int(block_cursors[lst]), packed)
+            block_cursors[lst] += len(packed)
 
     def _remove_columns(self):
         columns, self._columns = self._columns, None

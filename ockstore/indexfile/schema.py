@@ -20,6 +20,7 @@ import numpy as np
 
 from .. import _kinds, storage
 from .._blas import blas_single_thread
+from .._code_blocks import FASTSCAN_MAX_WORDS, CodeBlocks, block_bytes, blocks_of_runs, uses_blocks
 from .._model_tables import SubspaceLayout
 from .._index_rows import NORM_DTYPES, NORM_ENCODINGS, STORE_VECTORS, STORED_VECTOR_DTYPES
 from .._validation import MAX_ABS_VALUE
@@ -27,9 +28,9 @@ from .._version import __version__
 from .._params import STORED_PARAMETERS
 from ..quantizers import METHODS, PARAMETERS, quantizer_from_state
 
-__all__ = ["KIND_INDEX", "KIND_QUANTIZER", "HEADER_MARGIN", "ROTATION_TOLERANCE", "ROW_SECTIONS", "FileSchema",
-           "FLAT_FILES", "check_user_metadata", "quantizer_meta", "format_minor_version", "put_quantizer_sections",
-           "put_value_ranges", "SQ8_MINOR_VERSION", "read_file"]
+__all__ = ["KIND_INDEX", "KIND_QUANTIZER", "KIND_FASTSCAN_INDEX", "FASTSCAN_MINOR_VERSION", "HEADER_MARGIN",
+           "ROTATION_TOLERANCE", "ROW_SECTIONS", "FileSchema", "FLAT_FILES", "check_user_metadata", "quantizer_meta",
+           "format_minor_version", "put_quantizer_sections", "put_value_ranges", "SQ8_MINOR_VERSION", "read_file"]
 
 # docs/FORMAT.md section 11: the values of meta "kind" of flat files and the number of levels of the one-byte norm
 # quantizer. (Inverted files: ivf_schema.py; every kind's values: ockstore._kinds.file_kinds().)
@@ -40,8 +41,14 @@ N_NORM_LEVELS = 256
 # The format minor version from which a file may hold the section 'value_ranges' and sq8 vectors (rule I21).
 SQ8_MINOR_VERSION = 3
 
-# The sections of the rows of an index (section 11.2), which a quantizer file does not hold.
-ROW_SECTIONS = ("codes", "norms", "ids", "vectors")
+# docs/FORMAT.md section 16: the index files of models with at most 16 words per codebook store their codes in
+# fast-scan blocks (section "code_blocks"), under a kind of their own, from format 1.3. Readers of 1.0-1.2 refuse them
+# ("unknown kind") instead of failing on a missing "codes" section, or worse.
+KIND_FASTSCAN_INDEX = "fastscan-index"
+FASTSCAN_MINOR_VERSION = 3
+
+# The sections of the rows of an index (sections 11.2 and 16), which a quantizer file does not hold.
+ROW_SECTIONS = ("codes", "code_blocks", "norms", "ids", "vectors")
 
 # docs/FORMAT.md rule I6: the largest max |R^T R - I| a rotation may show. ockstore's own float32 rotations show about
 # 6e-8 (every method with a rotation, flat and IVF, on sift and minilm, and the golden files), the float32 product at
@@ -316,9 +323,35 @@ class _Reader:
             raise self.fail("unsorted norm levels", "section 'norm_levels' is not in ascending order")
         return arrays
 
-    def index_sections(self, p, ntotal, encoding, has_ids, store_vectors):
-        """Views of codes, norms, ids, vectors (I4, I5); their values are checked by Index.verify (I7)."""
-        codes = self.section("codes", "<u1", (ntotal, p["n_subspaces"] * p["n_codebooks"]), rows=ntotal)
+    def fastscan(self, p, blocks):
+        """A fast-scan kind (``blocks``) needs format 1.3 and a model with at most 16 words per codebook (F1)."""
+        if not blocks:
+            return
+        major, minor = self.mf.version
+        if (major, minor) < (1, FASTSCAN_MINOR_VERSION):
+            raise self.fail("bad format version", f"meta 'kind' = {self.meta.get('kind')!r} exists from format "
+                                                  f"1.{FASTSCAN_MINOR_VERSION}, but the file says {major}.{minor}")
+        if not uses_blocks(p["n_codewords"]):
+            raise self.fail("bad meta", f"meta 'kind' = {self.meta.get('kind')!r} stores 4-bit words, but meta "
+                                        f"'params'['n_codewords'] = {p['n_codewords']} (more than "
+                                        f"{FASTSCAN_MAX_WORDS})")
+
+    def code_sections(self, p, ntotal, blocks, runs):
+        """codes (I4), or for a fast-scan kind code_blocks (F2): the blocks of ``runs`` (the rows of each run; None:
+        one run of ntotal rows), as a CodeBlocks over the view; the other of the two absent (I5, F2)."""
+        W = p["n_subspaces"] * p["n_codebooks"]
+        if not blocks:
+            self.absent("code_blocks", f"meta 'kind' is {self.meta.get('kind')!r}, whose codes are one byte per word")
+            return self.section("codes", "<u1", (ntotal, W), rows=ntotal)
+        self.absent("codes", f"meta 'kind' is {self.meta.get('kind')!r}, whose codes are in 'code_blocks'")
+        n_blocks = int(blocks_of_runs(runs if runs is not None else [0, ntotal])[-1])
+        view = self.section("code_blocks", "<u1", (n_blocks, block_bytes(W)))
+        return CodeBlocks(view, W, runs, ntotal)
+
+    def index_sections(self, p, ntotal, encoding, has_ids, store_vectors, blocks=False, runs=None):
+        """Views of codes (or code_blocks), norms, ids, vectors (I4, I5, F2); their values are checked by Index.verify
+        (I7, F3)."""
+        codes = self.code_sections(p, ntotal, blocks, runs)
         norms = ids = None
         if encoding == "none":
             self.absent("norms", "meta 'norm_encoding' is 'none'")
@@ -376,15 +409,22 @@ class FileSchema:
     Reading: the hooks ``read_file`` calls in its straight line of checks, for what a kind adds to the flat file."""
 
     index_kind = KIND_INDEX          # meta "kind" of its index files
+    fastscan_index_kind = KIND_FASTSCAN_INDEX  # ... of those with 4-bit codes in fast-scan blocks
     quantizer_kind = KIND_QUANTIZER  # ... and of its quantizer files
     own_sections = ()                # sections only the files of this kind hold (V4 refuses them in the others)
     row_sections = ()                # sections of the rows beyond ROW_SECTIONS (a quantizer file holds none)
     description = "a flat index"     # what messages call a file of this kind
 
     # ---- writing
-    def minor_version(self, model, store_vectors, norm_encoding="none", value_ranges=False):
-        """The format minor version its files need (docs/FORMAT.md, "Versions")."""
-        return format_minor_version(model, store_vectors, norm_encoding, value_ranges)
+    def minor_version(self, model, store_vectors, norm_encoding="none", value_ranges=False, index=False):
+        """The format minor version its files need (docs/FORMAT.md, "Versions"): 1.3 for value ranges or sq8 vectors
+        (I21) and for an index of 4-bit codes."""
+        minor = format_minor_version(model, store_vectors, norm_encoding, value_ranges)
+        return max(minor, FASTSCAN_MINOR_VERSION) if index and uses_blocks(model.n_codewords) else minor
+
+    def index_kind_of(self, model):
+        """The meta "kind" of an index file of ``model``: the fast-scan kind when its codes are 4-bit words."""
+        return self.fastscan_index_kind if uses_blocks(model.n_codewords) else self.index_kind
 
     def meta(self, file_kind, model):
         """The meta map of a file of ``file_kind`` holding ``model`` (I1, I2, I9)."""
@@ -411,6 +451,10 @@ class FileSchema:
         """The arrays the kind adds to the rows of an index, by the keyword its index class takes them with."""
         return {}
 
+    def row_runs(self, rows):
+        """The runs of rows of an index (what ``read_rows`` returned): None, one run (an inverted file: its lists)."""
+        return None
+
 
 FLAT_FILES = FileSchema()
 
@@ -434,8 +478,11 @@ def read_file(mf, index_only):
         if encoding == "u8" and model.norm_levels is None:  # I20: a cosine index with C = 1 and no levels
             raise reader.fail("missing section", "section 'norm_levels' is required in this file (meta "
                                                  "'norm_encoding' is 'u8')")
+        blocks = file_kind == files.fastscan_index_kind
+        reader.fastscan(p, blocks)
         extra = files.read_rows(reader, meta, ntotal)
-        codes, norms, ids, stored = reader.index_sections(p, ntotal, encoding, has_ids, store_vectors)
+        codes, norms, ids, stored = reader.index_sections(p, ntotal, encoding, has_ids, store_vectors, blocks,
+                                                          files.row_runs(extra))
         rows = {"codes": codes, "norms": norms, "ids": ids, "norm_encoding": encoding, "vectors": stored,
                 "store_vectors": store_vectors, **extra}
     else:

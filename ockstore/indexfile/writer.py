@@ -10,11 +10,12 @@ from .._index_rows import (
     NORM_DTYPES, STORED_VECTOR_DTYPES, check_fitted_model, check_model_for, check_store_vectors, encode_rows,
     resolve_norm_encoding, vectors_for_storage,
 )
+from .._code_blocks import BLOCK_ROWS, block_bytes, pack_rows, uses_blocks
 from .._validation import as_ids, as_vectors, check_int, resolve_n_threads
 from ..quantizers import quantizer_from_state
-from .schema import FLAT_FILES, KIND_INDEX, check_user_metadata, put_value_ranges
+from .schema import FLAT_FILES, check_user_metadata, put_value_ranges
 
-__all__ = ["IndexWriter", "build_index", "save_quantizer"]
+__all__ = ["IndexWriter", "RowPacker", "build_index", "save_quantizer"]
 
 
 class IndexWriter:
@@ -79,11 +80,15 @@ class IndexWriter:
         self._has_ids = None  # decided by the first add
         # checks the path; creates nothing yet
         writer = storage.FileWriter(path, minor_version=FLAT_FILES.minor_version(self._quantizer, self._store_vectors,
-                                                                                 self._norm_encoding))
+                                                                                 self._norm_encoding, index=True))
         FLAT_FILES.put_model(writer, self._quantizer)
         if self._store_vectors == "sq8":
             put_value_ranges(writer, self._quantizer)
-        writer.declare_growing("codes", "<u1", (self._quantizer.code_size,))
+        self._blocks = RowPacker(self._quantizer) if uses_blocks(self._quantizer.n_codewords) else None
+        if self._blocks is not None:  # 4-bit words, in fast-scan blocks (docs/FORMAT.md section 16)
+            writer.declare_growing("code_blocks", "<u1", (self._blocks.block_bytes,))
+        else:
+            writer.declare_growing("codes", "<u1", (self._quantizer.code_size,))
         if self._norm_encoding != "none":
             writer.declare_growing("norms", NORM_DTYPES[self._norm_encoding])
         if self._store_vectors is not None:
@@ -191,7 +196,10 @@ class IndexWriter:
             if self._has_ids:
                 self._writer.declare_growing("ids", "<i8")
         try:
-            self._writer.append("codes", codes)
+            if self._blocks is not None:
+                self._writer.append("code_blocks", self._blocks.add(codes))
+            else:
+                self._writer.append("codes", codes)
             if norms is not None:
                 self._writer.append("norms", norms)
             if ids is not None:
@@ -214,11 +222,13 @@ class IndexWriter:
         if self._state == "committed":
             return
         self._check_open()
-        meta = FLAT_FILES.meta(KIND_INDEX, self._quantizer)
+        meta = FLAT_FILES.meta(FLAT_FILES.index_kind_of(self._quantizer), self._quantizer)
         meta.update(ntotal=self._ntotal, norm_encoding=self._norm_encoding, has_ids=bool(self._has_ids))
         if self._store_vectors is not None:  # absent means none: files without vectors stay as format 1.0 wrote them
             meta["store_vectors"] = self._store_vectors
         try:
+            if self._blocks is not None:
+                self._writer.append("code_blocks", self._blocks.finish())  # the last rows, in a padded block
             self._writer.commit(meta, self._user)
         except BaseException:
             self.abort()
@@ -232,6 +242,28 @@ class IndexWriter:
             return
         self._state = "aborted"
         self._writer.abort()
+
+
+class RowPacker:
+    """Rows of one-byte words packed into fast-scan blocks as they come: whole blocks out, the rows of an unfinished
+    block (fewer than 32, W bytes each) held until more come or the run ends (``finish``: padded)."""
+
+    def __init__(self, model):
+        self.n_words = model.code_size
+        self.block_bytes = block_bytes(self.n_words)
+        self._held = np.empty((0, self.n_words), dtype=np.uint8)
+
+    def add(self, codes):
+        """The whole blocks that ``codes`` (n, W) completes, (b, block_bytes) uint8 (b may be 0)."""
+        rows = np.concatenate([self._held, codes]) if len(self._held) else np.asarray(codes, dtype=np.uint8)
+        whole = len(rows) // BLOCK_ROWS * BLOCK_ROWS
+        self._held = np.array(rows[whole:], dtype=np.uint8)
+        return pack_rows(rows[:whole]) if whole else np.empty((0, self.block_bytes), dtype=np.uint8)
+
+    def finish(self):
+        """The block of the rows held (padded with zero rows), or no block; nothing is held afterwards."""
+        rows, self._held = self._held, self._held[:0]
+        return pack_rows(rows) if len(rows) else np.empty((0, self.block_bytes), dtype=np.uint8)
 
 
 def build_index(path, quantizer, X, ids=None, *, norm_encoding=None, store_vectors=None, metadata=None,

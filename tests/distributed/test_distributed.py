@@ -293,6 +293,28 @@ def test_argument_errors(client, X, q, tmp_path):
 # searches
 
 
+@pytest.mark.parametrize("kind", ["flat", "ivf"])
+def test_4bit_models_build_fastscan_segments_of_one_process(client, X, tmp_path, kind):
+    """n_codewords = 16 (docs/ARCHITECTURE.md, "Fast scan"): every task writes a fast-scan segment byte-identical to
+    an IndexWriter build of its rows (blocks of 32 rows cut by partitions of 450), and searches equal the
+    collection's, with deletions, rerank and SDC."""
+    learn = base(1200, seed=4)
+    fine = ockstore.OCKM(4, 2, 4, n_codewords=16, n_iter=2, seed=0)
+    model = (fine if kind == "flat" else ockstore.IVF(n_lists=6, quantizer=fine, n_iter=3, seed=0)).fit(learn)
+    path = tmp_path / "c"
+    c = od.build_collection(path, model, da.from_array(X, chunks=(450, DIM)), client=client, store_vectors="float32")
+    c.close()
+    assert segment_bytes(path) == reference_segments(tmp_path / "ref", model, X, ranges(N, 450),
+                                                     store_vectors="float32")
+    with ockstore.open_collection(path, "a") as c:
+        c.delete(np.arange(0, N, 5))
+        c.verify()
+    Q = base(20, seed=9)
+    probe = {} if kind == "flat" else {"n_probe": 3}
+    for options in ({}, {"distance": "sdc"}, {"rerank": 40}):
+        _assert_same(path, Q, 10, client, **probe, **options)
+
+
 def _assert_same(path, Q, k, client, **options):
     D1, I1 = od.search_collection(path, Q, k, client=client, **options)
     with ockstore.open_collection(path) as c:

@@ -103,7 +103,7 @@ def test_meta_and_section_layout_I10_I11(tmp_path, quantizers, base):
     meta, sections, user = parts_of(path)
     assert meta == {
         "kind": "index", "method": "ockm", "library": f"ockstore {ockstore.__version__}",
-        "params": {"dim": P, "n_subspaces": 4, "n_codebooks": 2, "beam_width": 4, "n_codewords": 16, "n_iter": 3,
+        "params": {"dim": P, "n_subspaces": 4, "n_codebooks": 2, "beam_width": 4, "n_codewords": 32, "n_iter": 3,
                    "tol": q.tol, "seed": 0},
         "ntotal": 50, "norm_encoding": "f32", "has_ids": True,
     }
@@ -113,7 +113,7 @@ def test_meta_and_section_layout_I10_I11(tmp_path, quantizers, base):
     dtypes = {name: arr.dtype.str for name, arr in sections.items()}
     assert dtypes == {"rotation": "<f4", "codebooks": "<f4", "objective_history": "<f8", "norm_levels": "<f4",
                       "codes": "|u1", "norms": "<f4", "ids": "<i8"}
-    assert sections["codebooks"].shape == (4, 2, 16, 3)  # S = ceil(10 / 4)
+    assert sections["codebooks"].shape == (4, 2, 32, 3)  # S = ceil(10 / 4)
     np.testing.assert_array_equal(sections["rotation"], q.rotation)
     np.testing.assert_array_equal(sections["objective_history"], q.objective_history)
     np.testing.assert_array_equal(sections["ids"], user_ids(50))
@@ -154,7 +154,7 @@ def test_retrained_quantizer_gives_identical_file_I10(tmp_path, mixture, base):
     """I10: training with the same seed and building again gives the same bytes (no timestamps anywhere)."""
     files = []
     for run in range(2):
-        q = ockstore.OCKM(3, 2, 3, n_codewords=16, n_iter=2, seed=5).fit(mixture)
+        q = ockstore.OCKM(3, 2, 3, n_codewords=32, n_iter=2, seed=5).fit(mixture)
         path = tmp_path / f"r{run}.ock"
         build_index(path, q, base[:100], norm_encoding="u8")
         files.append(path.read_bytes())
@@ -374,7 +374,7 @@ def test_use_after_close_I13(tmp_path, quantizers, base):
 
 def test_writer_captures_the_model(tmp_path, quantizers, mixture, base):
     """Refitting the caller's quantizer while a writer is open does not mix two models in one file."""
-    q = ockstore.OCKM(3, 2, 2, n_codewords=16, n_iter=2, seed=0).fit(mixture)
+    q = ockstore.OCKM(3, 2, 2, n_codewords=32, n_iter=2, seed=0).fit(mixture)
     snapshot = load_quantizer_roundtrip(tmp_path, q)
     with IndexWriter(tmp_path / "x.ock", q) as w:
         w.add(base[:100])

@@ -239,8 +239,8 @@ def test_quantizer_file_with_vector_sections_refused_I5(tmp_path, valid_parts):
 
 
 BAD_VERIFY = [
-    ("codes-above-K", lambda s: {"sections": {"codes": _put(s["codes"], (17, 5), 16)}}, "code out of range",
-     "codes", "row 17, byte 5 holds 16"),
+    ("codes-above-K", lambda s: {"sections": {"codes": _put(s["codes"], (17, 5), 32)}}, "code out of range",
+     "codes", "row 17, byte 5 holds 32"),
     ("codes-255", lambda s: {"sections": {"codes": _put(s["codes"], (39, 0), 255)}}, "code out of range", "codes",
      "row 39, byte 0 holds 255"),
     ("norms-nan", lambda s: {"sections": {"norms": _put(s["norms"], 3, np.nan)}}, "non-finite values", "norms",
@@ -363,9 +363,10 @@ def test_golden_v1_file_I14(tmp_path):
             D, I = index.search(Q, k, distance=distance)
             np.testing.assert_array_equal(I, expected[f"{distance}_I"])
             np.testing.assert_allclose(D, expected[f"{distance}_D"], rtol=1e-5, atol=1e-5)
-        # Writing it again with today's writer gives the same sections and the same meta (library aside).
+        # Writing it again with today's writer gives the same sections and the same meta (library aside), its codes
+        # (K = 16) in fast-scan blocks (docs/FORMAT.md section 16) holding the same words.
         index.save(tmp_path / "copy.ock")
-    assert_same_parts(tmp_path / "copy.ock", path)
+    assert_same_parts(tmp_path / "copy.ock", path, fastscan_copy=True)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -384,7 +385,7 @@ def test_file_info_of_index_and_quantizer_files(tmp_path, quantizers, base):
     assert info == expected
     qinfo = ockstore.file_info(quantizer_path)
     assert qinfo["kind"] == "quantizer"
-    assert (qinfo["P"], qinfo["M"], qinfo["C"], qinfo["K"], qinfo["bits"]) == (P, 4, 2, 16, q.bits)
+    assert (qinfo["P"], qinfo["M"], qinfo["C"], qinfo["K"], qinfo["bits"]) == (P, 4, 2, 32, q.bits)
     assert qinfo["iterations"] == len(q.objective_history) - 1
     assert qinfo["objective"] == q.objective_history[-1]
     assert qinfo["metadata"] == {"note": "q"} and qinfo["format_version"] == "1.3"  # value_ranges (I21)

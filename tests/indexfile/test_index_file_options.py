@@ -16,6 +16,7 @@ from ockstore import build_index, load_quantizer, open_index, save_quantizer, st
 from ockstore.errors import FormatError
 
 import helpers
+import index_files
 
 P = 8
 N = 60
@@ -33,9 +34,9 @@ def data():
 @pytest.fixture(scope="module")
 def quantizers(data):
     X = data[0]
-    return {metric: ockstore.OCKM(2, 2, 2, n_codewords=16, metric=metric, n_iter=2, seed=0).fit(X)
+    return {metric: ockstore.OCKM(2, 2, 2, n_codewords=32, metric=metric, n_iter=2, seed=0).fit(X)
             for metric in ("l2", "ip", "cosine")} | {
-        "pq-cosine": ockstore.PQ(2, n_codewords=16, metric="cosine", n_iter=2, seed=0).fit(X)}
+        "pq-cosine": ockstore.PQ(2, n_codewords=32, metric="cosine", n_iter=2, seed=0).fit(X)}
 
 
 def parts_of(path):
@@ -51,12 +52,9 @@ def built(path, *args, **kwargs):
     return path
 
 
-def write_parts(path, meta, sections, user=None, minor=1):
-    with storage.FileWriter(path, minor_version=minor) as w:
-        for name, array in sections.items():
-            w.put(name, np.ascontiguousarray(array))
-        w.commit(meta, user or {})
-    return path
+def write_parts(path, meta, sections, user=None, minor=None):
+    """A container file of these parts, of format 1.1 (1.3 for fast-scan files, F1) unless ``minor`` says otherwise."""
+    return index_files.write_parts(path, meta, sections, user, minor, floor=1)
 
 
 def edited(parts, meta=None, params=None, drop_meta=(), sections=None, drop=()):

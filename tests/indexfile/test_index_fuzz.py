@@ -1,5 +1,5 @@
-"""Mutation fuzzing of index files (docs/FORMAT.md I1-I9 on top of the container's R1-R23, and V1-V7 of inverted
-files): the harness of tests/support/fuzz_index.py runs in a subprocess over >= 10,000 mutants of a small valid file,
+"""Mutation fuzzing of index files (docs/FORMAT.md I1-I9 on top of the container's R1-R23, V1-V7 of inverted
+files, F1-F3 of fast-scan files: the seed files of K = 4 hold code_blocks, those of K = 32 byte codes): the harness of tests/support/fuzz_index.py runs in a subprocess over >= 10,000 mutants of a small valid file,
 so that a hard crash of the reader fails the test instead of killing pytest.
 """
 
@@ -42,6 +42,13 @@ def test_fuzz_index_file_in_subprocess_I1_to_I9(tmp_path):
     counts = report["counts"]
     assert counts.get("flip1:refused", 0) > 0 and counts.get("header:refused", 0) > 0
     # The index layer was reached and did its part: refusals by its own checks, and searches of files that opened.
+    assert opened_ok >= 1 and report["searches"] >= 2 * opened_ok, (report["searches"], opened_ok)
+
+
+@pytest.mark.slow
+def test_fuzz_byte_code_index_file_in_subprocess_I1_to_I9(tmp_path):
+    """I1-I9 for an index of byte codes (K = 32), now that the seed of K = 4 is a fast-scan file."""
+    report, opened_ok = fuzz_report(make_seed_file(tmp_path / "valid.ock", n_codewords=32), 2500, 5)
     assert opened_ok >= 1 and report["searches"] >= 2 * opened_ok, (report["searches"], opened_ok)
 
 

@@ -50,17 +50,18 @@ def queries():
 
 @pytest.fixture(scope="module")
 def ivf(learn):
-    return IVF(L, ockstore.OCKM(3, 2, 3, n_codewords=16, n_iter=3, seed=0), n_iter=5, seed=1).fit(learn)
+    return IVF(L, ockstore.OCKM(3, 2, 3, n_codewords=32, n_iter=3, seed=0), n_iter=5, seed=1).fit(learn)
 
 
 @pytest.fixture(scope="module")
 def ivf_ip(learn):
-    return IVF(L, ockstore.PQ(4, n_codewords=16, metric="ip", n_iter=3), n_iter=5).fit(learn)
+    return IVF(L, ockstore.PQ(4, n_codewords=32, metric="ip", n_iter=3), n_iter=5).fit(learn)
 
 
-def write_parts(path, meta, sections, user=None, minor=2):
-    """A container file of these parts, of format 1.2 (V1) unless ``minor`` says otherwise."""
-    return write_flat_parts(path, meta, sections, user, minor)
+def write_parts(path, meta, sections, user=None, minor=None):
+    """A container file of these parts, of format 1.2 (V1; 1.3 for fast-scan files, F1) unless ``minor`` says
+    otherwise."""
+    return write_flat_parts(path, meta, sections, user, minor, floor=2)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -191,7 +192,7 @@ def test_append_copies_rows_without_reencoding(tmp_path, ivf, base, queries):
             with IndexWriter(tmp_path / "c.ock", index.quantizer) as w:
                 w._append(np.array(index.codes[:3]), np.array(index.norms[:3]), np.array(index.ids[:3]))
         assert not (tmp_path / "c.ock").exists()
-    flat = ockstore.PQ(4, n_codewords=16).fit(base)
+    flat = ockstore.PQ(4, n_codewords=32).fit(base)
     with pytest.raises(ValueError, match="list_ids"):
         with IndexWriter(tmp_path / "d.ock", flat) as w:
             w._append(np.zeros((2, 4), np.uint8), None, None, list_ids=np.zeros(2, np.int32))
@@ -441,8 +442,9 @@ def test_bad_codes_found_by_verify_and_never_returned_V7(tmp_path, valid, querie
 
 
 def test_golden_files_still_open_unchanged_V8(tmp_path):
-    """V8: files of format 1.0 (the committed golden file) open and search as before; a flat file written today
-    still says 1.0 when it uses nothing newer."""
+    """V8: files of format 1.0 (the committed golden file) open and search as before; written again today, its
+    model (K = 16) makes it a fast-scan file of format 1.3 (F1) that searches alike; a flat file of K > 16 written
+    today still says 1.0 when it uses nothing newer."""
     with open_index(DATA / "golden_v1.ock") as index:
         assert type(index) is Index and index.info()["format_version"] == "1.0"
         Q = np.load(DATA / "golden_v1_queries.npy")
@@ -451,8 +453,15 @@ def test_golden_files_still_open_unchanged_V8(tmp_path):
         with pytest.raises(ValueError, match="n_probe"):
             index.search(Q, 10, n_probe=1)
         index.save(tmp_path / "copy.ock")
-    assert ockstore.file_info(tmp_path / "copy.ock")["format_version"] == "1.0"
-    assert _kinds.file_kinds() == ("index", "quantizer", "ivf-index", "ivf-quantizer")
+        with open_index(tmp_path / "copy.ock") as copy:
+            assert copy.info()["format_version"] == "1.3"
+            np.testing.assert_array_equal(copy.codes, index.codes)
+            np.testing.assert_array_equal(copy.search(Q, 10)[1], I)
+    flat = ockstore.PQ(3, n_codewords=32, n_iter=2, seed=0).fit(np.load(DATA / "golden_v1_queries.npy").repeat(4, 0))
+    build_index(tmp_path / "k32.ock", flat, np.load(DATA / "golden_v1_queries.npy"))
+    assert ockstore.file_info(tmp_path / "k32.ock")["format_version"] == "1.0"
+    assert _kinds.file_kinds() == ("index", "fastscan-index", "quantizer", "ivf-index", "ivf-fastscan-index",
+                                   "ivf-quantizer")
 
 
 def test_golden_ivf_file_V10(tmp_path):
@@ -475,4 +484,4 @@ def test_golden_ivf_file_V10(tmp_path):
             np.testing.assert_array_equal(I, I0[j])
             np.testing.assert_allclose(D, D0[j], rtol=1e-5, atol=1e-5)
         index.save(tmp_path / "copy.ock")
-    assert_same_parts(tmp_path / "copy.ock", path)
+    assert_same_parts(tmp_path / "copy.ock", path, fastscan_copy=True)  # K = 16: the copy in fast-scan blocks

@@ -56,6 +56,12 @@ def run_every_kernel():
             "ockm_t31": ockstore.OCKM(2, 2, 31, n_codewords=64, n_iter=2, seed=6),
             "ockm_ip": ockstore.OCKM(3, 2, 10, metric="ip", n_iter=2, seed=8),
             "ockm_cos": ockstore.OCKM(3, 2, 1, metric="cosine", n_iter=2, seed=9),
+            # K <= 16: codes in fast-scan blocks, scanned by the byte shuffles of each level (n = 403: a last block
+            # of 19 rows; W = 6 and 3: the pad column)
+            "ockm_k16": ockstore.OCKM(3, 2, 10, n_codewords=16, n_iter=2, seed=11),
+            "pq_k16": ockstore.PQ(3, n_codewords=16, n_iter=2, seed=12),
+            "ockm_k16_ip": ockstore.OCKM(3, 2, 4, n_codewords=16, metric="ip", n_iter=2, seed=13),
+            "ockm_k16_cos": ockstore.OCKM(3, 2, 4, n_codewords=16, metric="cosine", n_iter=2, seed=14),  # scales
         }
         for name, q in models.items():
             q.fit(X)
@@ -69,13 +75,15 @@ def run_every_kernel():
                     out[f"{name}.{distance}.{tag}.D"], out[f"{name}.{distance}.{tag}.I"] = D, I
                 D, I = index.search(Q, 5, distance=distance, allow=allow, n_threads=1)
                 out[f"{name}.{distance}.allow.D"], out[f"{name}.{distance}.allow.I"] = D, I
-        for metric in ("l2", "ip"):
-            ivf = ockstore.IVF(8, ockstore.OCKM(3, 2, 10, metric=metric, n_iter=2, seed=10), n_iter=4).fit(X)
+        for metric, K in (("l2", 256), ("ip", 256), ("l2", 16)):
+            ivf = ockstore.IVF(8, ockstore.OCKM(3, 2, 10, n_codewords=K, metric=metric, n_iter=2, seed=10),
+                               n_iter=4).fit(X)
+            name = f"ivf.{metric}" + ("" if K == 256 else f".k{K}")
             for j, part in enumerate(ivf.encode(X)):  # (list ids, codes)
-                out[f"ivf.{metric}.encoded.{j}"] = part
+                out[f"{name}.encoded.{j}"] = part
             index = ockstore.IVFIndex.from_vectors(ivf, X)
             D, I = index.search(Q, 6, n_probe=3, n_threads=2)
-            out[f"ivf.{metric}.D"], out[f"ivf.{metric}.I"] = D, I
+            out[f"{name}.D"], out[f"{name}.I"] = D, I
         for n in (0, 1, 7, 64, 1001):
             v = rng.standard_normal(n).astype(np.float32)
             out[f"max_abs.{n}"] = np.float32(_kernels.max_abs(v))

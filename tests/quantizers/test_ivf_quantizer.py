@@ -82,7 +82,7 @@ def test_params_and_repr(data):
     assert IVF(**params).get_params() == params
     assert "IVF(n_lists=16" in repr(ivf) and "OCKM(" in repr(ivf)
     ivf.fit(data[0])
-    assert ivf.metric == "l2" and ivf.code_size == 6 and ivf.bits == 48 and ivf.n_codewords == 16
+    assert ivf.metric == "l2" and ivf.code_size == 6 and ivf.bits == 24 and ivf.n_codewords == 16
     assert ivf.set_params(n_iter=4, seed=2) is ivf and ivf.is_fitted  # not structural
     ivf.set_params(n_lists=8)
     assert not ivf.is_fitted and ivf.n_lists == 8

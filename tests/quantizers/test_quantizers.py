@@ -273,7 +273,7 @@ def test_learned_attributes(fitted, case):
     method, M, C, T, K = case
     P = 10
     S = -(-P // M)
-    assert q.code_size == M * C and q.bits == 8 * M * C
+    assert q.code_size == M * C and q.bits == (4 if K <= 16 else 8) * M * C  # K <= 16: 4-bit words, as stored
     assert q.codebooks.shape == (M, C, K, S) and q.codebooks.dtype == np.float32
     assert q.subspace_dims.tolist() == ref.subspace_sizes(P, M)
     for m, size in enumerate(ref.subspace_sizes(P, M)):

@@ -82,22 +82,23 @@ def open_and_search(path):
         raise
 
 
-def make_seed_file(path):
-    """A small valid index (2,160 bytes): OCKM P=4 M=2 C=2 T=2 K=4, 6 vectors, user ids, u8 norms, user metadata.
-    Every optional section is present, so every index-layer check has something to find."""
+def make_seed_file(path, n_codewords=4):
+    """A small valid index (about 2 KB): OCKM P=4 M=2 C=2 T=2 K=``n_codewords``, 6 vectors, user ids, u8 norms, user
+    metadata. Every optional section is present, so every index-layer check has something to find. K <= 16: a
+    fast-scan file (docs/FORMAT.md section 16: code_blocks); K > 16: codes one byte per word."""
     rng = np.random.default_rng(0)
     X = rng.normal(size=(64, 4)).astype(np.float32)
-    q = ockstore.OCKM(2, 2, 2, n_codewords=4, n_iter=2, seed=0).fit(X)
+    q = ockstore.OCKM(2, 2, 2, n_codewords=n_codewords, n_iter=2, seed=0).fit(X)
     ockstore.build_index(path, q, X[:6], np.arange(6) * 3 + 1, norm_encoding="u8", metadata={"note": "fuzz"})
     return path
 
 
-def make_ivf_seed_file(path):
-    """A small valid inverted-file index (docs/FORMAT.md section 14): IVF of 3 lists over OCKM P=4 M=2 C=2 T=2 K=4,
-    6 vectors, user ids, u8 norms, user metadata."""
+def make_ivf_seed_file(path, n_codewords=4):
+    """A small valid inverted-file index (docs/FORMAT.md section 14): IVF of 3 lists over OCKM P=4 M=2 C=2 T=2
+    K=``n_codewords``, 6 vectors, user ids, u8 norms, user metadata (K <= 16: its lists in fast-scan blocks)."""
     rng = np.random.default_rng(0)
     X = rng.normal(size=(64, 4)).astype(np.float32)
-    ivf = ockstore.IVF(3, ockstore.OCKM(2, 2, 2, n_codewords=4, n_iter=2, seed=0), n_iter=2).fit(X)
+    ivf = ockstore.IVF(3, ockstore.OCKM(2, 2, 2, n_codewords=n_codewords, n_iter=2, seed=0), n_iter=2).fit(X)
     ockstore.build_index(path, ivf, X[:6], np.arange(6) * 3 + 1, norm_encoding="u8", metadata={"note": "fuzz"})
     return path
 

@@ -1,0 +1,439 @@
+/* The instruction-set kernels of the fast scan (ockstore/_fastscan.h explains the method and the layout): the block
+ * sums and the scan of a run with AVX2 and AVX-512BW, and the entries a dispatcher chooses among, one set per level
+ * (portable, avx2, avx512; _simd_level.h puts them in the kernels' table). Every level computes the same uint16
+ * sums and the same results as the portable one.
+ *
+ * The AVX-512 level of the dispatcher requires AVX-512F; these kernels also need AVX-512BW (byte shuffles and
+ * 16-bit compares on 512-bit registers), present on every AVX-512 CPU except the Xeon Phi: its entries check for it
+ * once and use the AVX2 kernels without it.
+ */
+#ifndef OCKSTORE_FASTSCAN_KERNELS_H
+#define OCKSTORE_FASTSCAN_KERNELS_H
+
+#include "_fastscan.h"
+
+#if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__))
+#define OCK_FS_X86 1
+#include <immintrin.h>
+#include <cpuid.h>
+#define OCK_FS_TARGET_AVX2 __attribute__((target("avx2")))
+#define OCK_FS_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx2")))
+#endif
+
+/* Two queries over the same rows: the portable version scans them one after the other. */
+static inline void ock_fs_scan_run2_portable(const ock_fs_base *b, const ock_fs_query *qa, const ock_fs_query *qb,
+                                             const ock_fs_run *ra, const ock_fs_run *rb, ock_fs_collector *ca,
+                                             ock_fs_collector *cb) {
+    ock_fs_scan_run_portable(b, qa, ra, ca);
+    ock_fs_scan_run_portable(b, qb, rb, cb);
+}
+
+#ifdef OCK_FS_X86
+/* --------------------------------------------------------------------------------------------------------------------
+ * AVX2: one 32-byte load per two columns, two shuffles (rows 0..15 and 16..31), sums in uint16.
+ *
+ * Widening bytes to uint16 costs nothing extra: the shuffled bytes are added as 16-bit words (each word then holds
+ * an even row's entry plus 256 times the next odd row's), the odd rows' entries are added separately (a shift right
+ * by 8), and at the end even = words - 256 * odd. Every sum is taken modulo 2^16, which is exact because no true sum
+ * exceeds OCK_FS_MAX_SUM (checked by ock_fs_quantize).
+ *
+ * The sums stay split by row parity, as the accumulation leaves them: E holds the even rows (0, 2, .., 14 in its low
+ * lane, 16, .., 30 in its high lane), O the odd ones. Comparing them with the threshold in that order and putting the
+ * mask's bits back in row order only for the rare block that has a candidate (ock_fs_unsplit) costs fewer operations
+ * per block than interleaving the sums first; the norm codes are split alike by one byte shuffle. */
+
+/* The running sums of one query over a block: per 16-bit word, lane 0 the even columns and lane 1 the odd ones;
+ * `w` the words as added (even row + 256 x odd row), `odd` the odd rows alone; lo: rows 0..15, hi: rows 16..31. */
+typedef struct {
+    __m256i lo_w, lo_odd, hi_w, hi_odd;
+} ock_fs_acc_avx2;
+
+OCK_FS_TARGET_AVX2 OCK_FS_INLINE
+static inline void ock_fs_acc_zero_avx2(ock_fs_acc_avx2 *a) {
+    a->lo_w = a->lo_odd = a->hi_w = a->hi_odd = _mm256_setzero_si256();
+}
+
+/* Add the entries of one column pair: lo / hi the nibbles of rows 0..15 / 16..31, tab the pair's two tables. */
+OCK_FS_TARGET_AVX2 OCK_FS_INLINE
+static inline void ock_fs_acc_add_avx2(ock_fs_acc_avx2 *a, __m256i tab, __m256i lo, __m256i hi) {
+    const __m256i rl = _mm256_shuffle_epi8(tab, lo);
+    const __m256i rh = _mm256_shuffle_epi8(tab, hi);
+    a->lo_w = _mm256_add_epi16(a->lo_w, rl);
+    a->lo_odd = _mm256_add_epi16(a->lo_odd, _mm256_srli_epi16(rl, 8));
+    a->hi_w = _mm256_add_epi16(a->hi_w, rh);
+    a->hi_odd = _mm256_add_epi16(a->hi_odd, _mm256_srli_epi16(rh, 8));
+}
+
+/* E and O (s[0], s[1]) from running sums laid out as AVX2's: even rows, then the two lanes (even and odd columns)
+ * of rows 0..15 and of rows 16..31 added side by side. */
+OCK_FS_TARGET_AVX2 OCK_FS_INLINE
+static inline void ock_fs_acc_finish_avx2(const ock_fs_acc_avx2 *a, __m256i *s) {
+    const __m256i lo_even = _mm256_sub_epi16(a->lo_w, _mm256_slli_epi16(a->lo_odd, 8));
+    const __m256i hi_even = _mm256_sub_epi16(a->hi_w, _mm256_slli_epi16(a->hi_odd, 8));
+    s[0] = _mm256_add_epi16(_mm256_permute2x128_si256(lo_even, hi_even, 0x20),
+                            _mm256_permute2x128_si256(lo_even, hi_even, 0x31));
+    s[1] = _mm256_add_epi16(_mm256_permute2x128_si256(a->lo_odd, a->hi_odd, 0x20),
+                            _mm256_permute2x128_si256(a->lo_odd, a->hi_odd, 0x31));
+}
+
+/* E and O of a block. */
+OCK_FS_TARGET_AVX2 OCK_FS_INLINE
+static inline void ock_fs_sums_avx2(const uint8_t *block, const uint8_t *qlut, int cols, __m256i *s) {
+    const __m256i nib = _mm256_set1_epi8(0x0f);
+    ock_fs_acc_avx2 a;
+    ock_fs_acc_zero_avx2(&a);
+    for (int c = 0; c < cols; c += 2) {
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(block + (size_t)c * OCK_FS_LANE));
+        const __m256i tab = _mm256_loadu_si256((const __m256i *)(qlut + (size_t)c * OCK_FS_WORDS));
+        ock_fs_acc_add_avx2(&a, tab, _mm256_and_si256(v, nib), _mm256_and_si256(_mm256_srli_epi16(v, 4), nib));
+    }
+    ock_fs_acc_finish_avx2(&a, s);
+}
+
+/* The same for two queries at once: each column pair is loaded and split into nibbles once for both. */
+OCK_FS_TARGET_AVX2 OCK_FS_INLINE
+static inline void ock_fs_sums2_avx2(const uint8_t *block, const uint8_t *qa, const uint8_t *qb, int cols,
+                                     __m256i *sa, __m256i *sb) {
+    const __m256i nib = _mm256_set1_epi8(0x0f);
+    ock_fs_acc_avx2 a, b;
+    ock_fs_acc_zero_avx2(&a);
+    ock_fs_acc_zero_avx2(&b);
+    for (int c = 0; c < cols; c += 2) {
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(block + (size_t)c * OCK_FS_LANE));
+        const __m256i lo = _mm256_and_si256(v, nib), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
+        ock_fs_acc_add_avx2(&a, _mm256_loadu_si256((const __m256i *)(qa + (size_t)c * OCK_FS_WORDS)), lo, hi);
+        ock_fs_acc_add_avx2(&b, _mm256_loadu_si256((const __m256i *)(qb + (size_t)c * OCK_FS_WORDS)), lo, hi);
+    }
+    ock_fs_acc_finish_avx2(&a, sa);
+    ock_fs_acc_finish_avx2(&b, sb);
+}
+
+/* The norm codes of rows 0..31 split by parity, as E and O hold the sums: per lane the even rows' bytes, then the
+ * odd rows'. */
+OCK_FS_TARGET_AVX2 OCK_FS_INLINE
+static inline __m256i ock_fs_norm_split_avx2(const uint8_t *norm_bytes) {
+    const __m256i by_parity = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15,
+                                               0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+    return _mm256_shuffle_epi8(_mm256_loadu_si256((const __m256i *)norm_bytes), by_parity);
+}
+
+/* Add the norm codes' nibble tables (16-bit entries: a shuffle for each byte) to E and O; v: ock_fs_norm_split_avx2. */
+OCK_FS_TARGET_AVX2 OCK_FS_INLINE
+static inline void ock_fs_norm_avx2(__m256i v, const __m256i *tabs, __m256i *s) {
+    const __m256i nib = _mm256_set1_epi8(0x0f);
+    const __m256i lo = _mm256_and_si256(v, nib), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
+    /* tabs: low bytes of lo table, high bytes of lo table, low bytes of hi table, high bytes of hi table */
+    const __m256i a = _mm256_shuffle_epi8(tabs[0], lo), b = _mm256_shuffle_epi8(tabs[1], lo);
+    const __m256i c = _mm256_shuffle_epi8(tabs[2], hi), d = _mm256_shuffle_epi8(tabs[3], hi);
+    /* per lane, the first 8 bytes are even rows, the last 8 odd ones: unpacklo gives E's words, unpackhi O's */
+    s[0] = _mm256_add_epi16(s[0], _mm256_add_epi16(_mm256_unpacklo_epi8(a, b), _mm256_unpacklo_epi8(c, d)));
+    s[1] = _mm256_add_epi16(s[1], _mm256_add_epi16(_mm256_unpackhi_epi8(a, b), _mm256_unpackhi_epi8(c, d)));
+}
+
+/* The four shuffle tables of the norm nibbles (see ock_fs_norm_avx2). */
+OCK_FS_TARGET_AVX2
+static inline void ock_fs_norm_tabs_avx2(const ock_fs_tables *t, __m256i *tabs) {
+    uint8_t b[4][16];
+    for (int j = 0; j < 16; j++) {
+        b[0][j] = (uint8_t)(t->norm_lo[j] & 255);
+        b[1][j] = (uint8_t)(t->norm_lo[j] >> 8);
+        b[2][j] = (uint8_t)(t->norm_hi[j] & 255);
+        b[3][j] = (uint8_t)(t->norm_hi[j] >> 8);
+    }
+    for (int x = 0; x < 4; x++) tabs[x] = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)b[x]));
+}
+
+/* Bits e (bit j: row 2j) and o (bit j: row 2j + 1) interleaved into a row mask. */
+static inline uint32_t ock_fs_interleave_bits(uint32_t e, uint32_t o) {
+    e = (e | (e << 8)) & 0x00ff00ffu;
+    e = (e | (e << 4)) & 0x0f0f0f0fu;
+    e = (e | (e << 2)) & 0x33333333u;
+    e = (e | (e << 1)) & 0x55555555u;
+    o = (o | (o << 8)) & 0x00ff00ffu;
+    o = (o | (o << 4)) & 0x0f0f0f0fu;
+    o = (o | (o << 2)) & 0x33333333u;
+    o = (o | (o << 1)) & 0x55555555u;
+    return e | (o << 1);
+}
+
+/* E's and O's words with sum <= thr, as a mask in "packs" order: bytes E low lane, O low lane, E high, O high. */
+OCK_FS_TARGET_AVX2 OCK_FS_INLINE
+static inline uint32_t ock_fs_split_mask_avx2(const __m256i *s, __m256i thr) {
+    const __m256i m0 = _mm256_cmpeq_epi16(_mm256_max_epu16(s[0], thr), thr);
+    const __m256i m1 = _mm256_cmpeq_epi16(_mm256_max_epu16(s[1], thr), thr);
+    return (uint32_t)_mm256_movemask_epi8(_mm256_packs_epi16(m0, m1));
+}
+
+/* A mask of ock_fs_split_mask_avx2 in row order. */
+static inline uint32_t ock_fs_unsplit_avx2(uint32_t m) {
+    return ock_fs_interleave_bits((m & 0xffu) | ((m >> 8) & 0xff00u), ((m >> 8) & 0xffu) | ((m >> 16) & 0xff00u));
+}
+
+/* E and O in row order: rows 0..15 in r[0], 16..31 in r[1]. */
+OCK_FS_TARGET_AVX2 OCK_FS_INLINE
+static inline void ock_fs_rows_avx2(const __m256i *s, __m256i *r) {
+    const __m256i lo = _mm256_unpacklo_epi16(s[0], s[1]), hi = _mm256_unpackhi_epi16(s[0], s[1]);
+    r[0] = _mm256_permute2x128_si256(lo, hi, 0x20);
+    r[1] = _mm256_permute2x128_si256(lo, hi, 0x31);
+}
+
+/* Store the sums of E and O in row order. */
+OCK_FS_TARGET_AVX2 OCK_FS_INLINE
+static inline void ock_fs_store_rows_avx2(const __m256i *s, uint16_t *out) {
+    __m256i r[2];
+    ock_fs_rows_avx2(s, r);
+    _mm256_storeu_si256((__m256i *)out, r[0]);
+    _mm256_storeu_si256((__m256i *)(out + 16), r[1]);
+}
+
+OCK_FS_TARGET_AVX2
+static void ock_fs_block_sums_avx2(const uint8_t *block, const uint8_t *qlut, const ock_fs_tables *t,
+                                   const uint8_t *norm_bytes, uint16_t *out) {
+    __m256i s[2];
+    ock_fs_sums_avx2(block, qlut, t->cols, s);
+    if (t->has_norm) {
+        __m256i tabs[4];
+        ock_fs_norm_tabs_avx2(t, tabs);
+        ock_fs_norm_avx2(ock_fs_norm_split_avx2(norm_bytes), tabs, s);
+    }
+    ock_fs_store_rows_avx2(s, out);
+}
+
+/* The float32 norms' test of the 32 rows (ock_fs_limits), from E and O; a row-order mask. */
+OCK_FS_TARGET_AVX2
+static inline uint32_t ock_fs_f32_mask_avx2(const __m256i *s, const float *norms, const ock_fs_limits *L) {
+    const __m256 sc = _mm256_set1_ps(L->fscale), ka = _mm256_set1_ps(L->fkappa), th = _mm256_set1_ps(L->fthr);
+    const __m256 magnitude = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+    __m256i r[2];
+    ock_fs_rows_avx2(s, r);
+    uint32_t m = 0;
+    for (int g = 0; g < 4; g++) {
+        const __m128i h = (g & 1) ? _mm256_extracti128_si256(r[g >> 1], 1) : _mm256_castsi256_si128(r[g >> 1]);
+        const __m256 sf = _mm256_cvtepi32_ps(_mm256_cvtepu16_epi32(h));
+        const __m256 n = _mm256_loadu_ps(norms + 8 * g);
+        const __m256 y = _mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(sf, sc), n),
+                                       _mm256_mul_ps(ka, _mm256_and_ps(n, magnitude)));
+        m |= (uint32_t)_mm256_movemask_ps(_mm256_cmp_ps(y, th, _CMP_LE_OQ)) << (8 * g);
+    }
+    return m;
+}
+
+/* The rows of one query's block that may be within its limit (row order), and their sums in `sums` when any. */
+OCK_FS_TARGET_AVX2 OCK_FS_INLINE
+static inline uint32_t ock_fs_block_rows_avx2(const __m256i *s, __m256i thr, const ock_fs_limits *L,
+                                              const float *norms, uint32_t live, uint16_t *sums) {
+    uint32_t mask;
+    if (L->f32) {
+        mask = ock_fs_f32_mask_avx2(s, norms, L) & live;
+    } else {
+        mask = ock_fs_split_mask_avx2(s, thr);
+        if (mask == 0) return 0;
+        mask = ock_fs_unsplit_avx2(mask) & live;
+    }
+    if (mask) ock_fs_store_rows_avx2(s, sums);
+    return mask;
+}
+
+OCK_FS_TARGET_AVX2 OCK_FS_INLINE
+static inline __m256i ock_fs_threshold_avx2(const ock_fs_limits *L) {
+    return _mm256_set1_epi16((short)(uint16_t)(L->thr < 0 ? 0 : L->thr));
+}
+
+OCK_FS_TARGET_AVX2
+static void ock_fs_scan_run_avx2(const ock_fs_base *b, const ock_fs_query *q, const ock_fs_run *run,
+                                 ock_fs_collector *c) {
+    const int cols = q->t->cols;
+    const size_t bytes = (size_t)OCK_FS_LANE * (size_t)cols;
+    const size_t nb = ock_fs_blocks(run->n_rows);
+    const int has_norm = q->t->has_norm;
+    ock_fs_limits L;
+    ock_fs_limits_set(&L, b, q, run, c->limit);
+    __m256i thr = ock_fs_threshold_avx2(&L);
+    __m256i tabs[4];
+    if (has_norm) ock_fs_norm_tabs_avx2(q->t, tabs);
+    uint8_t spare[32];
+    float fspare[32];
+    uint16_t sums[OCK_FS_BLOCK];
+    for (size_t bi = 0; bi < nb && L.thr >= 0; bi++) {
+        const uint32_t live = ock_fs_live_bits(b, run, bi);
+        if (live == 0) continue;
+        const uint8_t *block = run->blocks + bi * bytes;
+        const size_t r0 = run->row0 + bi * OCK_FS_BLOCK;
+        ock_fs_prefetch(b, run, bi + OCK_FS_PREFETCH, bytes);
+        __m256i s[2];
+        ock_fs_sums_avx2(block, q->qlut, cols, s);
+        if (has_norm) ock_fs_norm_avx2(ock_fs_norm_split_avx2(ock_fs_norm_bytes(b, r0, spare)), tabs, s);
+        const uint32_t mask =
+            ock_fs_block_rows_avx2(s, thr, &L, L.f32 ? ock_fs_norm_floats(b, r0, fspare) : NULL, live, sums);
+        if (mask && ock_fs_collect_block(c, b, q, run, block, r0, mask, sums, &L)) {
+            ock_fs_limits_set(&L, b, q, run, c->limit);
+            thr = ock_fs_threshold_avx2(&L);
+        }
+    }
+}
+
+/* Two queries over the same run (a batch's flat scan): the block's codes are read and split once for both. */
+OCK_FS_TARGET_AVX2
+static void ock_fs_scan_run2_avx2(const ock_fs_base *b, const ock_fs_query *qa, const ock_fs_query *qb,
+                                  const ock_fs_run *ra, const ock_fs_run *rb, ock_fs_collector *ca,
+                                  ock_fs_collector *cb) {
+    const int cols = qa->t->cols;
+    const size_t bytes = (size_t)OCK_FS_LANE * (size_t)cols;
+    const size_t nb = ock_fs_blocks(ra->n_rows);
+    const int has_norm = qa->t->has_norm;
+    ock_fs_limits La, Lb;
+    ock_fs_limits_set(&La, b, qa, ra, ca->limit);
+    ock_fs_limits_set(&Lb, b, qb, rb, cb->limit);
+    __m256i thra = ock_fs_threshold_avx2(&La), thrb = ock_fs_threshold_avx2(&Lb);
+    __m256i tabsa[4], tabsb[4];
+    if (has_norm) {
+        ock_fs_norm_tabs_avx2(qa->t, tabsa);
+        ock_fs_norm_tabs_avx2(qb->t, tabsb);
+    }
+    uint8_t spare[32];
+    float fspare[32];
+    uint16_t sums[OCK_FS_BLOCK];
+    for (size_t bi = 0; bi < nb && (La.thr >= 0 || Lb.thr >= 0); bi++) {
+        const uint32_t live = ock_fs_live_bits(b, ra, bi);
+        if (live == 0) continue;
+        const uint8_t *block = ra->blocks + bi * bytes;
+        const size_t r0 = ra->row0 + bi * OCK_FS_BLOCK;
+        ock_fs_prefetch(b, ra, bi + OCK_FS_PREFETCH, bytes);
+        __m256i sa[2], sb[2];
+        ock_fs_sums2_avx2(block, qa->qlut, qb->qlut, cols, sa, sb);
+        if (has_norm) {
+            const __m256i nv = ock_fs_norm_split_avx2(ock_fs_norm_bytes(b, r0, spare));
+            ock_fs_norm_avx2(nv, tabsa, sa);
+            ock_fs_norm_avx2(nv, tabsb, sb);
+        }
+        const float *nf = La.f32 ? ock_fs_norm_floats(b, r0, fspare) : NULL;
+        uint32_t mask = La.thr < 0 ? 0 : ock_fs_block_rows_avx2(sa, thra, &La, nf, live, sums);
+        if (mask && ock_fs_collect_block(ca, b, qa, ra, block, r0, mask, sums, &La)) {
+            ock_fs_limits_set(&La, b, qa, ra, ca->limit);
+            thra = ock_fs_threshold_avx2(&La);
+        }
+        mask = Lb.thr < 0 ? 0 : ock_fs_block_rows_avx2(sb, thrb, &Lb, nf, live, sums);
+        if (mask && ock_fs_collect_block(cb, b, qb, rb, block, r0, mask, sums, &Lb)) {
+            ock_fs_limits_set(&Lb, b, qb, rb, cb->limit);
+            thrb = ock_fs_threshold_avx2(&Lb);
+        }
+    }
+}
+
+/* --------------------------------------------------------------------------------------------------------------------
+ * AVX-512BW: the same layout, four columns (two 32-byte pairs) per 64-byte load; a last lone pair is loaded with a
+ * mask (zero codes and a zero table add nothing). The four lanes are added down to AVX2's two, then finished alike;
+ * the comparison takes E and O in one register (mask bits 0..15: E's words, 16..31: O's). */
+
+OCK_FS_TARGET_AVX512 OCK_FS_INLINE
+static inline void ock_fs_sums_avx512(const uint8_t *block, const uint8_t *qlut, int cols, __m256i *s) {
+    const __m512i nib = _mm512_set1_epi8(0x0f);
+    __m512i lo_w = _mm512_setzero_si512(), lo_odd = _mm512_setzero_si512();
+    __m512i hi_w = _mm512_setzero_si512(), hi_odd = _mm512_setzero_si512();
+    for (int c = 0; c < cols; c += 4) {
+        const __mmask64 keep = cols - c >= 4 ? ~(__mmask64)0 : (__mmask64)0xffffffffull;
+        const __m512i v = _mm512_maskz_loadu_epi8(keep, block + (size_t)c * OCK_FS_LANE);
+        const __m512i tab = _mm512_maskz_loadu_epi8(keep, qlut + (size_t)c * OCK_FS_WORDS);
+        const __m512i rl = _mm512_shuffle_epi8(tab, _mm512_and_si512(v, nib));
+        const __m512i rh = _mm512_shuffle_epi8(tab, _mm512_and_si512(_mm512_srli_epi16(v, 4), nib));
+        lo_w = _mm512_add_epi16(lo_w, rl);
+        lo_odd = _mm512_add_epi16(lo_odd, _mm512_srli_epi16(rl, 8));
+        hi_w = _mm512_add_epi16(hi_w, rh);
+        hi_odd = _mm512_add_epi16(hi_odd, _mm512_srli_epi16(rh, 8));
+    }
+    /* lanes 0 + 2 and 1 + 3: AVX2's running sums (lane 0 even columns, lane 1 odd), then AVX2's finish */
+    ock_fs_acc_avx2 a;
+    a.lo_w = _mm256_add_epi16(_mm512_castsi512_si256(lo_w), _mm512_extracti64x4_epi64(lo_w, 1));
+    a.lo_odd = _mm256_add_epi16(_mm512_castsi512_si256(lo_odd), _mm512_extracti64x4_epi64(lo_odd, 1));
+    a.hi_w = _mm256_add_epi16(_mm512_castsi512_si256(hi_w), _mm512_extracti64x4_epi64(hi_w, 1));
+    a.hi_odd = _mm256_add_epi16(_mm512_castsi512_si256(hi_odd), _mm512_extracti64x4_epi64(hi_odd, 1));
+    ock_fs_acc_finish_avx2(&a, s);
+}
+
+OCK_FS_TARGET_AVX512
+static void ock_fs_block_sums_avx512bw(const uint8_t *block, const uint8_t *qlut, const ock_fs_tables *t,
+                                       const uint8_t *norm_bytes, uint16_t *out) {
+    __m256i s[2];
+    ock_fs_sums_avx512(block, qlut, t->cols, s);
+    if (t->has_norm) {
+        __m256i tabs[4];
+        ock_fs_norm_tabs_avx2(t, tabs);
+        ock_fs_norm_avx2(ock_fs_norm_split_avx2(norm_bytes), tabs, s);
+    }
+    ock_fs_store_rows_avx2(s, out);
+}
+
+OCK_FS_TARGET_AVX512
+static void ock_fs_scan_run_avx512bw(const ock_fs_base *b, const ock_fs_query *q, const ock_fs_run *run,
+                                     ock_fs_collector *c) {
+    const int cols = q->t->cols;
+    const size_t bytes = (size_t)OCK_FS_LANE * (size_t)cols;
+    const size_t nb = ock_fs_blocks(run->n_rows);
+    const int has_norm = q->t->has_norm;
+    ock_fs_limits L;
+    ock_fs_limits_set(&L, b, q, run, c->limit);
+    __m256i tabs[4];
+    if (has_norm) ock_fs_norm_tabs_avx2(q->t, tabs);
+    uint8_t spare[32];
+    float fspare[32];
+    uint16_t sums[OCK_FS_BLOCK];
+    for (size_t bi = 0; bi < nb && L.thr >= 0; bi++) {
+        const uint32_t live = ock_fs_live_bits(b, run, bi);
+        if (live == 0) continue;
+        const uint8_t *block = run->blocks + bi * bytes;
+        const size_t r0 = run->row0 + bi * OCK_FS_BLOCK;
+        ock_fs_prefetch(b, run, bi + OCK_FS_PREFETCH, bytes);
+        __m256i s[2];
+        ock_fs_sums_avx512(block, q->qlut, cols, s);
+        if (has_norm) ock_fs_norm_avx2(ock_fs_norm_split_avx2(ock_fs_norm_bytes(b, r0, spare)), tabs, s);
+        uint32_t mask;
+        if (L.f32) {
+            mask = ock_fs_f32_mask_avx2(s, ock_fs_norm_floats(b, r0, fspare), &L) & live;
+        } else {
+            const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(s[0]), s[1], 1);
+            mask = (uint32_t)_mm512_cmple_epu16_mask(both, _mm512_set1_epi16((short)(uint16_t)L.thr));
+            if (mask == 0) continue;
+            mask = ock_fs_interleave_bits(mask & 0xffffu, mask >> 16) & live;
+        }
+        if (mask == 0) continue;
+        ock_fs_store_rows_avx2(s, sums);
+        if (ock_fs_collect_block(c, b, q, run, block, r0, mask, sums, &L)) ock_fs_limits_set(&L, b, q, run, c->limit);
+    }
+}
+
+/* The AVX-512 level's entries: the AVX-512BW kernels where the CPU has AVX-512BW, the AVX2 ones otherwise. */
+static int ock_fs_avx512bw = -1;
+
+static inline int ock_fs_has_avx512bw(void) {
+    if (ock_fs_avx512bw < 0) {
+        unsigned a, b, c, d;
+        ock_fs_avx512bw = __get_cpuid_count(7, 0, &a, &b, &c, &d) ? (int)((b >> 30) & 1) : 0;
+    }
+    return ock_fs_avx512bw;
+}
+
+static inline void ock_fs_scan_run_avx512(const ock_fs_base *b, const ock_fs_query *q, const ock_fs_run *run,
+                                          ock_fs_collector *c) {
+    if (ock_fs_has_avx512bw()) ock_fs_scan_run_avx512bw(b, q, run, c);
+    else ock_fs_scan_run_avx2(b, q, run, c);
+}
+
+static inline void ock_fs_scan_run2_avx512(const ock_fs_base *b, const ock_fs_query *qa, const ock_fs_query *qb,
+                                           const ock_fs_run *ra, const ock_fs_run *rb, ock_fs_collector *ca,
+                                           ock_fs_collector *cb) {
+    if (ock_fs_has_avx512bw()) {
+        ock_fs_scan_run_avx512bw(b, qa, ra, ca);
+        ock_fs_scan_run_avx512bw(b, qb, rb, cb);
+    } else {
+        ock_fs_scan_run2_avx2(b, qa, qb, ra, rb, ca, cb);
+    }
+}
+
+static inline void ock_fs_block_sums_avx512(const uint8_t *block, const uint8_t *qlut, const ock_fs_tables *t,
+                                            const uint8_t *norm_bytes, uint16_t *out) {
+    if (ock_fs_has_avx512bw()) ock_fs_block_sums_avx512bw(block, qlut, t, norm_bytes, out);
+    else ock_fs_block_sums_avx2(block, qlut, t, norm_bytes, out);
+}
+#endif /* OCK_FS_X86 */
+
+#endif
