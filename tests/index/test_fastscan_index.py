@@ -4,7 +4,7 @@ rerank, SDC, n_probe, 1 and 2 threads, each SIMD level), against two oracles:
 
 * NumPy brute force over the decoded words (tests/support/search_checks.py, ivf_checks.py: values within float32
   rounding, the right ids), and
-* the 8-bit scan of the same words (``_kernels.scan`` / ``_kernels.ivf_scan`` over the unpacked codes), which the
+* the 8-bit scan of the same words (``_kernels.scan`` / ``IvfLists`` over the unpacked codes), which the
   fast scan must equal bit for bit: the returned distances are the exact ADC distances, not the quantized sums.
 """
 

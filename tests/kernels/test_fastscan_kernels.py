@@ -2,8 +2,9 @@
 exactly what the 8-bit scans return over the same words (docs/ARCHITECTURE.md, "Fast scan") -- the same distances,
 rows and order, for every kind of table, norm encoding, filter, bound, thread count and SIMD level.
 
-The oracle of the scans is the 8-bit scan of the unpacked words (`_kernels.scan`, `_kernels.ivf_scan`), itself
-tested against NumPy brute force in tests/index; one test here also checks a fast scan against NumPy directly.
+The oracle of the scans is the 8-bit scan of the unpacked words (`_kernels.scan`, `IvfLists` with
+`_kernels.ivf_search`), itself tested against NumPy brute force in tests/index; one test here also checks a fast
+scan against NumPy directly.
 tools/fastscan_harness.c checks the C kernels alone (every level against brute force, ~10,000 random cases).
 """
 
