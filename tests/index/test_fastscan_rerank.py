@@ -145,3 +145,20 @@ def test_4bit_index_with_sq8_vectors_round_trips(kind, tmp_path):
             for got, want in zip(opened.search(QUERIES, K, **options, **probe), index.search(QUERIES, K, **options,
                                                                                             **probe)):
                 np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("kind", ["flat", "ivf"])
+def test_a_bad_stored_row_among_the_candidates_is_named(kind):
+    """The compiled loop flags a non-finite stored row among the fast scan's candidates; the search names it (the
+    FormatError of the vectors section, as the byte-code path does) instead of returning it."""
+    good = ockstore.Index.from_vectors(model(kind, "l2"), BASE, store_vectors="float32")
+    vectors = np.array(good.vectors)
+    vectors[5] = np.nan
+    if kind == "ivf":
+        index = ockstore.IVFIndex(good.quantizer, good.codes, good.norms, good.ids, good.list_offsets,
+                                  good.norm_encoding, vectors=vectors)
+    else:
+        index = ockstore.Index(good.quantizer, good.codes, good.norms, good.ids, good.norm_encoding, vectors=vectors)
+    ids = np.arange(len(good)) if good.ids is None else np.asarray(good.ids)
+    with pytest.raises(ockstore.errors.FormatError, match="row 5 holds NaN"):
+        index.search(BASE[ids[5]][None, :], K, **every_list(index))
