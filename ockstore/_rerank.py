@@ -132,7 +132,9 @@ def rerank_candidates(Q, rows, stored, k, n_threads=None):
     positions = np.empty((nq, k), dtype=np.int64)
     flags = np.empty(nq, dtype=np.int32)
     threads = 1 if nq <= 1 else resolve_n_threads(n_threads)
-    rows = np.ascontiguousarray(rows, dtype=np.int64)
+    # in row order, as the byte-code scans hand theirs over: the loop then reads the stored rows forwards (prefetch),
+    # 1.8x faster at R = 1,000 than in the scan's order; the k best of a set do not depend on its order
+    rows = np.sort(rows, axis=1)
     _kernels.rerank(stored.source, np.ascontiguousarray(Q, dtype=np.float32), rows, None, D, ids, positions, flags,
                     threads)
     if flags.any():
