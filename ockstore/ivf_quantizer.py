@@ -351,7 +351,8 @@ class IVF(Model):
     def _probe(self, Q, n_probe):
         """(lists int32 (nq, n_probe), terms float32 (nq, n_probe)): the lists a search of prepared queries Q
         (float32, C-contiguous) probes, and their terms (``_probing`` says how; the search kernel runs the same
-        coarse step). For tests and tools: a search does not call it."""
+        coarse step). The search of lists in fast-scan blocks calls it (ivf_index.search_block_lists: IvfLists probes
+        byte-code lists itself); tests and tools too."""
         ct, c_sqnorms, kind, term_factor = self._probing()
         lists = np.empty((Q.shape[0], n_probe), dtype=np.int32)
         terms = np.empty((Q.shape[0], n_probe), dtype=np.float32)
