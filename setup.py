@@ -57,7 +57,9 @@ class BuildExt(build_ext):
         openmp = want_openmp and _compiler_accepts(compiler_cmd, ["-fopenmp"])
         march = os.environ.get("OCKSTORE_MARCH", "")
         for ext in self.extensions:
-            ext.extra_compile_args += ["-O3", "-fno-math-errno", "-Wno-unreachable-code"]
+            # no fused multiply-add the source does not write, in the Cython loops too (a build with -march=native
+            # must round as every other build does: the inverted file's list terms are products added to sums)
+            ext.extra_compile_args += ["-O3", "-fno-math-errno", "-ffp-contract=off", "-Wno-unreachable-code"]
             if march:
                 ext.extra_compile_args.append(f"-march={march}")
             if openmp:

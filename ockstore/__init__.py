@@ -26,12 +26,13 @@ from .ivf_index import IVFIndex
 from .quantizers import CKM, ECKM, OCKM, PQ, Quantizer
 from .indexfile import kinds as _index_kinds  # noqa: F401  (registers the kinds of index: flat, inverted file)
 from .collection import Collection, CollectionWarning, create_collection, open_collection
+from .tuning import tune
 from . import datasets, evaluation, paths
 
 __all__ = [
     "PQ", "CKM", "ECKM", "OCKM", "Quantizer", "IVF",
     "Index", "IVFIndex", "IndexWriter", "build_index", "open_index", "file_info", "save_quantizer", "load_quantizer",
-    "Collection", "create_collection", "open_collection", "CollectionWarning",
+    "Collection", "create_collection", "open_collection", "CollectionWarning", "tune",
     "FormatError", "NotFittedError", "CollectionLockedError",
     "datasets", "evaluation", "paths",
     "__version__",

@@ -11,7 +11,8 @@ encode the same vectors into the same bytes.
                              scores <q, x_hat> as before format 1.3; an inverted file with metric "l2" always needs
                              one)
     vectors (n, P) float16, float32 or uint8: the vectors themselves, as given, when the index stores them for
-            exact re-ranking (``store_vectors``)
+            exact re-ranking (``store_vectors``); for "sq8", uint8 codes through the model's value ranges
+            (``ockstore._sq8``)
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import numpy as np
 
 from . import _kinds
 from ._norm_levels import scalar_encode
+from ._sq8 import sq8_encode
 from ._validation import check_choice, to_float32_rows
 from .errors import NotFittedError
 
@@ -31,8 +33,9 @@ NORM_ENCODINGS = ("f32", "u8", "none")
 NORM_DTYPES = {"f32": np.dtype("<f4"), "u8": np.dtype("<u1")}
 
 # What ``store_vectors`` accepts, and the dtype of the ``vectors`` section each choice writes.
-STORE_VECTORS = ("float16", "float32", "uint8")
-STORED_VECTOR_DTYPES = {"float16": np.dtype("<f2"), "float32": np.dtype("<f4"), "uint8": np.dtype("<u1")}
+STORE_VECTORS = ("float16", "float32", "uint8", "sq8")
+STORED_VECTOR_DTYPES = {"float16": np.dtype("<f2"), "float32": np.dtype("<f4"), "uint8": np.dtype("<u1"),
+                        "sq8": np.dtype("<u1")}
 FLOAT16_MAX = float(np.finfo(np.float16).max)
 
 # The norm encoding of quantizers with C >= 2 when none is asked for. "u8" keeps 64-bit OCKM codes at 9 bytes per
@@ -100,17 +103,26 @@ def resolve_norm_encoding(model, norm_encoding):
     return norm_encoding
 
 
-def check_store_vectors(store_vectors):
-    """None, or one of STORE_VECTORS (ValueError naming store_vectors otherwise)."""
+def check_store_vectors(store_vectors, model=None):
+    """None, or one of STORE_VECTORS (ValueError naming store_vectors otherwise). "sq8" needs the value ranges of
+    ``model`` (the fitted model the vectors are stored with; ValueError when it has none)."""
     if store_vectors is None:
         return None
-    return check_choice(store_vectors, "store_vectors", STORE_VECTORS)
+    store_vectors = check_choice(store_vectors, "store_vectors", STORE_VECTORS)
+    if store_vectors == "sq8" and model is not None and model.value_ranges is None:
+        raise ValueError("store_vectors='sq8' needs the value ranges a model learns when it is fitted; this "
+                         f"{type(model).__name__} has none (it was read from a file that holds none: fit it again, "
+                         "or load it from the file of an index with sq8 vectors)")
+    return store_vectors
 
 
-def vectors_for_storage(X, store_vectors, name="X", first_row=0):
+def vectors_for_storage(model, X, store_vectors, name="X", first_row=0):
     """Checked rows ``X`` (any real dtype, right dimension) as the ``vectors`` section stores them: float32 or
-    float16 (ValueError when a value is beyond float16's range) or uint8 (ValueError unless every value is an
-    integer in 0..255). NaN and inf raise ValueError. The vectors are stored as given: not normalised for cosine."""
+    float16 (ValueError when a value is beyond float16's range), uint8 (ValueError unless every value is an
+    integer in 0..255), or sq8 codes through ``model.value_ranges`` (values outside the ranges clipped to them).
+    NaN and inf raise ValueError. The vectors are stored as given: not normalised for cosine."""
+    if store_vectors == "sq8":
+        return sq8_encode(to_float32_rows(X, name), model.value_ranges)
     if store_vectors == "uint8":
         if X.dtype == np.uint8:
             return np.ascontiguousarray(X)
@@ -150,7 +162,7 @@ def encode_step(model, X, norm_encoding, store_vectors, n_threads, first_row=0):
     """What an index stores for the checked rows ``X`` of one step: ``(lists (n,) int32, or None for a flat model,
     codes, norms or None, vectors or None)``. The vectors to store are checked first: a refused value costs no
     encoding."""
-    vectors = None if store_vectors is None else vectors_for_storage(X, store_vectors, "X", first_row)
+    vectors = None if store_vectors is None else vectors_for_storage(model, X, store_vectors, "X", first_row)
     return (*encode_rows(model, X, norm_encoding, n_threads, first_row), vectors)
 
 

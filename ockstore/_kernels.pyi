@@ -55,7 +55,34 @@ class TableModel:
 def scan(
     model: TableModel, queries: F32 | None, rotated: F64 | None, codes: U8, norms_f32: F32 | None,
     norm_codes: U8 | None, norm_levels: F32 | None, ids: I64 | None, allow: U64 | None, out_dist: F32,
-    out_rows: I64, n_threads: int, bound: F32 | None = None, norm_scales: bool = False,
+    out_rows: I64, n_threads: int, bound: F32 | None = None, rerank_rows: RerankSource | None = None,
+    rerank: int = 0, rerank_queries: F32 | None = None, out_flags: I32 | None = None, norm_scales: bool = False,
+) -> None: ...
+
+# Exact re-ranking (_rerank.h).
+RERANK_FLOAT32: int
+RERANK_FLOAT16: int
+RERANK_UINT8: int
+RERANK_SQ8: int
+RERANK_L2: int
+RERANK_IP: int
+RERANK_COSINE: int
+RERANK_BAD_VALUES: int
+RERANK_ZERO_VECTOR: int
+
+class RerankSource:
+    def __init__(
+        self, rows: list[U8], ids: list[I64 | None], kind: int, metric: int, dim: int, value_ranges: F32 | None,
+    ) -> None: ...
+    @property
+    def n_parts(self) -> int: ...
+
+def rerank(
+    source: RerankSource, queries: F32, rows: I64, parts: I64 | None, out_values: F32, out_ids: I64,
+    out_positions: I64 | None, out_flags: I32, n_threads: int,
+) -> None: ...
+def exact_search(
+    source: RerankSource, queries: F32, n_rows: int, out_values: F32, out_ids: I64, out_flags: I32, n_threads: int,
 ) -> None: ...
 
 # The inverted file.
@@ -63,12 +90,19 @@ def coarse_assign(X: F32, neg2_ct: F32, c_sqnorms: F32, labels: I32, distances: 
 def cluster_sums(X: F32, labels: I32, sums: F64, counts: I64) -> None: ...
 def probe(
     queries: F32, ct: F32, c_sqnorms: F32, kind: int, term_factor: float, out_lists: I32, out_terms: F32,
-    n_threads: int,
 ) -> None: ...
-def ivf_scan(
-    model: TableModel, queries: F32, codes: U8, norms_f32: F32 | None, norm_codes: U8 | None,
-    norm_levels: F32 | None, ids: I64, allow: U64 | None, list_offsets: I64, lists: I32, terms: F32, out_dist: F32,
-    out_rows: I64, n_threads: int, norm_scales: bool = False,
+
+class IvfLists:
+    def __init__(
+        self, model: TableModel, ct: F32, c_sqnorms: F32, probe_kind: int, term_factor: float, codes: U8,
+        norms_f32: F32 | None, norm_codes: U8 | None, norm_levels: F32 | None, ids: I64, list_offsets: I64,
+        norm_scales: bool = False,
+    ) -> None: ...
+
+def ivf_search(
+    lists: IvfLists, queries: F32, n_probe: int, allow: U64 | None, out_dist: F32, out_rows: I64, n_threads: int,
+    rerank_rows: RerankSource | None = None, rerank: int = 0, rerank_queries: F32 | None = None,
+    out_flags: I32 | None = None,
 ) -> None: ...
 
 # Fast scan: codes of words below 16 in blocks of FASTSCAN_BLOCK rows (docs/FORMAT.md section 16; _fastscan.h).

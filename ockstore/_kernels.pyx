@@ -6,9 +6,9 @@
     _kernels_scan.pxi     the one ADC scan loop of byte codes, its collectors (heap, TopK) and the order of results
     _kernels_codec.pxi    beam encoding, decoding, code norms, normal equations, row products, the vector check
     _kernels_search.pxi   the exhaustive scan of a batch of queries (scan)
+    _kernels_rerank.pxi   exact re-ranking of candidates from their stored rows (_rerank.h), and the exact search
     _kernels_ivf.pxi      the inverted file: coarse assignment, k-means sums, probing, the scan of probed lists
     _kernels_fastscan.pxi the fast scan of 4-bit codes in blocks (_fastscan.h; its SIMD kernels in _simd.h's table)
-    (next: _kernels_rerank.pxi over _rerank.h: an include line here, its C kernels registered in _simd.h's table)
 
 The contract of every kernel:
 - It trusts its arguments (the Python layers validate and allocate): C-contiguous arrays of the documented shapes and
@@ -24,7 +24,7 @@ The contract of every kernel:
 import os
 
 from cython.parallel cimport parallel, prange, threadid
-from libc.math cimport INFINITY
+from libc.math cimport INFINITY, nextafterf
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint64_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy, memset
@@ -34,6 +34,7 @@ include "_kernels_common.pxi"
 include "_kernels_scan.pxi"
 include "_kernels_codec.pxi"
 include "_kernels_search.pxi"
+include "_kernels_rerank.pxi"
 include "_kernels_ivf.pxi"
 include "_kernels_fastscan.pxi"
 
@@ -55,7 +56,7 @@ def _level_number(str name):
 
 
 def simd_level():
-    """The SIMD level the kernels run at: "portable", "avx2" (AVX2 and FMA) or "avx512" (AVX-512F). The best this CPU
+    """The SIMD level the kernels run at: "portable", "avx2" (AVX2, FMA and F16C) or "avx512" (AVX-512F). The best this CPU
     runs, unless the environment variable OCKSTORE_SIMD asked for a lower one when the module loaded."""
     return ock_simd_level_name(ock_simd_level()).decode()
 

@@ -41,6 +41,10 @@ cdef extern from "_simd.h" nogil:
     double ock_tables(const double *z, const float *words_t, const double *sqnorms, int M, int C, int K, int S,
                       int kind, int slots, double *acc, float *lut)
     void ock_coarse_dots(const float *q, const float *ct, int P, int L, float *out)
+    # The exact values of re-ranking (_rerank.h; the query loop is declared in _kernels_rerank.pxi).
+    ctypedef struct ock_rr_value_table:
+        pass
+    const ock_rr_value_table *ock_rerank_values()
 
 cdef extern from *:
     int _count_trailing_zeros "__builtin_ctzll"(unsigned long long) noexcept nogil

@@ -17,9 +17,6 @@ cdef enum:
     # (ASSIGN_ROWS x L floats: 1 MiB for 1,024 lists) stay in L2 while their minima are taken. The chunks are fixed
     # row ranges, so which thread computes one never changes its result.
     ASSIGN_ROWS = 256
-    # Candidates a query's TopK collector holds beyond its k (at least; k more for k above it): each compaction
-    # (linear in k + slack) then frees room for at least this many candidates.
-    TOPK_SLACK = 256
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -100,7 +97,190 @@ def cluster_sums(const float[:, ::1] X,       # IN (n, P)
 
 
 # --------------------------------------------------------------------------------------------------------------------
-# Probing: the n_probe best lists of each query, and their list terms.
+# The search of an inverted file, query by query: the coarse step (the n_probe best lists and their terms), one
+# table, the scan of the probed lists, and with re-ranking the exact values of the candidates, all before the query's
+# results leave the kernel.
+#
+# Probing ranks the lists of a query by ||q - c_l||^2 (PROBE_L2, up to the constant ||q||^2) or by -q.c_l (PROBE_IP)
+# and keeps the n_probe best (a TopK collector over the L keys, ids the list numbers); list l's term is
+# term_factor * q.c_l. The inner products are float32 sums in a fixed order (_ivf.h).
+#
+# For a query with tables lut[w, k], constant term qconst, and a probed list l with term t_l, the distance to code b
+# of the list with norm term n_b is
+#     dist = (qconst + t_l) + n_b + sum_w lut[w, b_w]
+# (the scan loop of _kernels_scan.pxi with the term qconst + t_l). Each query collects its k best (dist, id) pairs in
+# a TopK buffer: a query scans only thousands of codes, too few for a heap to pay. With re-ranking, it collects R
+# candidates instead and re-ranks them from their stored rows (_rerank.h).
+
+
+cdef struct IvfQuery:
+    # What every query of an ivf_search call shares.
+    TableSource tables          # the fine quantizer's model, and the queries
+    const float *ct             # (P, L) the centroids, transposed
+    const float *c_sqnorms      # (L,)
+    int L
+    int probe_kind
+    float term_factor
+    const uint8_t *codes        # (N, W), or NULL when N == 0
+    int W
+    NormTerms norms
+    const int64_t *ids          # (N,)
+    const uint64_t *allow       # bitmap of the rows to scan, or NULL
+    const int64_t *offsets      # (L + 1,)
+    int n_probe
+    int k
+    int width                   # candidates collected: k, or R with re-ranking
+    const ock_rr_source *rerank  # the stored rows, or NULL: no re-ranking
+    const ock_rr_value_table *values
+    const float *rerank_queries  # (nq, P)
+    Py_ssize_t lut_items
+    Py_ssize_t work_items
+
+
+cdef class IvfLists:
+    """The arrays an inverted-file search reads, as typed views held for the life of the object (a search converts
+    none of them again: a query searched alone pays for no more than its own arrays).
+
+    model : TableModel of the fine quantizer (search.QueryTables.model), kind TABLE_L2_NORM_TERM ("l2") or
+        TABLE_NEG_DOT
+    ct : (P, L) float32, the centroids transposed; c_sqnorms : (L,) float32, their squared norms
+    probe_kind : PROBE_L2 or PROBE_IP; term_factor : -2 ("l2") or -1 (scores): list l's term is term_factor * q.c_l
+    codes : (N, W) uint8, rows list after list; norms_f32 : (N,) float32 or None; norm_codes : (N,) uint8 or None,
+        with norm_levels (256,) float32; ids : (N,) int64; list_offsets : (L + 1,) int64, from 0 to N;
+    norm_scales : the norm terms scale each code's sum instead of being added (cosine: 1 / ||c_l + R z_b||)
+    """
+
+    cdef TableModel _model
+    cdef const float[:, ::1] _ct
+    cdef const float[::1] _c_sqnorms
+    cdef const uint8_t[:, ::1] _codes
+    cdef const float[::1] _norms_f32
+    cdef const uint8_t[::1] _norm_codes
+    cdef const float[::1] _norm_levels
+    cdef const int64_t[::1] _ids
+    cdef const int64_t[::1] _offsets
+    cdef IvfQuery job
+
+    def __cinit__(self, TableModel model not None, const float[:, ::1] ct not None,
+                  const float[::1] c_sqnorms not None, int probe_kind, float term_factor,
+                  const uint8_t[:, ::1] codes not None, const float[::1] norms_f32, const uint8_t[::1] norm_codes,
+                  const float[::1] norm_levels, const int64_t[::1] ids not None,
+                  const int64_t[::1] list_offsets not None, bint norm_scales=False):
+        self._model = model
+        self._ct = ct
+        self._c_sqnorms = c_sqnorms
+        self._codes = codes
+        self._norms_f32 = norms_f32
+        self._norm_codes = norm_codes
+        self._norm_levels = norm_levels
+        self._ids = ids
+        self._offsets = list_offsets
+        memset(&self.job, 0, sizeof(IvfQuery))
+        self.job.tables = model._source
+        self.job.ct = &ct[0, 0]
+        self.job.c_sqnorms = &c_sqnorms[0]
+        self.job.L = ct.shape[1]
+        self.job.probe_kind = probe_kind
+        self.job.term_factor = term_factor
+        self.job.codes = &codes[0, 0] if codes.shape[0] > 0 else NULL
+        self.job.W = codes.shape[1]
+        self.job.norms = _norm_terms(norms_f32, norm_codes, norm_levels, norm_scales)
+        self.job.ids = &ids[0] if ids.shape[0] > 0 else NULL
+        self.job.offsets = &list_offsets[0]
+        self.job.lut_items = _slice_items(<Py_ssize_t>self.job.W * SLOTS)
+        self.job.work_items = _slice_items(_table_work_items(&self.job.tables))
+
+
+def ivf_search(IvfLists lists not None,        # IN the index's arrays
+               const float[:, ::1] queries,     # IN (nq, P)
+               int n_probe,                     # IN lists probed per query, 1..L
+               const uint64_t[::1] allow,       # IN (ceil(N / 64),) bitmap of the rows to scan, or None: all
+               float[:, ::1] out_dist,          # OUT (nq, k) ascending; with re-ranking the exact values
+               int64_t[:, ::1] out_rows,        # OUT (nq, k) the rows of the results; (inf, -1) past the last
+               int n_threads,
+               RerankSource rerank_rows=None,   # IN the stored rows (part 0: these N rows) to re-rank from, or None
+               int rerank=0,                    # IN with rerank_rows: candidates kept per query (>= k)
+               const float[:, ::1] rerank_queries=None,  # IN (nq, P) the queries re-ranked (None: `queries`; SDC
+                                                         #    scans with reconstructions, re-ranks with the queries)
+               int32_t[::1] out_flags=None):    # OUT (nq,) with rerank_rows: bad rows seen (rerank's flags)
+    """For each query: its n_probe best lists and their terms, its one table (_query_tables, the same arithmetic as
+    the exhaustive scan's), then its probed lists scanned, keeping its k best (dist, id) among the allowed rows;
+    writes their distances and row numbers. With rerank_rows: keeps `rerank` candidates instead, and writes the k
+    best of them by exact value (distances ascending, scores descending; _rerank.h) and their rows. Queries run in
+    parallel, each on one thread from start to end (one thread for a single query: no parallel region), so results do
+    not depend on the number of threads."""
+    cdef IvfQuery job = lists.job
+    cdef int nq = out_dist.shape[0]
+    cdef int k = out_dist.shape[1]
+    cdef Py_ssize_t stride
+    cdef int64_t *scratch = NULL
+    cdef int q, tid
+    if nq == 0 or k == 0:
+        return
+    if n_threads > nq:
+        n_threads = nq
+    if n_threads < 1:
+        n_threads = 1
+    job.tables.queries = &queries[0, 0]
+    job.allow = &allow[0] if allow is not None and allow.shape[0] > 0 else NULL
+    job.n_probe = n_probe
+    job.k = k
+    job.width = k
+    if rerank_rows is not None:
+        job.rerank = &rerank_rows.src
+        job.values = ock_rerank_values()
+        job.width = rerank if rerank > k else k
+        job.rerank_queries = &rerank_queries[0, 0] if rerank_queries is not None else &queries[0, 0]
+    stride = _slice_items(_ivf_query_items(&job))
+    try:
+        scratch = <int64_t *>_alloc(<size_t>n_threads * stride * sizeof(int64_t), "ivf_search's scratch (per thread)")
+        if n_threads == 1:
+            with nogil:
+                for q in range(nq):
+                    _ivf_query(&job, q, scratch, &out_dist[q, 0], &out_rows[q, 0],
+                               &out_flags[q] if out_flags is not None else NULL)
+        else:
+            with nogil, parallel(num_threads=n_threads):
+                tid = threadid()
+                for q in prange(nq, schedule='dynamic'):
+                    _ivf_query(&job, q, scratch + tid * stride, &out_dist[q, 0], &out_rows[q, 0],
+                               &out_flags[q] if out_flags is not None else NULL)
+    finally:
+        free(scratch)
+
+
+cdef inline Py_ssize_t _probe_items(int L, int n_probe) noexcept nogil:
+    """8-byte items of one query's probing scratch: the inner products (L floats), a collector of n_probe, and the
+    sorted lists (n_probe rows and keys)."""
+    return (L + 1) // 2 + _topk_items(n_probe) + n_probe * 2
+
+
+cdef inline Py_ssize_t _ivf_query_items(const IvfQuery *job) noexcept nogil:
+    """8-byte items of one query's scratch: probing, its table, the table kernel's work, its collector, and with
+    re-ranking the candidates and the re-ranking loop's own scratch."""
+    cdef Py_ssize_t items = (_probe_items(job.L, job.n_probe) + (job.lut_items + 1) // 2 + job.work_items
+                             + _topk_items(job.width))
+    if job.rerank != NULL:
+        items += job.width * 2 + job.k + (<Py_ssize_t>ock_rr_scratch_bytes(job.rerank.P, job.k) + 7) // 8 + 8
+    return items
+
+
+cdef void _probe_query(const float *q, const float *ct, const float *c_sqnorms, int P, int L, int kind, int n_probe,
+                       float *dots, int64_t *buffers, int64_t *lists, float *keys) noexcept nogil:
+    """The coarse step of one query: dots (L,) its inner products with the centroids, lists (n_probe,) the lists it
+    probes, best first, and their keys; buffers: _topk_items(n_probe) 8-byte items."""
+    cdef TopK t
+    cdef int l
+    ock_coarse_dots(q, ct, P, L, dots)
+    _topk_start(&t, buffers, n_probe, NULL, INFINITY)
+    if kind == PROBE_BY_L2:
+        for l in range(L):
+            ock_topk_offer(&t, c_sqnorms[l] - 2 * dots[l], l)
+    else:
+        for l in range(L):
+            ock_topk_offer(&t, -dots[l], l)
+    ock_topk_finish(&t, keys, lists, 1)
+
 
 def probe(const float[:, ::1] queries,      # IN (nq, P)
           const float[:, ::1] ct,           # IN (P, L): the centroids, transposed
@@ -108,151 +288,74 @@ def probe(const float[:, ::1] queries,      # IN (nq, P)
           int kind,                         # IN PROBE_L2 or PROBE_IP
           float term_factor,                # IN the list term is term_factor * q.c_l: -2 (metric "l2"), -1 (scores)
           int32_t[:, ::1] out_lists,        # OUT (nq, n_probe): the lists to scan, best first (ties: smaller l)
-          float[:, ::1] out_terms,          # OUT (nq, n_probe): their list terms
-          int n_threads):
-    """Rank the lists of each query by ||q - c_l||^2 (PROBE_L2) or by -q.c_l (PROBE_IP), keep the n_probe best (a
-    TopK collector over the L keys, ids the list numbers) and their list terms term_factor * q.c_l. The inner
-    products are float32 sums in a fixed order (_ivf.h). Queries run in parallel; each query's result depends on
-    nothing else."""
+          float[:, ::1] out_terms):         # OUT (nq, n_probe): their list terms
+    """The coarse step of ivf_search on its own (its tests check the lists a query probes): the same function."""
     cdef int nq = queries.shape[0]
-    cdef int P = queries.shape[1]
     cdef int L = ct.shape[1]
     cdef int n_probe = out_lists.shape[1]
-    cdef int cap = n_probe + (n_probe if n_probe > TOPK_SLACK else TOPK_SLACK)
-    cdef Py_ssize_t dot_stride = _slice_items(L)
-    cdef Py_ssize_t buf_stride = _slice_items(cap)
-    cdef float *dots = NULL
-    cdef float *buf_d = NULL
-    cdef int64_t *buf_r = NULL
-    cdef TopK *collectors = NULL
-    cdef TopK *t
-    cdef float *qd
-    cdef int q, l, j, tid
+    cdef int64_t *scratch = NULL
+    cdef float *dots
+    cdef int64_t *lists
+    cdef int q, j
     if nq == 0 or n_probe == 0:
         return
-    if n_threads < 1:
-        n_threads = 1
     try:
-        dots = <float *>_alloc(<size_t>n_threads * dot_stride * sizeof(float), "probe's inner products (per thread)")
-        buf_d = <float *>_alloc(<size_t>n_threads * buf_stride * sizeof(float), "probe's list keys (per thread)")
-        buf_r = <int64_t *>_alloc(<size_t>n_threads * buf_stride * sizeof(int64_t), "probe's lists (per thread)")
-        collectors = <TopK *>_alloc(<size_t>n_threads * 2 * _slice_items(sizeof(TopK)), "probe's collectors")
-        with nogil, parallel(num_threads=n_threads):
-            tid = threadid()
-            qd = dots + tid * dot_stride
-            t = <TopK *>(<char *>collectors + <size_t>tid * 2 * _slice_items(sizeof(TopK)))
-            for q in prange(nq, schedule='dynamic'):
-                ock_coarse_dots(&queries[q, 0], &ct[0, 0], P, L, qd)
-                _topk_init(t, buf_d + tid * buf_stride, buf_r + tid * buf_stride, n_probe, cap, NULL)
-                if kind == PROBE_BY_L2:
-                    for l in range(L):
-                        _topk_offer(t, c_sqnorms[l] - 2 * qd[l], l)
-                else:
-                    for l in range(L):
-                        _topk_offer(t, -qd[l], l)
-                _topk_sort_into(t, t.d, t.r)  # in place: the n_probe best come first
+        scratch = <int64_t *>_alloc(<size_t>_probe_items(L, n_probe) * sizeof(int64_t), "probe's scratch")
+        dots = <float *>scratch
+        lists = scratch + (L + 1) // 2 + _topk_items(n_probe)
+        with nogil:
+            for q in range(nq):
+                _probe_query(&queries[q, 0], &ct[0, 0], &c_sqnorms[0], queries.shape[1], L, kind, n_probe, dots,
+                             scratch + (L + 1) // 2, lists, <float *>(lists + n_probe))
                 for j in range(n_probe):
-                    l = <int>t.r[j]
-                    out_lists[q, j] = l
-                    out_terms[q, j] = term_factor * qd[l]
+                    out_lists[q, j] = <int32_t>lists[j]
+                    out_terms[q, j] = term_factor * dots[lists[j]]
     finally:
-        free(dots)
-        free(buf_d)
-        free(buf_r)
-        free(collectors)
+        free(scratch)
 
 
-# --------------------------------------------------------------------------------------------------------------------
-# The scan of the probed lists.
-#
-# For a query with tables lut[w, k], constant term qconst, and a probed list l with term t_l, the distance to code b
-# of the list with norm term n_b is
-#     dist = (qconst + t_l) + n_b + sum_w lut[w, b_w]
-# (the scan loop of _kernels_scan.pxi with the term qconst + t_l); with norm scales (cosine: s_b = 1 / ||c_l + R z_b||),
-# dist = ((qconst + t_l) + sum_w lut[w, b_w]) * s_b. Each query collects its k best (dist, id) pairs in
-# a TopK buffer: a query scans only thousands of codes, too few for a heap to pay.
-
-def ivf_scan(TableModel model not None,         # IN the fine quantizer's table arrays (search.QueryTables.model)
-             const float[:, ::1] queries,       # IN (nq, P)
-             const uint8_t[:, ::1] codes,       # IN (N, W), rows list after list
-             const float[::1] norms_f32,        # IN (N,) float32 norm terms, or None
-             const uint8_t[::1] norm_codes,     # IN (N,) one-byte norm codes, or None
-             const float[::1] norm_levels,      # IN (256,) levels of the one-byte norm codes (with them), or None
-             const int64_t[::1] ids,            # IN (N,): the id of each row
-             const uint64_t[::1] allow,         # IN (ceil(N / 64),) bitmap of the rows to scan, or None: all
-             const int64_t[::1] list_offsets,   # IN (L + 1,): non-decreasing, from 0 to N
-             const int32_t[:, ::1] lists,       # IN (nq, n_probe): the lists each query scans (from probe)
-             const float[:, ::1] terms,         # IN (nq, n_probe): their list terms
-             float[:, ::1] out_dist,            # OUT (nq, k) ascending
-             int64_t[:, ::1] out_rows,          # OUT (nq, k) the rows of the results; (inf, -1) past the last
-             int n_threads,
-             bint norm_scales=False):           # IN the norm terms scale each code's sum (cosine: 1 / ||x_hat||)
-    """For each query: its one table (_query_tables, the same arithmetic as the exhaustive scan's), then its probed
-    lists scanned, keeping its k best (dist, id) among the allowed rows; writes their distances and row numbers.
-    Queries run in parallel, each on one thread from start to end, so results do not depend on the number of
-    threads."""
-    cdef TableSource source = model._source
-    cdef int nq = out_dist.shape[0]
-    cdef int n_probe = lists.shape[1]
-    cdef int k = out_dist.shape[1]
-    cdef int W = codes.shape[1]
-    cdef int cap = k + (k if k > TOPK_SLACK else TOPK_SLACK)
-    cdef Py_ssize_t buf_stride = _slice_items(cap)
-    cdef Py_ssize_t lut_stride = _slice_items(<Py_ssize_t>W * SLOTS)
-    cdef Py_ssize_t work_stride
-    cdef const uint8_t *code_rows = &codes[0, 0] if codes.shape[0] > 0 else NULL
-    cdef NormTerms norms = _norm_terms(norms_f32, norm_codes, norm_levels, norm_scales)
-    cdef const int64_t *row_ids = &ids[0] if ids.shape[0] > 0 else NULL
-    cdef const uint64_t *allowed = &allow[0] if allow is not None and allow.shape[0] > 0 else NULL
-    cdef const int64_t *offsets = &list_offsets[0]
-    cdef float *buf_d = NULL
-    cdef int64_t *buf_r = NULL
-    cdef float *luts = NULL
-    cdef double *work = NULL
-    cdef TopK *collectors = NULL
-    cdef TopK *t
-    cdef float *lut
-    cdef double *w
-    cdef int q, j, tid
-    cdef int32_t l
+cdef void _ivf_query(const IvfQuery *job, int q, int64_t *scratch, float *out_dist, int64_t *out_rows,
+                     int32_t *out_flag) noexcept nogil:
+    """ivf_search's work for query q, in `scratch` (_ivf_query_items)."""
+    cdef float *dots = <float *>scratch
+    cdef int64_t *probe_buffers = scratch + (job.L + 1) // 2
+    cdef int64_t *lists = probe_buffers + _topk_items(job.n_probe)
+    cdef float *list_keys = <float *>(lists + job.n_probe)
+    cdef float *lut = <float *>(scratch + _probe_items(job.L, job.n_probe))
+    cdef double *work = <double *>(<int64_t *>lut + (job.lut_items + 1) // 2)
+    cdef int64_t *buffers = <int64_t *>(work + job.work_items)
+    cdef int64_t *candidates
+    cdef float *candidate_dist
+    cdef int64_t *positions
+    cdef const float *query = job.tables.queries + <Py_ssize_t>q * job.tables.P
+    cdef TopK t
     cdef float qconst, start_term
-    if nq == 0 or k == 0:
+    cdef int j, l, flag
+    _probe_query(query, job.ct, job.c_sqnorms, job.tables.P, job.L, job.probe_kind, job.n_probe, dots,
+                 probe_buffers, lists, list_keys)
+    # the table, then the lists
+    qconst = _query_tables(&job.tables, q, work, lut, SLOTS)
+    _topk_start(&t, buffers, job.width, job.ids, INFINITY)
+    for j in range(job.n_probe):
+        l = <int>lists[j]
+        start_term = qconst + job.term_factor * dots[l]
+        if job.allow != NULL:
+            _scan_allowed_rows(&t, job.codes, job.W, lut, start_term, _norm_terms_from(job.norms, job.offsets[l]),
+                               job.offsets[l], job.offsets[l + 1], job.allow)
+        else:
+            _scan_rows(&t, job.codes, job.W, lut, start_term, _norm_terms_from(job.norms, job.offsets[l]),
+                       job.offsets[l], job.offsets[l + 1], NULL)
+    if job.rerank == NULL:
+        ock_topk_finish(&t, out_dist, out_rows, 1)
         return
-    if n_threads < 1:
-        n_threads = 1
-    source.queries = &queries[0, 0]
-    work_stride = _slice_items(_table_work_items(&source))
-    try:
-        buf_d = <float *>_alloc(<size_t>n_threads * buf_stride * sizeof(float),
-                                "ivf_scan's top-k candidates (distances, per thread)")
-        buf_r = <int64_t *>_alloc(<size_t>n_threads * buf_stride * sizeof(int64_t),
-                                  "ivf_scan's top-k candidates (rows, per thread)")
-        luts = <float *>_alloc(<size_t>n_threads * lut_stride * sizeof(float), "ivf_scan's query tables (per thread)")
-        work = <double *>_alloc(<size_t>n_threads * work_stride * sizeof(double),
-                                "ivf_scan's table computation (per thread)")
-        # one collector per thread, each in a cache line of its own
-        collectors = <TopK *>_alloc(<size_t>n_threads * 2 * _slice_items(sizeof(TopK)), "ivf_scan's collectors")
-        with nogil, parallel(num_threads=n_threads):
-            tid = threadid()
-            t = <TopK *>(<char *>collectors + <size_t>tid * 2 * _slice_items(sizeof(TopK)))
-            lut = luts + tid * lut_stride
-            w = work + tid * work_stride
-            for q in prange(nq, schedule='dynamic'):
-                qconst = _query_tables(&source, q, w, lut, SLOTS)
-                _topk_init(t, buf_d + tid * buf_stride, buf_r + tid * buf_stride, k, cap, row_ids)
-                for j in range(n_probe):
-                    l = lists[q, j]
-                    start_term = qconst + terms[q, j]
-                    if allowed != NULL:
-                        _scan_allowed_rows(t, code_rows, W, lut, start_term, _norm_terms_from(norms, offsets[l]),
-                                           offsets[l], offsets[l + 1], allowed)
-                    else:
-                        _scan_rows(t, code_rows, W, lut, start_term, _norm_terms_from(norms, offsets[l]),
-                                   offsets[l], offsets[l + 1], NULL)
-                _topk_sort_into(t, &out_dist[q, 0], &out_rows[q, 0])
-    finally:
-        free(buf_d)
-        free(buf_r)
-        free(luts)
-        free(work)
-        free(collectors)
+    # re-ranking: the candidates in the order they came (their set is what counts), the k best by exact value
+    candidates = buffers + _topk_items(job.width)
+    candidate_dist = <float *>(candidates + job.width)
+    positions = candidates + job.width * 2
+    ock_topk_finish(&t, candidate_dist, candidates, 0)
+    flag = ock_rerank_query(job.rerank, job.rerank_queries + <Py_ssize_t>q * job.rerank.P, candidates, NULL,
+                            job.width, job.k, positions + job.k, job.values, out_dist, out_rows, positions)
+    for j in range(job.k):
+        out_rows[j] = candidates[positions[j]] if positions[j] >= 0 else -1
+    if out_flag != NULL:
+        out_flag[0] = flag

@@ -108,151 +108,49 @@ cdef struct Heap:
 
 
 # --------------------------------------------------------------------------------------------------------------------
-# A top-k collector for short scans (the inverted file's): a buffer of `cap` > k candidates instead of a heap.
-#
-# A heap pays a sift-down of log2(k) unpredictable comparisons for every candidate that enters it, and when a query
-# scans a few thousand codes for k = 100 most candidates do enter (the first k all do): that cost then exceeds the
-# scan itself. The collector appends every candidate not worse than its threshold (one predictable comparison and
-# two stores) and, when the buffer is full, keeps its k best (a quickselect, linear in cap) and sets the threshold
-# to the worst of them. Results are the same as a heap's: the k best (distance, id) pairs of the candidates, in
-# ascending order; the collector only changes the cost.
+# A top-k collector for scans that keep many candidates or read few codes (_topk.h): a buffer of `cap` > k candidates
+# instead of a heap, compacted by a radix selection when full. The inverted file's scan and the probing of its lists
+# use it, and the exhaustive scan when it keeps many candidates (re-ranking); results are those of a heap.
 
-cdef struct TopK:
-    float *d                    # (cap,) distances of the candidates kept
-    int64_t *r                  # (cap,) their rows
-    int k
-    int cap                     # > k
-    int n                       # candidates held
-    float threshold             # a candidate enters when its distance is <= threshold (no NaN, no +inf ever)
-    const int64_t *ids          # row -> id (NULL: the row number), for ties
+cdef extern from "_topk.h" nogil:
+    ctypedef struct ock_topk:
+        float *d                # (cap,) distances of the candidates held
+        int64_t *r              # (cap,) their rows
+        int k
+        int cap
+        int n
+        float threshold         # a candidate enters when its distance is <= threshold
+        const int64_t *ids
+    int ock_topk_capacity(int k)
+    void ock_topk_init(ock_topk *t, float *d, int64_t *r, int64_t *scratch, int k, const int64_t *ids, float bound)
+    void ock_topk_push(ock_topk *t, float d, int64_t row)
+    void ock_topk_offer(ock_topk *t, float d, int64_t row)
+    void ock_topk_finish(ock_topk *t, float *out_d, int64_t *out_r, int sorted)
 
-
-cdef inline void _topk_init(TopK *t, float *d, int64_t *r, int k, int cap, const int64_t *ids) noexcept nogil:
-    t.d = d
-    t.r = r
-    t.k = k
-    t.cap = cap
-    t.n = 0
-    t.threshold = 3.4028234663852886e+38  # the largest float: +inf (a corrupt code's distance) never enters
-    t.ids = ids
+ctypedef ock_topk TopK
 
 
-cdef inline void _topk_append(TopK *t, float d, int64_t row) noexcept nogil:
-    """Add a candidate already found not worse than the threshold."""
-    t.d[t.n] = d
-    t.r[t.n] = row
-    t.n += 1
-    if t.n == t.cap:
-        _topk_compact(t)
+cdef inline Py_ssize_t _topk_items(int k) noexcept nogil:
+    """8-byte items of one collector's buffers: cap distances (as 8-byte items, rounded up), cap rows, 2 cap scratch."""
+    cdef Py_ssize_t cap = ock_topk_capacity(k)
+    return (cap + 1) // 2 + 3 * cap
 
 
-cdef inline void _topk_offer(TopK *t, float d, int64_t row) noexcept nogil:
-    if d <= t.threshold:
-        _topk_append(t, d, row)
+cdef inline void _topk_start(TopK *t, int64_t *buffers, int k, const int64_t *ids, float bound) noexcept nogil:
+    """A collector of k in `buffers` (_topk_items(k) 8-byte items); only distances below `bound` enter."""
+    cdef Py_ssize_t cap = ock_topk_capacity(k)
+    ock_topk_init(t, <float *>buffers, buffers + (cap + 1) // 2, buffers + (cap + 1) // 2 + cap, k, ids,
+                  _entry_threshold(bound))
 
 
-cdef inline void _topk_swap(TopK *t, int i, int j) noexcept nogil:
-    cdef float d = t.d[i]
-    cdef int64_t r = t.r[i]
-    t.d[i] = t.d[j]
-    t.r[i] = t.r[j]
-    t.d[j] = d
-    t.r[j] = r
-
-
-cdef inline void _topk_partition(TopK *t, int lo, int hi, int *i_out, int *j_out) noexcept nogil:
-    """Hoare partition of candidates lo..hi (inclusive, hi > lo) by (distance, id) around a median-of-three pivot;
-    afterwards [lo, j] <= pivot <= [i, hi] with j < i, and equal keys split evenly between the sides."""
-    cdef int mid = lo + (hi - lo) // 2
-    cdef int i = lo
-    cdef int j = hi
-    cdef float pd
-    cdef int64_t pr
-    if _worse(t.d[lo], t.r[lo], t.d[mid], t.r[mid], t.ids):
-        _topk_swap(t, lo, mid)
-    if _worse(t.d[mid], t.r[mid], t.d[hi], t.r[hi], t.ids):
-        _topk_swap(t, mid, hi)
-        if _worse(t.d[lo], t.r[lo], t.d[mid], t.r[mid], t.ids):
-            _topk_swap(t, lo, mid)
-    pd = t.d[mid]
-    pr = t.r[mid]
-    while i <= j:
-        while _worse(pd, pr, t.d[i], t.r[i], t.ids):
-            i += 1
-        while _worse(t.d[j], t.r[j], pd, pr, t.ids):
-            j -= 1
-        if i <= j:
-            _topk_swap(t, i, j)
-            i += 1
-            j -= 1
-    i_out[0] = i
-    j_out[0] = j
-
-
-cdef void _topk_compact(TopK *t) noexcept nogil:
-    """Keep the k best of the n > k candidates (in positions 0..k-1, any order) and set the threshold to the worst
-    kept distance. Quickselect by (distance, id) with a median-of-three pivot and Hoare partitioning (equal keys
-    split evenly, so repeated values cost no more than distinct ones)."""
-    cdef int lo = 0
-    cdef int hi = t.n - 1
-    cdef int i, j
-    cdef float worst
-    while lo < hi:
-        _topk_partition(t, lo, hi, &i, &j)
-        if t.k - 1 <= j:
-            hi = j
-        elif t.k - 1 >= i:
-            lo = i
-        else:
-            break
-    t.n = t.k
-    worst = t.d[0]
-    for i in range(1, t.k):
-        if t.d[i] > worst:
-            worst = t.d[i]
-    t.threshold = worst
-
-
-cdef void _topk_sort(TopK *t, int lo, int hi) noexcept nogil:
-    """Sort candidates lo..hi (inclusive) ascending by (distance, id): quicksort with a median-of-three pivot and
-    Hoare partitioning, recursing into the smaller side (depth <= log2(n)), insertion sort below 16 candidates. Far
-    fewer mispredicted branches than popping a heap."""
-    cdef int i, j
-    cdef float d
-    cdef int64_t r
-    while hi - lo >= 16:
-        _topk_partition(t, lo, hi, &i, &j)
-        if j - lo < hi - i:
-            _topk_sort(t, lo, j)
-            lo = i
-        else:
-            _topk_sort(t, i, hi)
-            hi = j
-    for i in range(lo + 1, hi + 1):
-        d = t.d[i]
-        r = t.r[i]
-        j = i - 1
-        while j >= lo and _worse(t.d[j], t.r[j], d, r, t.ids):
-            t.d[j + 1] = t.d[j]
-            t.r[j + 1] = t.r[j]
-            j -= 1
-        t.d[j + 1] = d
-        t.r[j + 1] = r
-
-
-cdef void _topk_sort_into(TopK *t, float *out_d, int64_t *out_r) noexcept nogil:
-    """Write the k best candidates in ascending (distance, id) order to out (k each), padded with (+inf, -1); the
-    collector is consumed."""
-    cdef int j
-    if t.n > t.k:
-        _topk_compact(t)
-    _topk_sort(t, 0, t.n - 1)
-    for j in range(t.n):
-        out_d[j] = t.d[j]
-        out_r[j] = t.r[j]
-    for j in range(t.n, t.k):  # padding: worse than any candidate, it sorts last
-        out_d[j] = INFINITY
-        out_r[j] = -1
+cdef inline float _entry_threshold(float bound) noexcept nogil:
+    """The collector's threshold for "below `bound`": the float just under it (the largest float for +inf, so that
+    +inf, a corrupt code's distance, never enters)."""
+    cdef float t
+    if bound == INFINITY:
+        return 3.4028234663852886e+38
+    t = nextafterf(bound, -INFINITY)
+    return t
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -277,7 +175,7 @@ cdef inline void _enter(Collector *c, float d, int64_t row) noexcept nogil:
     if Collector is Heap:
         _heap_push(c.d, c.r, c.k, d, row, c.ids)
     else:
-        _topk_append(c, d, row)
+        ock_topk_push(c, d, row)
 
 
 cdef inline void _offer(Collector *c, const float *threshold, float d, Py_ssize_t row,
@@ -459,3 +357,27 @@ cdef NormTerms _norm_terms(const float[::1] norms_f32, const uint8_t[::1] norm_c
     n.levels = &norm_levels[0] if n.codes != NULL else NULL
     n.scales = scales and (n.f32 != NULL or n.codes != NULL)
     return n
+
+
+def topk_collect(const float[:, ::1] distances,   # IN (nq, n) the distances offered, row i of a query being row i
+                 int k,                           # IN the candidates kept
+                 const int64_t[::1] ids,          # IN (n,) the id of each row (ties), or None: the row number
+                 float bound,                     # IN only distances below it enter (inf: all finite ones)
+                 bint sorted_output,              # IN ascending (distance, id, row), or in the collector's order
+                 float[:, ::1] out_dist,          # OUT (nq, k)
+                 int64_t[:, ::1] out_rows):       # OUT (nq, k): (inf, -1) past the last
+    """The TopK collector (_topk.h) over given distances, for tests (its scans offer computed distances)."""
+    cdef TopK t
+    cdef int64_t *buffers = NULL
+    cdef int q
+    cdef Py_ssize_t i
+    try:
+        buffers = <int64_t *>_alloc(<size_t>_topk_items(k) * sizeof(int64_t), "topk_collect's buffers")
+        with nogil:
+            for q in range(distances.shape[0]):
+                _topk_start(&t, buffers, k, &ids[0] if ids is not None and ids.shape[0] > 0 else NULL, bound)
+                for i in range(distances.shape[1]):
+                    ock_topk_offer(&t, distances[q, i], i)
+                ock_topk_finish(&t, &out_dist[q, 0], &out_rows[q, 0], sorted_output)
+    finally:
+        free(buffers)

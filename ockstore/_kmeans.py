@@ -57,15 +57,6 @@ class CoarseTables:
             _kernels.coarse_assign(X, self.neg2_ct, self.sqnorms, labels, distances, n_threads)
         return labels, distances
 
-    def probe(self, Q, n_probe, kind, term_factor, n_threads):
-        """(lists int32 (nq, n_probe), terms float32 (nq, n_probe)): the n_probe best lists of each query by ``kind``
-        (PROBE_L2, PROBE_IP), best first, and their list terms term_factor * q.c_l."""
-        nq = Q.shape[0]
-        lists = np.empty((nq, n_probe), dtype=np.int32)
-        terms = np.empty((nq, n_probe), dtype=np.float32)
-        _kernels.probe(Q, self.ct, self.sqnorms, kind, term_factor, lists, terms, n_threads)
-        return lists, terms
-
 
 def _split_empty(centroids, counts, rng):
     """Give every empty cluster half of a large one (Faiss's rule): pick a cluster with probability proportional to

@@ -1,29 +1,165 @@
 """Exact re-ranking of candidates from any base, as Faiss's IndexRefine wraps any index: a scan keeps R candidates per
-query by their codes, ``rerank`` fetches the candidates' vectors and keeps the best k by their exact distances or
-scores (docs/ARCHITECTURE.md, "Search"). One function for every searcher: an index (candidates are its rows, vectors
-its stored section or the caller's array), a collection (candidates are ids, vectors from the segments holding them or
-the caller's array by id), a distributed search (vectors fetched from the workers).
+query by their codes, and the compiled loop of ``_kernels`` (ockstore/_rerank.h) reads the candidates' vectors,
+computes their exact distances or scores and keeps the best k (docs/ARCHITECTURE.md, "Search").
 
-``exact_topk`` is the compute-and-select step over candidates whose vectors are at hand: the seam a compiled loop
-replaces (its docstring says what such a loop must reproduce).
+What is exact: the value of the vector as stored (float32, float16 and uint8 rows as they are; ``"sq8"`` codes as
+the stored representation lo + step * code) against the float32 query, computed in float64 (16 lanes in a fixed
+order, _rerank.h) and rounded once to float32; ties by the smaller id. A value depends on the query and that row
+only: never on the batch, the other candidates, the thread count or the SIMD level.
+
+Two ways in, one loop:
+
+* ``StoredRows`` + ``rerank_stored``: the rows are read where they are stored (an index's ``vectors`` section, the
+  segments of a collection: one part each), candidates given as (part, row). The scans of an index call the same
+  loop before their candidates leave the kernel (``search.search_codes`` and ``ivf_index.search_lists`` take a
+  StoredRows), so a search re-ranks without any array of candidates in Python.
+* ``rerank``: candidates given as keys and a ``fetch`` that gathers their vectors (the caller's ``vectors=`` array,
+  an HDF5 dataset, vectors fetched from Dask workers); the gathered block is then one part.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ._validation import MAX_ABS_VALUE, rows_beyond_limits
+from . import _kernels
+from ._sq8 import sq8_decode
+from ._validation import MAX_ABS_VALUE, resolve_n_threads, rows_beyond_limits
 
-__all__ = ["RERANK_STEP_BYTES", "rerank", "exact_topk", "gather_rows", "check_vector_rows"]
+__all__ = ["RERANK_STEP_BYTES", "StoredRows", "rerank_stored", "rerank_candidates", "exact_search", "rerank",
+           "gather_rows", "check_vector_rows", "raise_zero_vector"]
 
-# Bytes of the float32 temporaries of one step of re-ranking (the gathered candidates, and as much again for the
-# repeated queries and their differences): a step of queries x R x P floats is bounded by this, so that it stays in L2
-# (measured on sift 1M, R = 100, P = 128, 1,000 queries: 16 us per query with steps of 20-60 queries, 27 with 256).
-RERANK_STEP_BYTES = 2 << 20
+# Bytes of candidates' vectors gathered per step by ``rerank`` (the fetched block): bounds its memory whatever nq.
+RERANK_STEP_BYTES = 8 << 20
+
+_METRICS = {"l2": _kernels.RERANK_L2, "ip": _kernels.RERANK_IP, "cosine": _kernels.RERANK_COSINE}
+_KINDS = {np.dtype("<f4"): _kernels.RERANK_FLOAT32, np.dtype("<f2"): _kernels.RERANK_FLOAT16,
+          np.dtype("<u1"): _kernels.RERANK_UINT8}
 
 
-def rerank(Q, candidates, fetch, metric, k):
-    """The best k of each query's candidates by their exact distance or score.
+class StoredRows:
+    """Vectors re-ranking reads in place: one array per part, every part of one kind and dimension.
+
+    Parameters
+    ----------
+    arrays : list of ndarray of shape (n_i, P), C-contiguous, dtype float32, float16 or uint8 (little-endian)
+        Part i's vectors as stored (read-only views and memory maps welcome; never copied).
+    ids : list of (ndarray of shape (n_i,) int64, or None)
+        The id of each row of part i, which breaks ties (None: the row number).
+    metric : "l2", "ip" or "cosine"
+    sq8_ranges : ndarray of shape (2, P), float32, or None
+        For ``store_vectors="sq8"``: the model's value ranges, the uint8 arrays being codes (docs/FORMAT.md).
+    damaged : list of (callable or None)
+        ``damaged[i](check, detail)`` makes the FormatError of damage in part i's stored section (naming its file), or
+        None for vectors given by the caller (ValueError naming ``vectors``).
+    """
+
+    def __init__(self, arrays, ids, metric, sq8_ranges=None, damaged=None):
+        dim = arrays[0].shape[1]
+        kind = _kernels.RERANK_SQ8 if sq8_ranges is not None else _KINDS[arrays[0].dtype.newbyteorder("<")]
+        self.arrays = arrays
+        self.ids = ids
+        self.metric = metric
+        self.sq8_ranges = sq8_ranges
+        self.damaged = damaged if damaged is not None else [None] * len(arrays)
+        self.source = _kernels.RerankSource([_row_bytes(a) for a in arrays], list(ids),
+                                            kind, _METRICS[metric], dim,
+                                            None if sq8_ranges is None else np.ascontiguousarray(sq8_ranges,
+                                                                                                 dtype=np.float32))
+
+    def values_of(self, rows, part=0):
+        """float32 copies of the vectors of ``rows`` of ``part`` (for checks and the errors of damaged rows): the
+        stored representation for sq8 codes."""
+        block = self.arrays[part][rows]
+        if self.sq8_ranges is not None:
+            block = sq8_decode(block, self.sq8_ranges)
+        with np.errstate(over="ignore", invalid="ignore"):
+            return np.asarray(block, dtype=np.float32)
+
+    def raise_bad(self, rows, parts=None):
+        """Raise the error of the bad candidate rows (the kernel flagged some): the first part holding one, its
+        smallest bad row (non-finite or too large values: FormatError of the stored section, or ValueError naming
+        ``vectors``; a zero vector under cosine: ValueError). ``rows`` (n, R) -1 for none, ``parts`` alike or None."""
+        rows = np.asarray(rows)
+        parts = np.zeros_like(rows) if parts is None else np.asarray(parts)
+        for p in range(len(self.arrays)):
+            candidates = np.unique(rows[(parts == p) & (rows >= 0)])
+            if candidates.size == 0:
+                continue
+            block = self.values_of(candidates, p)
+            check_vector_rows(block, candidates, self.damaged[p])
+            if self.metric == "cosine":
+                raise_zero_vector(block, candidates)
+        raise AssertionError("the re-ranking kernel flagged a row that no check finds bad")  # pragma: no cover
+
+
+def _row_bytes(vectors):
+    """The (n, P) vectors as (n, P * itemsize) uint8 rows: a view, no copy (a copy only for the n = 0 case)."""
+    if vectors.shape[0] == 0:
+        return np.empty((0, vectors.shape[1] * vectors.itemsize), dtype=np.uint8)
+    return np.ascontiguousarray(vectors).view(np.uint8).reshape(vectors.shape[0], -1)
+
+
+def rerank_stored(Q, rows, parts, stored, k, n_threads=None):
+    """The best k of each query's candidates, read from ``stored`` (a StoredRows) where they are.
+
+    Q : (nq, P) float32, as the model sees them (unit rows for cosine); rows : (nq, R) int64, the candidates' rows,
+    -1 for none; parts : (nq, R) int64 (the part of each) or None (part 0); k >= 1.
+
+    Returns (values (nq, k) float32, ids (nq, k) int64): squared L2 distances ascending, or scores descending (inner
+    product; cosine similarity q . x / ||x||); padding (+inf or -inf, id -1).
+    """
+    nq = Q.shape[0]
+    D = np.empty((nq, k), dtype=np.float32)
+    I = np.empty((nq, k), dtype=np.int64)
+    flags = np.empty(nq, dtype=np.int32)
+    threads = 1 if nq <= 1 else resolve_n_threads(n_threads)
+    _kernels.rerank(stored.source, Q, rows, parts, D, I, None, flags, threads)
+    if flags.any():
+        bad = flags != 0
+        stored.raise_bad(rows[bad], None if parts is None else parts[bad])
+    return D, I
+
+
+def rerank_candidates(Q, rows, stored, k, n_threads=None):
+    """``rerank_stored`` of candidates of part 0 that returns their rows instead of their ids: what the scans return
+    (``search.search_codes`` and ``ivf_index.search_lists`` re-rank the candidates of the fast scan with it, whose
+    kernels take no stored rows). Q : (nq, P) float32 (the queries re-ranked); rows : (nq, R) int64, -1 for none.
+
+    Returns (values (nq, k) float32, rows (nq, k) int64, -1 past the last result)."""
+    nq = Q.shape[0]
+    D = np.empty((nq, k), dtype=np.float32)
+    ids = np.empty((nq, k), dtype=np.int64)
+    positions = np.empty((nq, k), dtype=np.int64)
+    flags = np.empty(nq, dtype=np.int32)
+    threads = 1 if nq <= 1 else resolve_n_threads(n_threads)
+    # in row order, as the byte-code scans hand theirs over: the loop then reads the stored rows forwards (prefetch),
+    # 1.8x faster at R = 1,000 than in the scan's order; the k best of a set do not depend on its order
+    rows = np.sort(rows, axis=1)
+    _kernels.rerank(stored.source, np.ascontiguousarray(Q, dtype=np.float32), rows, None, D, ids, positions, flags,
+                    threads)
+    if flags.any():
+        stored.raise_bad(rows[flags != 0])
+    found = np.take_along_axis(rows, np.maximum(positions, 0), axis=1) if rows.shape[1] else positions
+    found[positions < 0] = -1
+    return D, found
+
+
+def exact_search(Q, stored, k, n_threads=None):
+    """The exact k best rows of ``stored`` (a StoredRows of one part) for each prepared query ``Q`` (nq, P) float32, by
+    the values re-ranking computes (brute force: every row a candidate). Returns (values, ids) as ``rerank_stored``;
+    a bad row raises as re-ranking raises."""
+    nq, n_rows = Q.shape[0], stored.arrays[0].shape[0]
+    D = np.empty((nq, k), dtype=np.float32)
+    I = np.empty((nq, k), dtype=np.int64)
+    flags = np.empty(nq, dtype=np.int32)
+    _kernels.exact_search(stored.source, Q, n_rows, D, I, flags, resolve_n_threads(n_threads))
+    if flags.any():
+        stored.raise_bad(np.arange(n_rows, dtype=np.int64)[None, :])
+    return D, I
+
+
+def rerank(Q, candidates, fetch, metric, k, *, sq8_ranges=None, n_threads=None):
+    """The best k of each query's candidates by their exact distance or score, their vectors gathered by ``fetch``.
 
     Parameters
     ----------
@@ -33,16 +169,17 @@ def rerank(Q, candidates, fetch, metric, k):
         Keys of the candidates (rows of an index, ids of a collection), >= 0, then -1 for none.
     fetch : callable
         ``fetch(keys)`` for the real candidates of a step of queries (int64, query after query, a key possibly
-        repeated across queries) returns (vectors (n, P) float32, ids (n,) int64), aligned with ``keys``: the
-        candidates' vectors, checked as every vector input is (``check_vector_rows``), and the ids reported for them
-        (which break ties). ``gather_rows`` serves an array of vectors indexed by the keys.
+        repeated across queries) returns (vectors (n, P), ids (n,) int64), aligned with ``keys``: the candidates'
+        vectors, float32 checked as every vector input is (``gather_rows``), or as stored (float16, uint8, sq8 codes),
+        and the ids reported for them (which break ties).
     metric : "l2", "ip" or "cosine"
     k : int <= R
+    sq8_ranges : (2, P) float32 or None
+        When the fetched vectors are sq8 codes: the model's value ranges.
 
-    Returns (values (nq, k) float32, ids (nq, k) int64): squared L2 distances ascending, or scores descending (inner
-    product; cosine similarity q . x / ||x||); padding (+inf or -inf, id -1). Queries are re-ranked RERANK_STEP_BYTES
-    of candidates at a time; a query's results do not depend on the step, on the other queries or on the other
-    candidates. ValueError for a zero candidate vector under cosine (its similarity is undefined).
+    Returns as ``rerank_stored``. Candidates are gathered RERANK_STEP_BYTES at a time; a query's results do not
+    depend on the step. ValueError for a zero candidate vector under cosine (its similarity is undefined), naming
+    the smallest such key.
     """
     nq, R = candidates.shape
     D = np.full((nq, k), np.inf if metric == "l2" else -np.inf, dtype=np.float32)
@@ -52,70 +189,29 @@ def rerank(Q, candidates, fetch, metric, k):
         stop = min(nq, start + step)
         cand = candidates[start:stop]
         valid = cand >= 0
-        every = bool(valid.all())  # the common case: R real candidates per query
-        keys = cand.reshape(-1) if every else cand[valid]
+        keys = cand[valid]
         if keys.size == 0:
             continue
         vectors, ids = fetch(keys)
-        if metric == "cosine":
-            zero = np.einsum("ij,ij->i", vectors, vectors) == 0
-            if zero.any():
-                raise ValueError(f"vectors row {int(keys[zero].min())} is a zero vector: its cosine similarity is "
-                                 "undefined")
-        D[start:stop], I[start:stop] = exact_topk(Q[start:stop], None if every else valid, vectors, ids, metric, k)
+        vectors = np.ascontiguousarray(vectors)
+        stored = StoredRows([vectors], [np.ascontiguousarray(ids, dtype=np.int64)], metric, sq8_ranges)
+        positions = np.full(cand.shape, -1, dtype=np.int64)
+        positions[valid] = np.arange(keys.size)
+        try:
+            D[start:stop], I[start:stop] = rerank_stored(Q[start:stop], positions, None, stored, k, n_threads)
+        except ValueError:
+            if metric == "cosine":  # name the key, not the position in the gathered block
+                raise_zero_vector(stored.values_of(np.arange(keys.size)), keys)
+            raise
     return D, I
 
 
-def exact_topk(Q, valid, V, ids, metric, k):
-    """The best k of each query's candidates by exact value (no input validation).
-
-    Q : (nq, P) float32; valid : (nq, R) bool, which of each query's R candidate slots hold a candidate (the real ones
-    first), or None when all do; V : (n, P) float32, finite, the candidates' vectors query after query (n = R * nq, or
-    the number of True in ``valid``); ids : (n,) int64, their ids; metric : "l2", "ip", "cosine"; k <= R. Returns
-    (values (nq, k) float32, ids (nq, k) int64), as ``rerank``.
-
-    What a compiled loop replacing this must reproduce: for each query and each real candidate, the value in float32
-    from the float32 vectors -- "l2" sum_j (q_j - x_j)^2, "ip" sum_j q_j x_j, "cosine" (sum_j q_j x_j) / sqrt(sum_j
-    x_j^2) (here one NumPy reduction per candidate, so a value depends on that candidate only); the k best by (value,
-    id): ascending distances for "l2", descending scores otherwise, equal values by the smaller id; padding (+inf
-    for "l2", -inf otherwise, id -1) after the last real candidate. It may gather the rows itself from the stored
-    section of an index (any stored dtype: uint8 and float16 widen to float32 exactly), fetched row by row with
-    prefetching, instead of taking a gathered block.
-    """
-    nq = Q.shape[0]
-    R = V.shape[0] // max(nq, 1) if valid is None else valid.shape[1]
-    shape = (nq, R)
-    pad = np.inf if metric == "l2" else -np.inf
-    D = np.full((nq, k), pad, dtype=np.float32)
-    I = np.full((nq, k), -1, dtype=np.int64)
-    Qv = np.repeat(Q, R, axis=0) if valid is None else Q[np.nonzero(valid)[0]]
-    if metric == "l2":
-        diff = Qv - V
-        exact = np.einsum("ij,ij->i", diff, diff)
-    else:
-        exact = np.einsum("ij,ij->i", Qv, V)
-        if metric == "cosine":
-            exact = exact / np.sqrt(np.einsum("ij,ij->i", V, V))
-    key = exact if metric == "l2" else -exact  # the sort key: ascending
-    if valid is None:
-        values, cand_ids = key.reshape(shape), ids.reshape(shape)
-        tie_ids = cand_ids
-    else:
-        values = np.full(shape, np.inf, dtype=np.float32)  # padding sorts last
-        values[valid] = key
-        cand_ids = np.full(shape, -1, dtype=np.int64)
-        cand_ids[valid] = ids
-        tie_ids = np.where(valid, cand_ids, np.iinfo(np.int64).max)
-    order = np.lexsort((tie_ids, values), axis=-1)[:, :k]
-    best = np.take_along_axis(values, order, axis=1)
-    best_ids = np.take_along_axis(cand_ids, order, axis=1)
-    kk = order.shape[1]
-    if valid is None:
-        D[:, :kk] = best if metric == "l2" else -best
-    else:
-        D[:, :kk] = np.where(best_ids >= 0, best if metric == "l2" else -best, pad)
-    I[:, :kk] = best_ids
-    return D, I
+def raise_zero_vector(block, keys):
+    """ValueError naming the smallest key whose vector (a row of ``block``, float32) is zero, if any: its cosine
+    similarity is undefined."""
+    zero = ~np.any(block != 0, axis=1)
+    if zero.any():
+        raise ValueError(f"vectors row {int(keys[zero].min())} is a zero vector: its cosine similarity is undefined")
 
 
 def gather_rows(vectors, rows, source=None):

@@ -3,7 +3,9 @@ searcher (Index, IVFIndex, a collection, a distributed search of a collection; d
 
 * ``k``, ``distance``, ``n_probe`` (the model says which values it takes), ``n_threads``.
 * ``rerank=R``: the scan keeps R candidates per query, re-ranked exactly by ``_rerank.rerank`` from the stored vectors
-  or from the caller's ``vectors`` (of one row per indexed vector, or by id on a collection).
+  or from the caller's ``vectors`` (of one row per indexed vector, or by id on a collection). ``rerank=None`` (the
+  default) is the one rule of every searcher: DEFAULT_RERANK_FACTOR * k candidates when there are vectors to re-rank
+  from (stored, or given), none otherwise; ``rerank=0``: no re-ranking (docs/ARCHITECTURE.md, "Search").
 * ``allow``: ids (any order; duplicates and unknown ids ignored) or, on an index, a boolean mask over rows; an index
   turns it into a bitmap over rows (``allow_bitmap``, ``search.rows_bitmap``) that the scan tests before any table
   lookup.
@@ -20,12 +22,18 @@ from ._validation import MAX_K, check_choice, check_int, check_k, resolve_n_thre
 __all__ = ["SearchOptions", "search_options", "check_metric", "check_rerank", "default_rerank", "DEFAULT_RERANK_FACTOR",
            "check_user_vectors", "check_id_vectors", "allow_ids", "allow_bitmap", "IdLookup", "unknown_ids_error"]
 
-# The re-ranking a collection's search does by default when it stores vectors (``rerank=None``): the best
-# DEFAULT_RERANK_FACTOR * k candidates by code are re-ranked exactly. Measured on minilm-real (OCKM(16, 2, 10), cosine,
-# 256 bits, float16 stored vectors; tools/bench_app_collection.py, docs/results.md "Collections that train
+# The re-ranking every search does by default when the searcher has vectors to re-rank from (``rerank=None``): the
+# best DEFAULT_RERANK_FACTOR * k candidates by code are re-ranked exactly. Measured on minilm-real (OCKM(16, 2, 10),
+# cosine, 256 bits, float16 stored vectors; tools/bench_app_collection.py, docs/results.md "Collections that train
 # themselves"): 10-recall@10 0.989 with 10 k candidates and a model trained on 10,240 rows, 0.962 with 5 k, 0.649 with
 # none (sift-real, OCKM(8, 2, 10), 100K base: 0.984 with 5 k, 0.998 with 10 k). 10 k keeps 0.96 even for a model
-# trained on 1,024 rows.
+# trained on 1,024 rows. ockstore.tune finds the fastest setting for a target recall on the caller's own queries.
+DEFAULT_RERANK_FACTOR = 10
+
+
+# rerank=None on a searcher with vectors to re-rank from: this many candidates per result. Ten candidates per result
+# turn the scan's 0.2-0.7 10-recall@10 of 8-byte codes into 0.9+ (sift, minilm) for about twice the time of the
+# scan; ockstore.tune finds the fastest setting for a target recall on the caller's own queries.
 DEFAULT_RERANK_FACTOR = 10
 
 
@@ -36,7 +44,8 @@ class SearchOptions:
     k : int >= 1
     distance : "adc" or "sdc"
     rerank : int or None
-        The candidates the scan keeps for exact re-ranking (k <= R <= max(k, N)), or None: no re-ranking.
+        The candidates the scan keeps for exact re-ranking (k <= R <= max(k, N)), or None: no re-ranking (the
+        caller's rerank=0, or rerank=None without vectors to re-rank from).
     vectors : array-like or None
         The caller's vectors for re-ranking (shape and dtype checked, not read), or None: the stored ones.
     allow : ndarray or None
@@ -76,10 +85,10 @@ def search_options(model, n_rows, k, *, n_probe=None, distance="adc", rerank=Non
     check_metric(metric, model.metric, what)
     k = check_k(k, n_rows)
     distance = check_choice(distance, "distance", ("adc", "sdc"))
-    rerank = check_rerank(rerank, k, n_rows)
     if vectors is not None:
         vectors = check_id_vectors(vectors, model.dim) if by_id else check_user_vectors(vectors, n_rows, model.dim)
-    elif rerank is not None and not stored_vectors:
+    rerank = check_rerank(rerank, k, n_rows, can_rerank=vectors is not None or stored_vectors)
+    if rerank is not None and vectors is None and not stored_vectors:
         how = ("create the collection with store_vectors=... or pass vectors= (indexed by id)" if by_id else
                "build the index with store_vectors=... or pass vectors=")
         raise ValueError(f"rerank needs the original vectors: {how}")
@@ -102,17 +111,20 @@ def check_metric(metric, model_metric, what="index"):
 
 
 def default_rerank(k, n_rows):
-    """The candidates a collection that stores vectors re-ranks when a search gives no ``rerank``:
+    """The candidates a search re-ranks when it gives no ``rerank`` and has vectors to re-rank from:
     DEFAULT_RERANK_FACTOR * k (at most the rows there are, at least k)."""
     return max(k, min(DEFAULT_RERANK_FACTOR * k, MAX_K, n_rows))
 
 
-def check_rerank(rerank, k, n_rows):
-    """None (no re-ranking: ``rerank`` None or 0), or the number of candidates the scan keeps for ``rerank=R`` (an
-    int, k <= R <= MAX_K): R, or max(k, N) when R exceeds both (N rows give at most N candidates: a larger R would
-    only allocate padding)."""
+def check_rerank(rerank, k, n_rows, can_rerank=False):
+    """None (no re-ranking), or the number of candidates the scan keeps for ``rerank=R`` (an int, 0 or k <= R <=
+    MAX_K): R, or max(k, N) when R exceeds both (N rows give at most N candidates: a larger R would only allocate
+    padding). ``rerank=0``: None. ``rerank=None``: the default, ``default_rerank(k, N)``, when ``can_rerank`` (the
+    searcher has vectors to re-rank from: stored, or given), else None. The one rule of every searcher."""
     if rerank is None:
-        return None
+        if not can_rerank:
+            return None
+        return default_rerank(k, n_rows)
     rerank = check_int(rerank, "rerank", min_value=0, max_value=MAX_K)
     if rerank == 0:
         return None

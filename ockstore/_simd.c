@@ -102,13 +102,14 @@ const ock_kernels *ock_kernels_in_use = &ock_kernels_portable;
 
 #if defined(OCK_X86) && !defined(OCK_CPU_BUILTINS)
 #include <cpuid.h>
-/* The cpuid instruction and the OS's saved register state (xgetbv): AVX2 and FMA with YMM state saved; AVX-512F with
- * the opmask and ZMM state saved too. */
+/* The cpuid instruction and the OS's saved register state (xgetbv): AVX2, FMA and F16C (the re-ranking of float16
+ * rows converts with it; every CPU with AVX2 has it) with YMM state saved; AVX-512F with the opmask and ZMM state
+ * saved too. */
 static int ock_cpuid_level(void) {
     unsigned a, b, c, d;
     if (!__get_cpuid(1, &a, &b, &c, &d)) return OCK_LEVEL_PORTABLE;
-    const int fma = (c >> 12) & 1, osxsave = (c >> 27) & 1;
-    if (!osxsave) return OCK_LEVEL_PORTABLE;
+    const int fma = (c >> 12) & 1, osxsave = (c >> 27) & 1, f16c = (c >> 29) & 1;
+    if (!osxsave || !f16c) return OCK_LEVEL_PORTABLE;
     unsigned xcr0_lo, xcr0_hi;
     __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
     if ((xcr0_lo & 0x6) != 0x6) return OCK_LEVEL_PORTABLE; /* the OS saves no YMM state */
@@ -123,7 +124,8 @@ static int ock_cpuid_level(void) {
 int ock_simd_best_level(void) {
 #if defined(OCK_CPU_BUILTINS)
     __builtin_cpu_init();
-    if (!(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))) return OCK_LEVEL_PORTABLE;
+    if (!(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c")))
+        return OCK_LEVEL_PORTABLE;
     return __builtin_cpu_supports("avx512f") ? OCK_LEVEL_AVX512 : OCK_LEVEL_AVX2;
 #elif defined(OCK_X86)
     return ock_cpuid_level();

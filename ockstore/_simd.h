@@ -1,16 +1,16 @@
 /* The vectorised kernels, compiled once per SIMD level, and the one table through which every caller reaches them
  * (docs/ARCHITECTURE.md, "Kernels and SIMD levels").
  *
- * Levels: portable C (any CPU, any compiler), AVX2+FMA and AVX-512 (x86-64 with gcc or clang). _simd.c compiles each
- * kernel once per level (`target` attributes, no ifunc, so the same source builds for Linux, macOS and Windows) and
- * fills one `ock_kernels` table per level; `ock_simd_use` points `ock_kernels_in_use` at one of them, once when the
- * module loads (the best level this CPU runs, or the one OCKSTORE_SIMD asks for), or again in tests. Every level
- * gives bitwise the same results as the portable one: the kernels only add, multiply, compare and take minima, in
- * the order the source writes (no reassociation; _simd.c is compiled with -ffp-contract=off, fused multiply-adds only
- * where the source asks for one and the portable level computes the same value).
+ * Levels: portable C (any CPU, any compiler), AVX2+FMA+F16C and AVX-512 (x86-64 with gcc or clang). _simd.c
+ * compiles each kernel once per level (`target` attributes, no ifunc, so the same source builds for Linux, macOS and
+ * Windows) and fills one `ock_kernels` table per level; `ock_simd_use` points `ock_kernels_in_use` at one of them,
+ * once when the module loads (the best level this CPU runs, or the one OCKSTORE_SIMD asks for), or again in tests.
+ * Every level gives bitwise the same results as the portable one: the kernels only add, multiply, compare and take
+ * minima, in the order the source writes (no reassociation; _simd.c is compiled with -ffp-contract=off, fused
+ * multiply-adds only where the source asks for one and the portable level computes the same value).
  *
- * A new vectorised kernel (as the fast scan of 4-bit codes, _fastscan_kernels.h, did; next the re-ranking loop,
- * _rerank.h) plugs in at three places: its entry in `ock_kernels` below, a wrapper below that, and its header in
+ * A new vectorised kernel (as the fast scan of 4-bit codes, _fastscan_kernels.h, and the re-ranking loop's values,
+ * _rerank.h, did) plugs in at three places: its entry in `ock_kernels` below, a wrapper below that, and its header in
  * _simd_level.h.
  */
 #ifndef OCKSTORE_SIMD_H
@@ -24,6 +24,9 @@
 #define OCK_LEVEL_AVX2 1
 #define OCK_LEVEL_AVX512 2
 #define OCK_N_LEVELS 3
+
+/* The re-ranking loop's level-independent part: its types, the query loop and the heap (_rerank.h). */
+#include "_rerank.h"
 
 typedef struct ock_kernels {
     const char *name; /* "portable", "avx2", "avx512": the names of OCKSTORE_SIMD and simd_level() */
@@ -54,6 +57,9 @@ typedef struct ock_kernels {
     /* The coarse step of the inverted file (_ivf.h). */
     void (*coarse_dots)(const float *q, const float *ct, int P, int L, float *out);
 
+    /* The exact values of re-ranking (_rerank.h): one function per (row kind, metric). */
+    const ock_rr_value_table *rerank_values;
+
     /* The fast scan of 4-bit codes (_fastscan.h, _fastscan_kernels.h): a run of blocks for one query, for two queries
      * over the same rows, and the uint16 sums of one block (for tests). */
     void (*fs_scan_run)(const ock_fs_base *b, const ock_fs_query *q, const ock_fs_run *run, ock_fs_collector *c);
@@ -61,8 +67,6 @@ typedef struct ock_kernels {
                          const ock_fs_run *rb, ock_fs_collector *ca, ock_fs_collector *cb);
     void (*fs_block_sums)(const uint8_t *block, const uint8_t *qlut, const ock_fs_tables *t,
                           const uint8_t *norm_bytes, uint16_t *out);
-
-    /* Next: the re-ranking loop (_rerank.h). */
 } ock_kernels;
 
 #if defined(__GNUC__) || defined(__clang__)
@@ -130,6 +134,7 @@ static inline double ock_tables(const double *z, const float *words_t, const dou
 static inline void ock_coarse_dots(const float *q, const float *ct, int P, int L, float *out) {
     OCK_CALL(coarse_dots)(q, ct, P, L, out);
 }
+static inline const ock_rr_value_table *ock_rerank_values(void) { return OCK_CALL(rerank_values); }
 
 static inline void ock_fs_scan_run(const ock_fs_base *b, const ock_fs_query *q, const ock_fs_run *run,
                                    ock_fs_collector *c) {

@@ -41,10 +41,10 @@
 #include "_encoder.h"
 #include "_tables.h"
 #include "_ivf.h"
+#include "_rerank.h"   /* its per-level part: the value functions and OCK_FN(rerank_values) */
 /* The fast scan's kernels are functions of their own per instruction set (included once: the first inclusion
  * defines every level's, each with its `target` attribute); the table below takes this level's. */
 #include "_fastscan_kernels.h"
-/* #include "_rerank.h"  goes here, with its entries in the table below. */
 
 static const ock_kernels OCK_FN(ock_kernels) = {
 #if OCK_LEVEL == OCK_LEVEL_AVX512
@@ -69,6 +69,7 @@ static const ock_kernels OCK_FN(ock_kernels) = {
     OCK_FN(rotate),
     OCK_FN(tables),
     OCK_FN(coarse_dots),
+    &OCK_FN(rerank_values),
     OCK_FN(ock_fs_scan_run),
     OCK_FN(ock_fs_scan_run2),
     OCK_FN(ock_fs_block_sums),

@@ -89,7 +89,8 @@ class StoredRows(Closable):
         V : ndarray of shape (n, P), or (P,) for one id, dtype float32
             The vectors as stored (``store_vectors``), converted to float32, which holds float16 and uint8 values
             exactly: the vectors as given to the index (for "float16" rounded to float16), not normalised for
-            cosine. ValueError when the index stores no vectors.
+            cosine; for "sq8" the decoded values lo + step * code (docs/FORMAT.md section 17) rounded to float32.
+            ValueError when the index stores no vectors.
         """
         self._check_open()
         ids, was_scalar = ids_to_get(ids)
@@ -103,8 +104,13 @@ class StoredRows(Closable):
             found, rows = self._ids_lookup().first_rows(ids)
         if not found.all():
             raise _search_options.unknown_ids_error(ids, found, "the index")
-        V = _rerank.gather_rows(self._vectors, rows, self._damaged)
+        V = self._stored_values(rows)
         return V[0] if was_scalar else V
+
+    def _stored_values(self, rows):
+        """float32 values of the stored vectors of ``rows``, checked (damage: a FormatError naming the file). An index
+        of sq8 codes gives their stored representation instead (``Index._stored_values``)."""
+        return _rerank.gather_rows(self._vectors, rows, self._damaged)
 
     def _damaged(self, check, detail):
         """The FormatError of damage found in this index's arrays (named as verify names them)."""

@@ -46,6 +46,18 @@ def _check_array(arr, name, dtype, shape):
     return arr if arr.flags.c_contiguous else np.ascontiguousarray(arr)
 
 
+def _stored_kind(quantizer, vectors, store_vectors):
+    """The ``store_vectors`` name of checked stored ``vectors``: ``store_vectors`` when given (it must agree with
+    their dtype; "sq8" needs the quantizer's value ranges), else the name of their dtype."""
+    if store_vectors is None:
+        return {dt: name for name, dt in STORED_VECTOR_DTYPES.items() if name != "sq8"}[vectors.dtype.newbyteorder("<")]
+    store_vectors = check_store_vectors(store_vectors, quantizer)
+    if vectors.dtype.newbyteorder("<") != STORED_VECTOR_DTYPES[store_vectors]:
+        raise TypeError(f"vectors must have dtype {STORED_VECTOR_DTYPES[store_vectors]} for store_vectors = "
+                        f"{store_vectors!r}, got {vectors.dtype}")
+    return store_vectors
+
+
 class Index(StoredRows):
     """Compact codes of a base with their quantizer, searched exhaustively by ADC or SDC.
 
@@ -68,15 +80,20 @@ class Index(StoredRows):
         "cosine".
     vectors : ndarray of shape (N, P), dtype float16, float32 or uint8, or None
         The stored vectors, for exact re-ranking (``search(..., rerank=R)``); used as given, like ``codes``.
+    store_vectors : None, "float16", "float32", "uint8" or "sq8"
+        How ``vectors`` are stored; None: named by their dtype. "sq8": uint8 codes through
+        ``quantizer.value_ranges`` (docs/FORMAT.md, "sq8"), which the quantizer must have.
 
     Most users build with :meth:`from_vectors` or open a file with :func:`open_index`; :meth:`save` writes one. The
     low-level constructor is O(1) in N: it reads none of the arrays, and search tables are built on first search.
     """
 
-    def __init__(self, quantizer, codes, norms, ids, norm_encoding, *, vectors=None, _resource=None):
-        self._attach(check_model_for(type(self), quantizer), codes, norms, ids, norm_encoding, vectors, _resource)
+    def __init__(self, quantizer, codes, norms, ids, norm_encoding, *, vectors=None, store_vectors=None,
+                 _resource=None):
+        self._attach(check_model_for(type(self), quantizer), codes, norms, ids, norm_encoding, vectors, store_vectors,
+                     _resource)
 
-    def _attach(self, quantizer, codes, norms, ids, norm_encoding, vectors, _resource, runs=None):
+    def _attach(self, quantizer, codes, norms, ids, norm_encoding, vectors, store_vectors, _resource, runs=None):
         """Check and keep the arrays of a fitted model (``__init__`` of this class and of IVFIndex). A model with at
         most 16 words per codebook keeps its codes in fast-scan blocks (``_code_blocks``): given as (N, M*C) bytes
         they are packed here, in ``runs`` (the rows of each run; None: one run), and the words must fit 4 bits --
@@ -114,8 +131,12 @@ class Index(StoredRows):
                 raise TypeError("vectors must be a numpy array of dtype float16, float32 or uint8, got "
                                 f"{getattr(vectors, 'dtype', type(vectors).__name__)}")
             vectors = _check_array(vectors, "vectors", vectors.dtype, (N, quantizer.dim))
+            store_vectors = _stored_kind(quantizer, vectors, store_vectors)
+        elif store_vectors is not None:
+            raise ValueError(f"store_vectors = {store_vectors!r} needs vectors")
         self._quantizer = quantizer
         self._vectors = vectors
+        self._store_vectors = store_vectors
         self._id_lookup = None  # _search_options.IdLookup of the ids, built by the first search that filters by id
         self._codes = codes
         self._norms = norms
@@ -124,6 +145,7 @@ class Index(StoredRows):
         self._norm_levels = (np.ascontiguousarray(quantizer.norm_levels, dtype=np.float32)
                              if norm_encoding == "u8" else None)
         self._tables = None  # the QueryTables, built on first search: opening a file stays cheap
+        self._stored = None  # the _rerank.StoredRows of the vectors, built by the first search that re-ranks them
         self._norm_scales = None  # cosine: 1 / ||x_hat|| per row ("f32") or per level ("u8"), built on first search
         self._resource = _resource
         self._file = None  # the storage.MappedFile of an index opened by open_index
@@ -148,10 +170,12 @@ class Index(StoredRows):
             quantized norm term: they approximate the "f32" ones). "none" is the only choice for C = 1 (PQ, CKM).
             None (default) means "u8" for L2 with C >= 2 and "none" otherwise ("ip" and "cosine" need no norm
             term: "none" is their only choice).
-        store_vectors : None, "float16", "float32" or "uint8"
+        store_vectors : None, "float16", "float32", "uint8" or "sq8"
             Also keep the vectors themselves (as given, not normalised), for exact re-ranking: ``search(...,
             rerank=R)``. "uint8" only when every value is an integer in 0..255 (ValueError otherwise); "float16"
-            only when every value is within +-65504.
+            only when every value is within +-65504; "sq8": any real values at one byte per dimension, through the
+            value ranges the quantizer learned from its training vectors (values outside them are clipped to them;
+            docs/FORMAT.md, "sq8"): re-ranking then computes exact distances to that stored representation.
         n_threads : int or None
             Threads for encoding; None means all cores.
 
@@ -163,21 +187,21 @@ class Index(StoredRows):
             cls = _kinds.of_model(quantizer).index_class
         quantizer = check_model_for(cls, quantizer)
         norm_encoding = resolve_norm_encoding(quantizer, norm_encoding)
-        store_vectors = check_store_vectors(store_vectors)
+        store_vectors = check_store_vectors(store_vectors, quantizer)
         X, _ = as_vectors(X, "X", quantizer.dim, convert=False)
         threads = resolve_n_threads(n_threads)
         ids = None if ids is None else as_ids(ids, "ids", n=X.shape[0])
         lists, codes, norms, vectors = encode_all(quantizer, X, norm_encoding, store_vectors, threads, BUILD_CHUNK)
-        return cls._from_encoded(quantizer, lists, codes, norms, ids, norm_encoding, vectors)
+        return cls._from_encoded(quantizer, lists, codes, norms, ids, norm_encoding, vectors, store_vectors)
 
     @classmethod
-    def _from_encoded(cls, quantizer, lists, codes, norms, ids, norm_encoding, vectors):
+    def _from_encoded(cls, quantizer, lists, codes, norms, ids, norm_encoding, vectors, store_vectors):
         """The index of rows encoded by ``_index_rows.encode_all`` in the order given (``lists`` None: a flat model)."""
-        return cls(quantizer, codes, norms, ids, norm_encoding, vectors=vectors)
+        return cls(quantizer, codes, norms, ids, norm_encoding, vectors=vectors, store_vectors=store_vectors)
 
     # -------------------------------------------------------------------------------------------------- lifecycle
     def _release_arrays(self):
-        self._codes = self._norms = self._norm_levels = self._tables = self._norm_scales = None
+        self._codes = self._norms = self._norm_levels = self._tables = self._norm_scales = self._stored = None
 
     def __repr__(self):
         if self._closed:
@@ -217,17 +241,16 @@ class Index(StoredRows):
 
     @property
     def vectors(self):
-        """(N, P) stored vectors (float16, float32 or uint8, possibly a read-only view), or None."""
+        """(N, P) stored vectors as stored (float16, float32 or uint8; for "sq8" their uint8 codes, decoded by
+        ``ockstore._sq8.sq8_decode`` with ``quantizer.value_ranges``; possibly a read-only view), or None."""
         self._check_open()
         return self._vectors
 
     @property
     def store_vectors(self):
-        """None, "float16", "float32" or "uint8": how the vectors are stored for re-ranking."""
+        """None, "float16", "float32", "uint8" or "sq8": how the vectors are stored for re-ranking."""
         self._check_open()
-        if self._vectors is None:
-            return None
-        return {dt: name for name, dt in STORED_VECTOR_DTYPES.items()}[self._vectors.dtype.newbyteorder("<")]
+        return self._store_vectors
 
     @property
     def metric(self) -> str:
@@ -393,10 +416,13 @@ class Index(StoredRows):
             "adc" (asymmetric): from the query itself to each reconstruction. "sdc" (symmetric): from the query's own
             reconstruction (the query is encoded first) to each reconstruction; for "ip" and "cosine" the score is
             then the inner product of the two reconstructions.
-        rerank : int >= k, or None
+        rerank : int >= k, 0, or None
             Keep ``rerank`` candidates per query from the scan, compute their exact distances or scores from the
             stored vectors (``store_vectors``) or from ``vectors``, and return the best k with those exact values
-            (computed in float32 from the vectors converted to float32). ValueError without vectors.
+            (computed in float64 from the stored representation, rounded once to float32). ValueError without
+            vectors. 0: no re-ranking (the values from the codes). None (default): 10 * k candidates when there are
+            vectors (stored or given), no re-ranking otherwise (docs/ARCHITECTURE.md, "Search"; ``ockstore.tune``
+            finds the fastest value for a target recall).
         vectors : array-like of shape (N, P), or None
             The original vectors in row order, for ``rerank`` when the index stores none (or to use others): an
             ndarray, np.memmap, HDF5 dataset, anything indexable by an increasing array of row numbers. Only the
@@ -434,24 +460,51 @@ class Index(StoredRows):
             mask = _search_options.allow_bitmap(opts.allow, N, self._ids, self._ids_lookup)
             if not mask.all():
                 bitmap = _search.rows_bitmap(mask)
-        D, rows = self._scan(Q, opts, bitmap)
-        if opts.rerank is not None:
-            D, I = _rerank.rerank(Q, rows, self._fetch(opts.vectors), self._quantizer.metric, opts.k)
+        # re-ranking from the stored vectors happens inside the scan; from the caller's vectors, on the candidates
+        stored = self._stored_rows() if opts.rerank is not None and opts.vectors is None else None
+        D, rows = self._scan(Q, opts, bitmap, stored)
+        if opts.rerank is not None and stored is None:
+            D, I = _rerank.rerank(Q, rows, self._fetch(opts.vectors), self._quantizer.metric, opts.k,
+                                  n_threads=opts.n_threads)
         else:
             I = rows
             if self._ids is not None and N > 0:
                 I = self._ids[rows]  # row -1 (padding) takes the last id here, and gets -1 back below
                 np.putmask(I, rows < 0, -1)
-            if self._quantizer.metric != "l2":
+            if stored is None and self._quantizer.metric != "l2":
                 np.negative(D, out=D)  # the scan ranks by minus the score: scores descending, padding -inf
         if was_1d:
             return D[0], I[0]
         return D, I
 
-    def _scan(self, Q, opts, bitmap):
-        """(D, rows) of the scan: the opts.width best rows of each prepared query (see ``search.search_codes``)."""
-        return _search.search_codes(self._query_tables(), Q, opts.width, self._code_rows(bitmap),
-                                    distance=opts.distance, n_threads=opts.n_threads)
+    def _scan(self, Q, opts, bitmap, stored=None):
+        """(D, rows) of the scan: the opts.width best rows of each prepared query (see ``search.search_codes``), or
+        with ``stored`` (a _rerank.StoredRows of this index's vectors) the opts.k best of them by exact value."""
+        if stored is None:
+            return _search.search_codes(self._query_tables(), Q, opts.width, self._code_rows(bitmap),
+                                        distance=opts.distance, n_threads=opts.n_threads)
+        return _search.search_codes(self._query_tables(), Q, opts.k, self._code_rows(bitmap), distance=opts.distance,
+                                    n_threads=opts.n_threads, rerank=(stored, opts.rerank))
+
+    def _stored_rows(self):
+        """The _rerank.StoredRows of the stored vectors (built on first use; damage named as verify names it)."""
+        stored = self._stored
+        if stored is None:
+            stored = self._stored = _rerank.StoredRows(
+                [self._vectors], [self._ids], self._quantizer.metric,
+                sq8_ranges=self._quantizer.value_ranges if self._store_vectors == "sq8" else None,
+                damaged=[self._damaged])
+        return stored
+
+    def _stored_values(self, rows):
+        """``get``'s values: sq8 codes decoded to their stored representation (checked as re-ranking checks rows),
+        other kinds as the mixin reads them."""
+        if self._store_vectors != "sq8":
+            return super()._stored_values(rows)
+        stored = self._stored_rows()
+        block = stored.values_of(rows)
+        _rerank.check_vector_rows(block, rows, self._damaged)
+        return block
 
     def _query_tables(self):
         """The QueryTables of the model, built on first search (opening a file stays cheap): two threads may both

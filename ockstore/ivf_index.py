@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _kernels
+from . import _kernels, _rerank
 from . import search as _search
 from ._code_blocks import CodeBlocks
 from ._index_rows import check_model_for
 from ._validation import check_int, resolve_n_threads
 from .index import Index
 
-__all__ = ["IVFIndex", "search_lists", "check_list_offsets"]
+__all__ = ["IVFIndex", "search_lists", "search_block_lists", "check_list_offsets"]
 
 
 def check_list_offsets(offsets, n_lists, n_rows, name="list_offsets"):
@@ -47,46 +47,78 @@ def check_list_offsets(offsets, n_lists, n_rows, name="list_offsets"):
     return offsets
 
 
-# Queries probed per kernel call: bounds the (queries x n_probe) lists and terms of a batch (8 bytes each).
-PROBE_QUERIES_PER_STEP = 8192
-
-
-def search_lists(tables, ivf, Q, k, rows, list_offsets, n_probe, *, n_threads=1):
+def search_lists(lists, Q, k, n_probe, allow, *, n_threads=1, rerank=None, rerank_queries=None):
     """The k best rows of each query among its n_probe best lists (no input validation).
 
     Parameters
     ----------
-    tables : QueryTables of the fine quantizer, kind TABLE_L2_NORM_TERM (metric "l2") or TABLE_NEG_DOT
-    ivf : fitted IVF
+    lists : _kernels.IvfLists of the index (``IVFIndex._ivf_lists``)
     Q : ndarray of shape (nq, P), dtype float32, C-contiguous, finite (unit rows for cosine)
     k : int >= 1
-    rows : search.CodeRows of the index, list after list (ids (N,) int64 always)
-    list_offsets : (n_lists + 1,) int64: list l holds rows list_offsets[l] .. list_offsets[l + 1] - 1
     n_probe : int in 1..n_lists
+    allow : ndarray of shape (ceil(N / 64),), dtype uint64, or None: bitmap of the rows to scan (search.rows_bitmap)
     n_threads : int >= 1, or None (every core)
+    rerank : (StoredRows, R) or None
+        Re-rank inside the scan (as ``search.search_codes``): R >= k candidates per query, the k best by exact value.
+    rerank_queries : ndarray like Q, or None
+        The queries re-ranked, when the scan uses others (SDC: their reconstructions); None: Q.
 
-    Returns (D (nq, k) float32 ascending, rows (nq, k) int64; (inf, -1) past the last result).
+    Returns (D (nq, k) float32 ascending, rows (nq, k) int64; (inf, -1) past the last result); with ``rerank`` the
+    exact values (scores descending for "ip" and "cosine").
     """
     nq = Q.shape[0]
     D = np.empty((nq, k), dtype=np.float32)
     found = np.empty((nq, k), dtype=np.int64)
     if nq == 0:
         return D, found
+    threads = 1 if nq == 1 else min(resolve_n_threads(n_threads), nq)  # a thread per query at most
+    if rerank is None:
+        _kernels.ivf_search(lists, Q, n_probe, allow, D, found, threads)
+        return D, found
+    stored, width = rerank
+    flags = np.empty(nq, dtype=np.int32)
+    _kernels.ivf_search(lists, Q, n_probe, allow, D, found, threads, stored.source, width, rerank_queries, flags)
+    if np.count_nonzero(flags):  # a bad stored row among some query's candidates: name it
+        bad = flags != 0
+        _, candidates = search_lists(lists, Q[bad], width, n_probe, allow, n_threads=threads)
+        stored.raise_bad(candidates)
+    return D, found
+
+
+# Queries probed per call of the fast scan of lists: bounds the (queries x n_probe) lists and terms of a batch.
+PROBE_QUERIES_PER_STEP = 8192
+
+
+def search_block_lists(tables, ivf, Q, k, rows, list_offsets, n_probe, *, n_threads=1, rerank=None,
+                       rerank_queries=None):
+    """``search_lists`` for lists in fast-scan blocks (K <= 16: ``rows.codes`` a CodeBlocks, one run per list), the
+    one path of IVF fast-scan indexes: the coarse step (``ivf._probe``, the lists and terms the search kernel would
+    probe), ``_kernels.fastscan_ivf_scan`` over the probed lists, and with ``rerank`` = (StoredRows, R) its R best
+    rows of each query re-ranked by the compiled loop (``_rerank.rerank_candidates``), the k best kept. IvfLists'
+    one-call search scans byte codes only; the fast scan gives the same candidates (docs/ARCHITECTURE.md, "Fast
+    scan"). Arguments and results as ``search_lists`` (tables: the index's QueryTables; rows: its search.CodeRows)."""
+    nq = Q.shape[0]
+    width = k if rerank is None else max(k, rerank[1])
+    D = np.empty((nq, k), dtype=np.float32)
+    found = np.empty((nq, k), dtype=np.int64)
     threads = max(1, min(resolve_n_threads(n_threads), nq))  # queries run in parallel: a thread per query at most
-    for start in range(0, nq, PROBE_QUERIES_PER_STEP):
-        stop = min(nq, start + PROBE_QUERIES_PER_STEP)
-        batch = Q if stop - start == nq else Q[start:stop]
-        lists, terms = ivf._probe(batch, n_probe, threads)
-        norm_levels = rows.norm_levels if rows.norm_codes is not None else None
-        if isinstance(rows.codes, CodeBlocks):  # K <= 16: each list in fast-scan blocks (docs/ARCHITECTURE.md)
-            _kernels.fastscan_ivf_scan(tables.model, batch, rows.codes.blocks, rows.codes.run_blocks, rows.norms,
-                                       rows.norm_codes, norm_levels, rows.ids, rows.allow, list_offsets, lists, terms,
-                                       D[start:stop], found[start:stop], threads, rows.norm_scales,
-                                       rows.scale_range)
+    norm_levels = rows.norm_levels if rows.norm_codes is not None else None
+    step = PROBE_QUERIES_PER_STEP if rerank is None else max(1, _rerank.RERANK_STEP_BYTES // (8 * width))
+    for start in range(0, nq, step):
+        stop = min(nq, start + step)
+        batch = Q[start:stop]
+        lists, terms = ivf._probe(batch, n_probe)
+        cand_d = np.empty((stop - start, width), dtype=np.float32)
+        cand_r = np.empty((stop - start, width), dtype=np.int64)
+        _kernels.fastscan_ivf_scan(tables.model, batch, rows.codes.blocks, rows.codes.run_blocks, rows.norms,
+                                   rows.norm_codes, norm_levels, rows.ids, rows.allow, list_offsets, lists, terms,
+                                   cand_d, cand_r, threads, rows.norm_scales, rows.scale_range)
+        if rerank is None:
+            D[start:stop], found[start:stop] = cand_d, cand_r
         else:
-            _kernels.ivf_scan(tables.model, batch, rows.codes, rows.norms, rows.norm_codes, norm_levels, rows.ids,
-                              rows.allow, list_offsets, lists, terms, D[start:stop], found[start:stop], threads,
-                              rows.norm_scales)
+            queries = Q if rerank_queries is None else rerank_queries
+            D[start:stop], found[start:stop] = _rerank.rerank_candidates(queries[start:stop], cand_r, rerank[0], k,
+                                                                          threads)
     return D, found
 
 
@@ -111,6 +143,8 @@ class IVFIndex(Index):
         "none" for metric "ip"; "f32" or "u8" for "l2"; any for "cosine" (the norm term divides its scores).
     vectors : ndarray of shape (N, P), dtype float16, float32 or uint8, or None
         The stored vectors in row order, for exact re-ranking.
+    store_vectors : None, "float16", "float32", "uint8" or "sq8"
+        How ``vectors`` are stored, as for :class:`Index`.
 
     Most users build with ``Index.from_vectors(ivf, X)`` or ``IndexWriter(path, ivf)``, or open a file with
     ``open_index``. Every attribute and method of :class:`Index` applies; ``quantizer`` is the IVF.
@@ -121,7 +155,8 @@ class IVFIndex(Index):
     added (row r holds id ``ids[r]``; with the default ids, which are positions in the base X, pass ``X[index.ids]``).
     """
 
-    def __init__(self, ivf, codes, norms, ids, list_offsets, norm_encoding, *, vectors=None, _resource=None):
+    def __init__(self, ivf, codes, norms, ids, list_offsets, norm_encoding, *, vectors=None, store_vectors=None,
+                 _resource=None):
         ivf = check_model_for(type(self), ivf, "ivf")
         n_rows = (len(codes) if isinstance(codes, CodeBlocks)
                   else codes.shape[0] if isinstance(codes, np.ndarray) and codes.ndim == 2 else None)
@@ -132,12 +167,13 @@ class IVFIndex(Index):
             runs = check_list_offsets(list_offsets, ivf.n_lists, n_rows)
             if isinstance(codes, CodeBlocks) and not np.array_equal(codes.run_offsets, runs):
                 raise ValueError("codes: the runs of the blocks are not the lists of list_offsets")
-        self._attach(ivf, codes, norms, ids, norm_encoding, vectors, _resource, runs=runs)
+        self._attach(ivf, codes, norms, ids, norm_encoding, vectors, store_vectors, _resource, runs=runs)
         self._list_offsets = check_list_offsets(list_offsets, ivf.n_lists, len(self._codes))
+        self._lists = None  # the _kernels.IvfLists, built on first search
 
     # ----------------------------------------------------------------------------------------------- construction
     @classmethod
-    def _from_encoded(cls, ivf, lists, codes, norms, ids, norm_encoding, vectors):
+    def _from_encoded(cls, ivf, lists, codes, norms, ids, norm_encoding, vectors, store_vectors):
         """``Index.from_vectors`` with an IVF comes here: rows are stored list after list, in the order given within
         a list; without ids, the ids are the positions in X."""
         N = codes.shape[0]
@@ -146,11 +182,11 @@ class IVFIndex(Index):
         offsets = np.zeros(ivf.n_lists + 1, dtype=np.int64)
         np.cumsum(np.bincount(lists, minlength=ivf.n_lists), out=offsets[1:])
         return cls(ivf, codes[order], None if norms is None else norms[order], ids[order], offsets, norm_encoding,
-                   vectors=None if vectors is None else vectors[order])
+                   vectors=None if vectors is None else vectors[order], store_vectors=store_vectors)
 
     def _release_arrays(self):
         super()._release_arrays()
-        self._list_offsets = None
+        self._list_offsets = self._lists = None
 
     # ------------------------------------------------------------------------------------------------- attributes
     @property
@@ -227,12 +263,13 @@ class IVFIndex(Index):
             tables = self._tables = _search.QueryTables(self._quantizer.quantizer, kind=kind)
         return tables
 
-    def _scan(self, Q, opts, bitmap):
-        """The opts.width best rows of each prepared query among its opts.n_probe lists (``search_lists``).
-        ``distance="sdc"`` replaces each query by its own reconstruction c_l + R z_hat (the query encoded by the IVF)
-        before the coarse step and the scan. Queries are searched in parallel, each on one thread."""
+    def _scan(self, Q, opts, bitmap, stored=None):
+        """The opts.width best rows of each prepared query among its opts.n_probe lists (``search_lists``), or with
+        ``stored`` the opts.k best of them by exact value. ``distance="sdc"`` replaces each query by its own
+        reconstruction c_l + R z_hat (the query encoded by the IVF) before the coarse step and the scan (re-ranking
+        uses the query itself). Queries are searched in parallel, each on one thread."""
         ivf = self._quantizer
-        threads = resolve_n_threads(opts.n_threads)  # None: every core
+        threads = 1 if Q.shape[0] == 1 else resolve_n_threads(opts.n_threads)  # None: every core
         scan_Q = Q
         if opts.distance == "sdc":
             lists, codes = ivf._encode_prepared(Q, threads)
@@ -240,8 +277,27 @@ class IVFIndex(Index):
             if ivf.metric == "cosine":  # the query's reconstruction at unit length: scores estimate cosines
                 lengths = np.sqrt(np.einsum("ij,ij->i", scan_Q, scan_Q, dtype=np.float64))
                 scan_Q = np.ascontiguousarray(scan_Q / np.where(lengths > 0, lengths, 1.0)[:, None], dtype=np.float32)
-        return search_lists(self._query_tables(), ivf, scan_Q, opts.width, self._code_rows(bitmap),
-                            self._list_offsets, opts.n_probe, n_threads=threads)
+        if isinstance(self._codes, CodeBlocks):  # K <= 16: the lists in fast-scan blocks
+            return search_block_lists(self._query_tables(), ivf, scan_Q, opts.k if stored is not None else opts.width,
+                                      self._code_rows(bitmap), self._list_offsets, opts.n_probe, n_threads=threads,
+                                      rerank=None if stored is None else (stored, opts.rerank),
+                                      rerank_queries=None if scan_Q is Q else Q)
+        if stored is None:
+            return search_lists(self._ivf_lists(), scan_Q, opts.width, opts.n_probe, bitmap, n_threads=threads)
+        return search_lists(self._ivf_lists(), scan_Q, opts.k, opts.n_probe, bitmap, n_threads=threads,
+                            rerank=(stored, opts.rerank), rerank_queries=None if scan_Q is Q else Q)
+
+    def _ivf_lists(self):
+        """The _kernels.IvfLists of this index (built on first search, like the tables)."""
+        lists = self._lists
+        if lists is None:
+            rows = self._code_rows(None)
+            ct, c_sqnorms, kind, term_factor = self._quantizer._probing()
+            lists = self._lists = _kernels.IvfLists(
+                self._query_tables().model, ct, c_sqnorms, kind, term_factor, rows.codes, rows.norms,
+                rows.norm_codes, rows.norm_levels if rows.norm_codes is not None else None, rows.ids,
+                self._list_offsets, rows.norm_scales)
+        return lists
 
     def _flat_scan_rows(self, bitmap):
         """None: each list has its own term (-2 q.c_l), so these rows cannot join one flat scan; a collection of IVF

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import _kernels
 from ._norm_levels import fit_norm_levels
 from ._kmeans import PROBE_IP, PROBE_L2, CoarseTables, train_coarse
 from ._params import PARAMETERS
+from ._sq8 import learn_value_ranges
 from ._validation import (
     as_codes, as_list_ids, as_vectors, check_int, to_float32_rows,
 )
@@ -102,6 +104,7 @@ class IVF(Model):
         self._coarse = None  # CoarseTables
         self._history = None
         self._norm_levels = None
+        self._value_ranges = None
         self._rotated_centroids = None  # (L, M*S) float64, built on first use
 
     # ---------------------------------------------------------------------------------------------------- parameters
@@ -195,13 +198,15 @@ class IVF(Model):
             return True
         return all(np.array_equal(a, b) for a, b in [(self._coarse.centroids, other._coarse.centroids),
                                                      (self._history, other._history),
-                                                     (self._norm_levels, other._norm_levels)])
+                                                     (self._norm_levels, other._norm_levels)]
+                   ) and self._same_value_ranges(other)
 
     __hash__ = None
 
     # ---------------------------------------------------------------------------------------------------------- fit
     def fit(self, X):
-        """Learn the coarse centroids, then fit the fine quantizer on the residuals.
+        """Learn the coarse centroids, then fit the fine quantizer on the residuals; and the ``value_ranges`` of the
+        training vectors.
 
         Parameters
         ----------
@@ -215,6 +220,7 @@ class IVF(Model):
         """
         X, _ = as_vectors(X, "X")
         n, P = X.shape
+        ranges = learn_value_ranges(X) if n else None  # of the vectors as given (stored vectors are not normalised)
         X = self._prepare(X, "X")
         q = self.quantizer
         if n < self.n_lists:
@@ -234,6 +240,7 @@ class IVF(Model):
         self.dim = P
         self._set_learned(centroids, history, None)
         self._norm_levels = _read_only(fit_norm_levels(self._norm_terms(labels, codes, threads), q.n_codewords))
+        self._set_value_ranges(ranges)
         return self
 
     def _set_learned(self, centroids, history, norm_levels):
@@ -341,13 +348,25 @@ class IVF(Model):
         return self._reconstruct(lists, codes, n_threads)
 
     # ------------------------------------------------------------------------------------------------------- search
-    def _probe(self, Q, n_probe, n_threads):
-        """(lists int32 (nq, n_probe), terms float32 (nq, n_probe)) of prepared queries (float32, C-contiguous): the
-        lists each query scans, best first (ties: the smaller list id), and their list terms: -2 q.c_l for metric
-        "l2" (the distance's), -q.c_l for "ip" and "cosine" (minus the score's). Lists are ranked by ||q - c_l||
-        ("l2"; "cosine" too: for unit vectors the nearest centroids hold the best cosines) or by q.c_l ("ip")."""
+    def _probe(self, Q, n_probe):
+        """(lists int32 (nq, n_probe), terms float32 (nq, n_probe)): the lists a search of prepared queries Q
+        (float32, C-contiguous) probes, and their terms (``_probing`` says how; the search kernel runs the same
+        coarse step). The search of lists in fast-scan blocks calls it (ivf_index.search_block_lists: IvfLists probes
+        byte-code lists itself); tests and tools too."""
+        ct, c_sqnorms, kind, term_factor = self._probing()
+        lists = np.empty((Q.shape[0], n_probe), dtype=np.int32)
+        terms = np.empty((Q.shape[0], n_probe), dtype=np.float32)
+        _kernels.probe(Q, ct, c_sqnorms, kind, term_factor, lists, terms)
+        return lists, terms
+
+    def _probing(self):
+        """(ct (P, L) float32, c_sqnorms (L,) float32, kind, term_factor): what the search kernel probes with. Each
+        query scans its n_probe best lists, best first (ties: the smaller list id), ranked by ||q - c_l|| (kind
+        PROBE_L2: "l2"; "cosine" too, for unit vectors the nearest centroids hold the best cosines) or by q.c_l
+        (PROBE_IP: "ip"); list l's term is term_factor * q.c_l: -2 q.c_l for "l2" (the distance's), -q.c_l for "ip"
+        and "cosine" (minus the score's)."""
         kind = PROBE_IP if self.metric == "ip" else PROBE_L2
-        return self._coarse.probe(Q, n_probe, kind, -2.0 if self.metric == "l2" else -1.0, n_threads)
+        return self._coarse.ct, self._coarse.sqnorms, kind, -2.0 if self.metric == "l2" else -1.0
 
     # ------------------------------------------------------------------------------------- what indexes ask of a model
     # The same methods as the flat quantizers' (quantizers.Quantizer): indexes, writers and collections call them,
@@ -391,6 +410,8 @@ class IVF(Model):
         params = {"dim": self.dim, **self._stored_params()}
         arrays = {"coarse_centroids": self._coarse.centroids, "coarse_objective_history": self._history,
                   "ivf_norm_levels": self._norm_levels}
+        if self._value_ranges is not None:
+            arrays["value_ranges"] = self._value_ranges
         return params, arrays
 
 
@@ -406,4 +427,5 @@ def ivf_from_state(params: dict, arrays: dict, quantizer) -> IVF:
     ivf = IVF(params["n_lists"], quantizer, n_iter=params["n_iter"], seed=params["seed"])
     ivf.dim = params["dim"]
     ivf._set_learned(arrays["coarse_centroids"], arrays["coarse_objective_history"], arrays["ivf_norm_levels"])
+    ivf._set_value_ranges(arrays.get("value_ranges"))
     return ivf

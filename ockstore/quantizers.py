@@ -24,6 +24,7 @@ from . import _training
 from ._model_tables import CodecTables, SubspaceLayout
 from ._norm_levels import fit_norm_levels
 from ._params import PARAMETERS, STORED_PARAMETERS
+from ._sq8 import learn_value_ranges
 from ._validation import as_codes, as_vectors, normalize_rows, resolve_n_threads, to_float32_rows
 from .errors import NotFittedError
 
@@ -46,7 +47,26 @@ def learned(name, doc=None):
 
 class Model:
     """What every model (the quantizers below, and the IVF of ivf_quantizer.py) does with its ``seed`` and
-    ``n_threads`` parameters."""
+    ``n_threads`` parameters, and the value ranges it learns from its training vectors."""
+
+    _value_ranges = None
+
+    @property
+    def value_ranges(self):
+        """(2, P) float32: the smallest (row 0) and largest (row 1) value of each dimension among the training vectors,
+        as given (before any normalisation for cosine); what ``store_vectors="sq8"`` stores vectors through
+        (docs/FORMAT.md, "value_ranges"). None for a model read from a file of format 1.2 or older."""
+        self._check_fitted()
+        return self._value_ranges
+
+    def _set_value_ranges(self, ranges):
+        self._value_ranges = None if ranges is None else _read_only_copy(ranges, np.float32)
+
+    def _same_value_ranges(self, other):
+        """Whether the value ranges do not tell two models apart: equal, or unknown in either (a model read from an
+        index file that stores no sq8 vectors has none; its codes are the same)."""
+        a, b = self._value_ranges, other._value_ranges
+        return a is None or b is None or np.array_equal(a, b)
 
     def _rng(self):
         """The Generator of ``seed`` (a fresh one seeded by it, or the Generator given)."""
@@ -77,6 +97,12 @@ class Model:
             diff = rows.astype(np.float64) - self._reconstruct_prepared(rows, threads)
             total += float(np.einsum("ij,ij->", diff, diff))
         return total / X.shape[0]
+
+
+def _read_only_copy(arr, dtype):
+    out = np.array(arr, dtype=dtype, order="C")
+    out.flags.writeable = False
+    return out
 
 
 class Quantizer(Model):
@@ -116,6 +142,7 @@ class Quantizer(Model):
     def _reset(self):
         self.dim = self.stop_reason = None
         self._rotation = self._codebooks = self._history = self._norm_levels = self._codec_tables = None
+        self._value_ranges = None
 
     # ---------------------------------------------------------------------------------------------------- parameters
     @property
@@ -226,13 +253,13 @@ class Quantizer(Model):
                 (self._history, other._history),
                 (self._norm_levels, other._norm_levels),
             ]
-        )
+        ) and self._same_value_ranges(other)
 
     __hash__ = None
 
     # ---------------------------------------------------------------------------------------------------------- fit
     def fit(self, X):
-        """Learn the rotation and codebooks from training vectors.
+        """Learn the rotation and codebooks from training vectors (and their ``value_ranges``).
 
         Parameters
         ----------
@@ -245,6 +272,7 @@ class Quantizer(Model):
         """
         X, _ = as_vectors(X, "X")
         self._fit_prepared(self._prepare(X, "X"))
+        self._set_value_ranges(learn_value_ranges(X))  # of the vectors as given (stored vectors are not normalised)
         return self
 
     def _fit_prepared(self, X, n_threads=None):
@@ -420,6 +448,8 @@ class Quantizer(Model):
             arrays["rotation"] = self._rotation
         if self._norm_levels is not None:
             arrays["norm_levels"] = self._norm_levels
+        if self._value_ranges is not None:
+            arrays["value_ranges"] = self._value_ranges
         return params, arrays
 
 
@@ -546,4 +576,5 @@ def quantizer_from_state(params: dict, arrays: dict) -> Quantizer:
     q.dim = params["dim"]
     q._set_learned(arrays.get("rotation"), arrays["codebooks"], arrays["objective_history"],
                    arrays.get("norm_levels"))
+    q._set_value_ranges(arrays.get("value_ranges"))
     return q

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _kernels
+from . import _kernels, _rerank
 from ._code_blocks import CodeBlocks
 from ._validation import resolve_n_threads
 
@@ -190,7 +190,7 @@ class CodeRows:
     scale_range: np.ndarray | None = None
 
 
-def search_codes(tables, Q, k, rows, *, distance="adc", n_threads=1):
+def search_codes(tables, Q, k, rows, *, distance="adc", n_threads=1, rerank=None):
     """The k best codes of each query by ADC or SDC, scanning the codes exhaustively (no input validation).
 
     Parameters
@@ -201,11 +201,15 @@ def search_codes(tables, Q, k, rows, *, distance="adc", n_threads=1):
     rows : CodeRows
     distance : "adc" or "sdc"
     n_threads : int >= 1, or None (every core, resolved only when the scan is large enough to use them)
+    rerank : (StoredRows, R) or None
+        Re-rank inside the scan: keep R >= k candidates per query and return the k best of them by exact value,
+        read from the StoredRows (``_rerank``; part 0 holds these rows' vectors, the queries being ``Q``).
 
     Returns
     -------
     D : ndarray of shape (nq, k), dtype float32
-        Ascending: squared L2 distances, or minus the scores for ip and cosine; +inf past the last result.
+        Ascending: squared L2 distances, or minus the scores for ip and cosine; +inf past the last result. With
+        ``rerank``: the exact values (distances ascending, scores descending; padding +inf or -inf).
     rows : ndarray of shape (nq, k), dtype int64
         The row numbers of the results; -1 past the last result. Equal values are ordered by id.
     """
@@ -218,7 +222,8 @@ def search_codes(tables, Q, k, rows, *, distance="adc", n_threads=1):
         D = np.empty((nq, k), dtype=np.float32)
         found = np.empty((nq, k), dtype=np.int64)
     else:
-        D = np.full((nq, k), np.inf, dtype=np.float32)
+        pad = np.inf if rerank is None or tables.metric == "l2" else -np.inf
+        D = np.full((nq, k), pad, dtype=np.float32)
         found = np.full((nq, k), -1, dtype=np.int64)
     if nq == 0 or kk == 0:
         return D, found
@@ -227,14 +232,26 @@ def search_codes(tables, Q, k, rows, *, distance="adc", n_threads=1):
     elif n_threads is None:
         n_threads = resolve_n_threads(None)
     out_d, out_r = (D, found) if kk == k else (D[:, :kk].copy(), found[:, :kk].copy())
+    if rerank is not None and isinstance(codes, CodeBlocks):  # 4-bit codes: the fast scan, then compiled re-ranking
+        return _search_blocks_reranked(tables, Q, k, rows, distance, n_threads, rerank)
+    stored, width = (None, 0) if rerank is None else (rerank[0], min(rerank[1], N))
+    flags = None if stored is None else np.empty(nq, dtype=np.int32)
     scan = scanner(codes, None, rows.norm_scales, rows.scale_range)
+    # re-ranking inside the byte-code scan: _kernels.scan's keywords (SDC re-ranks the queries, not their codes)
+    reranking = {} if stored is None else {"rerank_rows": stored.source, "rerank": width, "out_flags": flags}
     if distance == "adc":
-        scan(tables.model, Q, None, norms, norm_codes, norm_levels, ids, allow, out_d, out_r, n_threads)
+        scan(tables.model, Q, None, norms, norm_codes, norm_levels, ids, allow, out_d, out_r, n_threads, **reranking)
     else:
         for start in range(0, nq, SDC_QUERIES_PER_STEP):
             stop = min(nq, start + SDC_QUERIES_PER_STEP)
+            if stored is not None:
+                reranking.update(rerank_queries=Q[start:stop], out_flags=flags[start:stop])
             scan(tables.model, None, tables.sdc_rotated(Q[start:stop], n_threads), norms, norm_codes, norm_levels,
-                 ids, allow, out_d[start:stop], out_r[start:stop], n_threads)
+                 ids, allow, out_d[start:stop], out_r[start:stop], n_threads, **reranking)
+    if flags is not None and flags.any():  # a bad stored row among some query's candidates: name it
+        bad = flags != 0
+        _, candidates = search_codes(tables, Q[bad], width, rows, distance=distance, n_threads=n_threads)
+        stored.raise_bad(candidates)
     if kk != k:
         D[:, :kk] = out_d
         found[:, :kk] = out_r
@@ -244,15 +261,36 @@ def search_codes(tables, Q, k, rows, *, distance="adc", n_threads=1):
 def scanner(codes, bound=None, norm_scales=False, scale_range=None):
     """The exhaustive scan kernel of ``codes`` (byte codes, or fast-scan blocks) with the codes, the bound and whether
     the norm terms are scales (``CodeRows.norm_scales``, ``scale_range``) bound: called as
-    ``scan(model, queries, rotated, norms, norm_codes, norm_levels, ids, allow, out_dist, out_rows, n_threads)``."""
+    ``scan(model, queries, rotated, norms, norm_codes, norm_levels, ids, allow, out_dist, out_rows, n_threads)``;
+    the byte-code scan also takes ``_kernels.scan``'s re-ranking keywords (``rerank_rows``, ``rerank``,
+    ``rerank_queries``, ``out_flags``), which the fast scan has not (``_search_blocks_reranked``)."""
     if isinstance(codes, CodeBlocks):
         def scan(model, queries, rotated, *rest):
             _kernels.fastscan_scan(model, queries, rotated, codes.blocks, len(codes), *rest, bound, norm_scales,
                                    scale_range)
     else:
-        def scan(model, queries, rotated, *rest):
-            _kernels.scan(model, queries, rotated, codes, *rest, bound, norm_scales)
+        def scan(model, queries, rotated, *rest, **rerank):
+            _kernels.scan(model, queries, rotated, codes, *rest, bound=bound, norm_scales=norm_scales, **rerank)
     return scan
+
+
+def _search_blocks_reranked(tables, Q, k, rows, distance, n_threads, rerank):
+    """``search_codes`` with ``rerank`` for codes in fast-scan blocks (K <= 16): the fast scan keeps the R best rows
+    of each query (the same rows as the byte-code scan), then the compiled re-ranking loop
+    (``_rerank.rerank_candidates``) keeps the k best of them by exact value. The fast-scan kernels take no stored
+    rows, so the candidates leave the kernel, RERANK_STEP_BYTES of rows at a time (no per-candidate Python)."""
+    stored, R = rerank
+    width = min(R, rows.codes.shape[0])
+    nq = Q.shape[0]
+    D = np.empty((nq, k), dtype=np.float32)
+    found = np.empty((nq, k), dtype=np.int64)
+    step = max(1, _rerank.RERANK_STEP_BYTES // (8 * width))
+    for start in range(0, nq, step):
+        stop = min(nq, start + step)
+        _, candidates = search_codes(tables, Q[start:stop], width, rows, distance=distance, n_threads=n_threads)
+        D[start:stop], found[start:stop] = _rerank.rerank_candidates(Q[start:stop], candidates, stored, k,
+                                                                      n_threads)
+    return D, found
 
 
 def rows_bitmap(mask):

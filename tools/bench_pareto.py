@@ -29,6 +29,9 @@ index, searches the batch once at the cheapest point reaching 10@10 = 0.95 and r
 
     python tools/bench_pareto.py --data sift minilm --json pareto.json --out pareto.md --plot-dir docs/figures
     python tools/bench_pareto.py --quick --systems ockstore hnswlib      # 100K sift subset: a smoke run
+
+The other "Done when" figures of issue 19 (re-ranking cost per extra candidate, one query per call against a batch,
+sq8 against float16, tune on held-out queries) come from tools/bench_recall_speed.py, on the same data and cache.
 """
 
 from __future__ import annotations

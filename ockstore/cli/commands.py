@@ -32,18 +32,25 @@ __all__ = ["COMMANDS"]
 SEARCH_BATCH = 1024
 
 # Bytes per component of the vectors stored by `build --store-vectors`.
-STORED_VECTOR_BYTES = {"float16": 2, "float32": 4, "uint8": 1}
+STORED_VECTOR_BYTES = {"float16": 2, "float32": 4, "uint8": 1, "sq8": 1}
 
 
 def _check_rerank_vectors(index, args):
     """--rerank needs vectors stored in the index: say how to get them (the library's message names its API)."""
-    if args.rerank is not None and index.store_vectors is None:
+    if args.rerank and index.store_vectors is None:
         if isinstance(index, ockstore.Collection):
             raise CommandError(f"{args.index}: the collection stores no vectors, --rerank needs them; make one that "
-                               "does with 'ockstore create ... --store-vectors float32' (or float16, uint8) and add "
+                               "does with 'ockstore create ... --store-vectors float32' (or float16, uint8, sq8) and add "
                                "the vectors to it")
         raise CommandError(f"{args.index}: the index stores no vectors, --rerank needs them; rebuild it with "
-                           "'ockstore build ... --store-vectors float32' (or float16, uint8)")
+                           "'ockstore build ... --store-vectors float32' (or float16, uint8, sq8)")
+
+
+def _rerank_text(rerank, k, store_vectors):
+    """How the search re-ranks, for the summary lines: the option given, or the library's default."""
+    if rerank is None:
+        return f", rerank {10 * k} (default)" if store_vectors is not None else ", no rerank"
+    return f", rerank {rerank}" if rerank else ", no rerank"
 
 
 def _open_index(path):
@@ -194,7 +201,7 @@ def search(args, out):
     with _open_index(args.index) as index:
         _check_rerank_vectors(index, args)
         _check_probe(index, args)
-        metric = index.metric
+        metric, stored = index.metric, index.store_vectors
         Q = _load_queries(args, index, args.queries)
         allow = read_allowed_ids(args.allow) if args.allow is not None else None
         D, I, elapsed = _search_all(index, Q, args.k, args.distance, args.threads, progress_enabled(args),
@@ -210,7 +217,7 @@ def search(args, out):
         write_distances(dpath, D)
         written.append(dpath)
     ms = 1000.0 * elapsed / nq if nq else 0.0
-    how = args.distance + (f", rerank {args.rerank}" if args.rerank is not None else "")
+    how = args.distance + _rerank_text(args.rerank, args.k, stored)
     if args.probe is not None:
         how += f", probe {args.probe}"
     if allow is not None:
@@ -309,9 +316,7 @@ def evaluate(args, out):
     ivf = f"IVF {info['n_lists']:,} lists, " if "n_lists" in info else ""
     print(f"index:    {args.index} ({ivf}{info['method'].upper()}, {info['bits']} bits, metric {info['metric']}, "
           f"{info['N']:,} vectors)", file=out)
-    rerank = f", rerank {args.rerank}" if args.rerank is not None else ", no rerank"
-    if args.rerank is None and info.get("kind") == "collection" and info["store_vectors"] and info["trained"]:
-        rerank = f", rerank {default_rerank(args.k, info['N'])} (the collection's default)"
+    rerank = _rerank_text(args.rerank, args.k, info["store_vectors"])
     probe = f", probe {result['n_probe']} of {result['n_lists']:,} lists" if "n_lists" in result else ""
     print(f"queries:  {nq:,} from {args.queries}, k={args.k}, {args.distance}{rerank}{probe}", file=out)
     width = max(len(f"recall@{r}") for r in args.recalls)
@@ -333,5 +338,27 @@ def evaluate(args, out):
 
 
 # The subcommands by name (argparse's ``args.command``).
+def tune(args, out):
+    """`ockstore tune`: ockstore.tune on the queries, its keywords printed as the search options that set them."""
+    with _open_index(args.index) as index:
+        if isinstance(index, ockstore.Collection):
+            raise CommandError(f"{args.index}: tune takes an index file, not a collection folder")
+        Q = _load_queries(args, index, args.queries)
+        gt = None if args.groundtruth is None else read_vectors(args.groundtruth, "ground truth", args.limit)
+        try:
+            found = ockstore.tune(index, Q, k=args.k, target_recall=args.target, ground_truth=gt,
+                                  n_threads=args.threads)
+        except (ValueError, TypeError) as exc:
+            raise CommandError(f"{args.index}: {exc}") from None
+    if args.json:
+        print(json.dumps({"options": dict(found), "recall": found.recall, "seconds_per_query": found.seconds_per_query,
+                          "measurements": found.measurements}, indent=2), file=out)
+        return 0
+    flags = " ".join(f"--{'probe' if key == 'n_probe' else key} {value}" for key, value in found.items())
+    print(f"{flags}    (mean {args.k}-recall@{args.k} {found.recall:.4f} on {Q.shape[0]:,} queries, "
+          f"{found.seconds_per_query * 1e6:.1f} us per query)", file=out)
+    return 0
+
+
 COMMANDS = {"train": train, "build": build, "search": search, "info": info, "verify": verify, "eval": evaluate,
-            **COLLECTION_COMMANDS}
+            "tune": tune, **COLLECTION_COMMANDS}

@@ -25,7 +25,7 @@ VECTOR_FILES = ".fvecs, .bvecs, .ivecs (each optionally .gz) or .npy"
 ID_FILES = ".ivecs or .ivecs.gz (every value), an integer .npy of shape (N,) or (N, 1), or a text file of integers"
 
 # How `build --store-vectors` keeps the vectors for exact re-ranking (the store_vectors of ockstore.IndexWriter).
-STORE_VECTORS = ("float16", "float32", "uint8")
+STORE_VECTORS = ("float16", "float32", "uint8", "sq8")
 
 # Default rows per step when reading a base file (memory bounded by the chunk, not by N).
 DEFAULT_CHUNK = 100_000
@@ -111,10 +111,11 @@ def add_metadata(p):
 
 
 def add_rerank(p):
-    p.add_argument("--rerank", type=positive, default=None, metavar="R",
+    p.add_argument("--rerank", type=int_type(0, "an integer"), default=None, metavar="R",
                    help="keep R >= K candidates per query from the codes, then return the best K by their exact "
                         "distances (or scores) from the vectors stored in the index (built with --store-vectors) "
-                        "(e.g. -k 10 --rerank 100)")
+                        "(e.g. -k 10 --rerank 100); 0: no re-ranking; default: 10 x K when the index stores "
+                        "vectors, none otherwise")
 
 
 def add_probe(p):

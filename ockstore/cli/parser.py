@@ -103,8 +103,9 @@ examples:
                         "not used by pq and ckm")
     p.add_argument("--store-vectors", choices=STORE_VECTORS, default=None,
                    help="also store the vectors themselves, for exact re-ranking (search and eval --rerank): "
-                        "float16, float32, or uint8 (only for integer components 0..255, e.g. .bvecs); default: "
-                        "not stored (e.g. --store-vectors float16)")
+                        "float16, float32, uint8 (only for integer components 0..255, e.g. .bvecs), or sq8 (any "
+                        "values at one byte per component, through the ranges the quantizer learned from its "
+                        "training vectors); default: not stored (e.g. --store-vectors float16)")
     p.add_argument("--ids", default=None, metavar="IDS_FILE",
                    help="one non-negative integer id per base vector, in base order (.ivecs with dimension 1, or an "
                         "integer .npy of shape (N,) or (N, 1)); default: 0..N-1")
@@ -216,6 +217,29 @@ examples:
     add_threads(p)
     add_progress(p)
 
+    # ----------------------------------------------------------------------------------------------------- tune
+    p = add_command(sub, "tune", """\
+find the fastest search settings that reach a target recall
+
+Measure, on QUERY_FILE, the mean K-recall@K of the settings of INDEX_FILE (n_probe for an inverted file, rerank for
+an index with stored vectors) and print the fastest setting that reaches the target, as search options. The true
+neighbours are computed by brute force over the index's stored vectors, or read from --groundtruth.
+
+examples:
+  ockstore tune sift.ock sift_learn_queries.fvecs --target 0.95
+  ockstore tune sift.ock queries.npy --target 0.9 -k 10 --groundtruth gt.ivecs --json""")
+    p.add_argument("index", metavar="INDEX_FILE", help="an index file")
+    p.add_argument("queries", metavar="QUERY_FILE", help=f"queries like those the index will serve ({VECTOR_FILES})")
+    p.add_argument("--target", type=float, default=0.95, metavar="RECALL",
+                   help="the mean K-recall@K to reach, in (0, 1] (default 0.95)")
+    p.add_argument("-k", type=positive, default=10, metavar="K", help="results per query (default 10)")
+    p.add_argument("--groundtruth", default=None, metavar="GROUNDTRUTH_FILE",
+                   help="the ids of each query's true neighbours, nearest first (.ivecs or .npy); default: brute "
+                        "force over the stored vectors")
+    p.add_argument("--limit", type=positive, default=None, metavar="N", help="use the first N queries only")
+    p.add_argument("--json", action="store_true", help="print the options and every measurement as JSON")
+    add_threads(p)
+
     add_parsers(sub)  # create, add, delete, compact
     return parser
 
@@ -289,7 +313,7 @@ def _check_build(sub, args):
 
 
 def _check_rerank(sub, args):
-    if args.rerank is not None and args.rerank < args.k:
+    if args.rerank and args.rerank < args.k:
         sub.error(f"argument --rerank: {args.rerank} is smaller than -k {args.k} (the best K of R candidates are "
                   "returned: R must be >= K)")
 

@@ -234,9 +234,9 @@ class Collection(Closable):
         rerank : int >= k, 0, or None
             As for ``Index.search``: the best ``rerank`` candidates of the whole collection by their codes are
             re-ranked exactly, from the vectors stored in the segments (``store_vectors``) or from ``vectors``. None:
-            the default re-ranking when the collection stores vectors (``_search_options.default_rerank``: 10 k
-            candidates), none otherwise; 0: none. Before the collection has trained its quantizer every result is
-            exact (brute force over the stored vectors) and ``rerank`` changes nothing.
+            the default re-ranking of every searcher when there are vectors to re-rank from (10 k candidates,
+            ``_search_options.check_rerank``), none otherwise; 0: none. Before the collection has trained its
+            quantizer every result is exact (brute force over the stored vectors) and ``rerank`` changes nothing.
         vectors : array-like of shape (n, P), or None
             For ``rerank``: row i is the vector of **id** i (on a collection rows have no fixed place; ids do). An
             ndarray, np.memmap, HDF5 dataset; only the candidates' rows are read, by increasing id.

@@ -103,7 +103,11 @@ def create_collection(path, quantizer, *, norm_encoding=None, store_vectors=None
     if trained:
         quantizer = check_fitted_model(quantizer)
     norm_encoding = resolve_norm_encoding(quantizer, norm_encoding)
-    store_vectors = check_store_vectors(store_vectors)
+    store_vectors = check_store_vectors(store_vectors, quantizer if trained else None)
+    if store_vectors == "sq8" and not trained:
+        raise ValueError("store_vectors='sq8' stores vectors through the value ranges a fitted quantizer learned; this "
+                         "one is not fitted yet: fit it first (or give store_vectors='float16' and let the collection "
+                         "train itself)")
     training = None
     if trained:
         if train_size is not None:

@@ -93,10 +93,7 @@ class Snapshot:
                                                                       "were deleted)")
         out = np.empty((unique.size, self.spec.vector_dim or 0), dtype=np.float32)
         for number, hit, rows in found:
-            view = self.views[number]
-            path = view.segment.path
-            out[hit] = _rerank.gather_rows(view.index.vectors, rows,
-                                           lambda check, detail, path=path: storage.format_error(path, check, detail))
+            out[hit] = self.views[number].index._stored_values(rows)  # checked (damage names the segment); sq8 decoded
         return out[where.reshape(-1)]
 
     def live_ids(self):
@@ -109,15 +106,12 @@ class Snapshot:
     def search_options(self, k, *, rerank=None, **options):
         """The checked options of a search of this generation: ``_search_options.search_options`` over its live rows,
         ``vectors`` and ``allow`` by id (every check of Collection.search but the queries'). ``rerank`` None means the
-        default re-ranking when the collection stores vectors and has trained its quantizer
-        (``_search_options.default_rerank``), none otherwise; 0 none. Before training every result is exact: no
+        default re-ranking of every searcher when the collection has vectors to re-rank from (stored, or given) and
+        has trained its quantizer (``_search_options.check_rerank``), none otherwise; 0 none. Before training every result is exact: no
         re-ranking (a ``rerank`` given is checked, and changes nothing)."""
         if not self.spec.trained and options.get("vectors") is not None:
             raise ValueError("vectors: this collection has not trained its quantizer yet; it searches its stored "
                              "vectors exactly and takes no other vectors")
-        default = rerank is None and self.spec.store_vectors is not None and self.spec.trained
-        if default:
-            rerank = _search_options.default_rerank(k if isinstance(k, int) and k >= 1 else 1, self.live) or None
         opts = _search_options.search_options(self.spec.quantizer, self.live, k, by_id=True, rerank=rerank,
                                               stored_vectors=self.spec.store_vectors is not None, **options)
         if not self.spec.trained:
@@ -137,9 +131,17 @@ class Snapshot:
         threads = resolve_n_threads(opts.n_threads)
         Qp = quantizer._prepare(Q, "Q")  # what Index.search scans with: unit rows for cosine
         D, I, part, rows, searched = self._candidates(Q, Qp, opts, threads)
-        if opts.rerank is not None:
-            fetch = self._fetch(I, part, rows, searched, opts.vectors)
-            D, I = _rerank.rerank(Qp, I, fetch, quantizer.metric, opts.k)
+        if opts.rerank is not None and opts.vectors is not None:
+            def fetch(ids):
+                return by_unique_ids(lambda unique: vectors_by_id(opts.vectors, unique), ids), ids
+
+            D, I = _rerank.rerank(Qp, I, fetch, quantizer.metric, opts.k, n_threads=threads)
+        elif opts.rerank is not None and searched:  # the stored vectors where they are: part p is segment searched[p]
+            rows = self._candidate_rows(I, part, rows, searched)
+            D, I = _rerank.rerank_stored(Qp, rows, np.where(rows >= 0, part, 0), self._stored_rows(searched), opts.k,
+                                         threads)
+        elif opts.rerank is not None:  # nothing searched: padding
+            D, I = D[:, :opts.k], I[:, :opts.k]
         if was_1d:
             return D[0], I[0]
         return D, I
@@ -172,7 +174,7 @@ class Snapshot:
             if opts.allow is not None and mask is None:
                 continue
             results.append(view.index.search(Q, min(width, view.segment.rows), n_probe=opts.n_probe,
-                                             distance=opts.distance, allow=mask, n_threads=threads))
+                                             distance=opts.distance, rerank=0, allow=mask, n_threads=threads))
             searched.append(view)
         D, I, part = merge_topk(results, width, descending=quantizer.metric != "l2", n_queries=Q.shape[0],
                                 return_part=True)
@@ -205,35 +207,25 @@ class Snapshot:
                 self._cache[("tables", self.manifest.quantizer)] = tables
         return tables
 
-    def _fetch(self, I, part, rows, views, vectors):
-        """``fetch`` of ``_rerank.rerank`` over candidate ids ``I`` (with their ``part`` in ``views`` and ``rows``
-        there, or None): from ``vectors`` by id, or from the stored vectors of the segments holding them, so the
-        results equal those of one index holding the live rows."""
-        if vectors is not None:
-            return lambda ids: (by_unique_ids(lambda unique: vectors_by_id(vectors, unique), ids), ids)
-        valid = I >= 0
-        order = np.argsort(I[valid], kind="stable")  # a live id is in one segment, at one row
-        sorted_ids, sorted_part = I[valid][order], part[valid][order]
-        sorted_rows = None if rows is None else rows[valid][order]
-        dim = self.spec.quantizer.dim
+    def _candidate_rows(self, I, part, rows, views):
+        """The row of each candidate id ``I`` in its segment ``views[part]`` (``rows`` when the scan gave them; else
+        found by id: a live id is in one segment, at one row); -1 for none."""
+        if rows is not None:
+            return np.where(I >= 0, rows, -1)
+        out = np.full(I.shape, -1, dtype=np.int64)
+        for p, view in enumerate(views):
+            chosen = (part == p) & (I >= 0)
+            if chosen.any():
+                _, out[chosen] = view.segment.ids_index().find(I[chosen])
+        return out
 
-        def stored(ids):  # sorted, unique
-            at = np.searchsorted(sorted_ids, ids)
-            part_of = sorted_part[at]
-            data = np.empty((ids.size, dim), dtype=np.float32)
-            for p in np.unique(part_of):
-                chosen = part_of == p
-                segment = views[p].segment
-                found = segment.ids_index().find(ids[chosen])[1] if sorted_rows is None else sorted_rows[at][chosen]
-                by_row = np.argsort(found)  # read the mapped rows in increasing order
-                block = np.empty((found.size, dim), dtype=np.float32)
-                block[by_row] = _rerank.gather_rows(
-                    views[p].index.vectors, found[by_row],
-                    lambda check, detail, path=segment.path: storage.format_error(path, check, detail))
-                data[chosen] = block
-            return data
-
-        return lambda ids: (by_unique_ids(stored, ids), ids)
+    def _stored_rows(self, views):
+        """The _rerank.StoredRows of the segments' stored vectors, part p being views[p] (damage named by file)."""
+        return _rerank.StoredRows(
+            [view.index.vectors for view in views], [view.index.ids for view in views], self.spec.quantizer.metric,
+            sq8_ranges=self.spec.quantizer.value_ranges if self.spec.store_vectors == "sq8" else None,
+            damaged=[lambda check, detail, path=view.segment.path: storage.format_error(path, check, detail)
+                     for view in views])
 
 
 def _scan_jointly(views):

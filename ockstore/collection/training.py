@@ -112,7 +112,7 @@ def _sample(views, live_masks, n, rng, dim):
         mine = chosen[(chosen >= first) & (chosen < first + count)] - first
         if mine.size:
             rows = np.flatnonzero(mask)[mine]
-            out[done:done + rows.size] = view.index.vectors[rows]
+            out[done:done + rows.size] = view.index._stored_values(rows)  # sq8 codes decoded
             done += rows.size
         first += count
     return out
@@ -271,7 +271,7 @@ def _encode_live_rows(folder, generation, spec, views, masks, max_rows, written,
                         number += 1
                     take = keep[:max_rows - writer.rows]
                     keep = keep[take.size:]
-                    writer._add(np.asarray(index.vectors[take], dtype=np.float32), np.asarray(index.ids[take]))
+                    writer._add(index._stored_values(take), np.asarray(index.ids[take]))  # sq8: decoded
                     if writer.rows >= max_rows:
                         entries.append(_close(writer))
                         writer = None

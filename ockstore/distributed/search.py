@@ -115,6 +115,7 @@ def _rerank_fetched(cl, collection, folder, generation, shares, Q, I, part, vect
     snapshot = collection._snap  # the generation searched
     Qp = snapshot.spec.quantizer._prepare(Q, "Q")  # what the search scans with: unit rows for cosine
     metric = snapshot.spec.quantizer.metric
+    sq8_ranges = snapshot.spec.quantizer.value_ranges if snapshot.spec.store_vectors == "sq8" else None
     nq, R = I.shape
     D_out = np.empty((nq, k), dtype=np.float32)
     I_out = np.empty((nq, k), dtype=np.int64)
@@ -138,8 +139,14 @@ def _rerank_fetched(cl, collection, folder, generation, shares, Q, I, part, vect
             else:
                 block = _ById(np.empty(0, dtype=np.int64), np.empty((0, Q.shape[1]), dtype=np.float32))
 
-        def fetch(ids, block=block):
-            return by_unique_ids(lambda unique: vectors_by_id(block, unique), ids), ids
+        if sq8_ranges is not None and vectors is None:
+            def fetch(ids, block=block):  # sq8 codes as the workers store them: re-ranked as stored (lo + step code)
+                return block.data[np.searchsorted(block.ids, ids)], ids
+        else:
+            def fetch(ids, block=block):
+                return by_unique_ids(lambda unique: vectors_by_id(block, unique), ids), ids
 
-        D_out[start:stop], I_out[start:stop] = _rerank.rerank(Qp[start:stop], I[start:stop], fetch, metric, k)
+        D_out[start:stop], I_out[start:stop] = _rerank.rerank(
+            Qp[start:stop], I[start:stop], fetch, metric, k,
+            sq8_ranges=sq8_ranges if vectors is None else None)
     return D_out, I_out

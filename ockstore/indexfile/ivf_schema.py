@@ -125,10 +125,11 @@ class IVFFileSchema(FileSchema):
     row_sections = ("list_offsets",)
     description = "an inverted file"
 
-    def minor_version(self, model, store_vectors, norm_encoding="none", index=False):
-        """1.2 at least; 1.3 for the norm term of a cosine inverted file or its fine quantizer's norm levels (I20), and
-        for an index of 4-bit codes (fast-scan blocks, F1)."""
-        minor = max(IVF_MINOR_VERSION, format_minor_version(model.quantizer, store_vectors, norm_encoding))
+    def minor_version(self, model, store_vectors, norm_encoding="none", value_ranges=False, index=False):
+        """1.2 at least; 1.3 for the norm term of a cosine inverted file or its fine quantizer's norm levels (I20), for
+        value ranges or sq8 vectors (I21), and for an index of 4-bit codes (fast-scan blocks, F1)."""
+        minor = max(IVF_MINOR_VERSION, format_minor_version(model.quantizer, store_vectors, norm_encoding,
+                                                            value_ranges))
         return max(minor, FASTSCAN_MINOR_VERSION) if index and uses_blocks(model.n_codewords) else minor
 
     def meta(self, file_kind, ivf):

@@ -30,7 +30,7 @@ from .._validation import resolve_n_threads
 from ..ivf_quantizer import ivf_from_state
 from ..quantizers import quantizer_from_state
 from .ivf_schema import IVF_FILES
-from .schema import check_user_metadata
+from .schema import check_user_metadata, put_value_ranges
 from .writer import IndexWriter, RowPacker
 
 __all__ = ["IVFIndexWriter", "ROWS_PER_SORT"]
@@ -92,7 +92,7 @@ class IVFIndexWriter(IndexWriter):
     def __init__(self, path, quantizer, *, norm_encoding=None, store_vectors=None, metadata=None, n_threads=None):
         ivf = check_model_for(type(self), quantizer)
         self._norm_encoding = resolve_norm_encoding(ivf, norm_encoding)
-        self._store_vectors = check_store_vectors(store_vectors)
+        self._store_vectors = check_store_vectors(store_vectors, ivf)
         self._user = check_user_metadata(metadata)
         self._threads = resolve_n_threads(n_threads)
         # A private IVF over the same (read-only) arrays: a refit of the caller's objects cannot mix two models.
@@ -188,9 +188,11 @@ class IVFIndexWriter(IndexWriter):
         try:
             writer = self._writer
             IVF_FILES.put_model(writer, ivf)
+            if self._store_vectors == "sq8":
+                put_value_ranges(writer, ivf)
             writer.put("list_offsets", offsets)
             N = self._ntotal
-            if self._blocks:  # each list padded to whole blocks (docs/FORMAT.md section 15)
+            if self._blocks:  # each list padded to whole blocks (docs/FORMAT.md section 16)
                 writer.declare_filled("code_blocks", "<u1", int(blocks_of_runs(offsets)[-1]),
                                       (block_bytes(ivf.code_size),))
             else:

@@ -121,6 +121,6 @@ def file_info(path) -> dict:
             finally:
                 index.close()
             # the kind of index, whatever the layout of its codes (4-bit codes in fast-scan blocks have a meta "kind"
-            # of their own, docs/FORMAT.md section 15, which the format version and K already tell)
+            # of their own, docs/FORMAT.md section 16, which the format version and K already tell)
             return {"kind": kind.files.index_kind, **info, "has_ids": has_ids, **common}
     return {"kind": file_kind, **model._file_summary(), **common}

@@ -30,7 +30,7 @@ from ..quantizers import METHODS, PARAMETERS, quantizer_from_state
 
 __all__ = ["KIND_INDEX", "KIND_QUANTIZER", "KIND_FASTSCAN_INDEX", "FASTSCAN_MINOR_VERSION", "HEADER_MARGIN",
            "ROTATION_TOLERANCE", "ROW_SECTIONS", "FileSchema", "FLAT_FILES", "check_user_metadata", "quantizer_meta",
-           "format_minor_version", "put_quantizer_sections", "read_file"]
+           "format_minor_version", "put_quantizer_sections", "put_value_ranges", "SQ8_MINOR_VERSION", "read_file"]
 
 # docs/FORMAT.md section 11: the values of meta "kind" of flat files and the number of levels of the one-byte norm
 # quantizer. (Inverted files: ivf_schema.py; every kind's values: ockstore._kinds.file_kinds().)
@@ -38,13 +38,16 @@ KIND_INDEX = "index"
 KIND_QUANTIZER = "quantizer"
 N_NORM_LEVELS = 256
 
-# docs/FORMAT.md section 15: the index files of models with at most 16 words per codebook store their codes in
+# The format minor version from which a file may hold the section 'value_ranges' and sq8 vectors (rule I21).
+SQ8_MINOR_VERSION = 3
+
+# docs/FORMAT.md section 16: the index files of models with at most 16 words per codebook store their codes in
 # fast-scan blocks (section "code_blocks"), under a kind of their own, from format 1.3. Readers of 1.0-1.2 refuse them
 # ("unknown kind") instead of failing on a missing "codes" section, or worse.
 KIND_FASTSCAN_INDEX = "fastscan-index"
 FASTSCAN_MINOR_VERSION = 3
 
-# The sections of the rows of an index (sections 11.2 and 15), which a quantizer file does not hold.
+# The sections of the rows of an index (sections 11.2 and 16), which a quantizer file does not hold.
 ROW_SECTIONS = ("codes", "code_blocks", "norms", "ids", "vectors")
 
 # docs/FORMAT.md rule I6: the largest max |R^T R - I| a rotation may show. ockstore's own float32 rotations show about
@@ -114,10 +117,13 @@ def quantizer_meta(kind, quantizer):
 COSINE_NORM_MINOR_VERSION = 3
 
 
-def format_minor_version(quantizer, store_vectors, norm_encoding="none"):
+def format_minor_version(quantizer, store_vectors, norm_encoding="none", value_ranges=False):
     """The format minor version a file needs (docs/FORMAT.md, "Versions"): 3 for the norm term of a cosine index or
-    the norm levels of a cosine quantizer with one codebook per subspace (I20), 1 for a metric other than "l2" or
-    stored vectors (format 1.1), 0 otherwise, so that files using none are exactly what earlier writers wrote."""
+    the norm levels of a cosine quantizer with one codebook per subspace (I20), for the section 'value_ranges'
+    (``value_ranges``: the file holds it) or sq8 vectors (I21), 1 for a metric other than "l2" or stored vectors
+    (format 1.1), 0 otherwise, so that files using none are exactly what earlier writers wrote."""
+    if value_ranges or store_vectors == "sq8":
+        return SQ8_MINOR_VERSION
     if quantizer.metric == "cosine" and (norm_encoding != "none" or (quantizer.n_codebooks == 1
                                                                       and quantizer.norm_levels is not None)):
         return COSINE_NORM_MINOR_VERSION
@@ -133,6 +139,10 @@ def put_quantizer_sections(writer, quantizer):
     if quantizer.norm_levels is not None:
         writer.put("norm_levels", np.ascontiguousarray(quantizer.norm_levels, dtype="<f4"))
 
+
+def put_value_ranges(writer, model):
+    """The section 'value_ranges' of ``model`` (I21): after every section of the model, before the rows."""
+    writer.put("value_ranges", np.ascontiguousarray(model.value_ranges, dtype="<f4"))
 
 
 # ====================================================================================================================
@@ -235,6 +245,10 @@ class _Reader:
         if "store_vectors" in self.meta and (type(store_vectors) is not str or store_vectors not in STORE_VECTORS):
             raise self.fail("bad meta", f"meta 'store_vectors' = {_short(store_vectors)}, expected "
                                         f"{', '.join(repr(v) for v in STORE_VECTORS)} (or no key)")
+        if store_vectors == "sq8" and self.mf.version < (1, SQ8_MINOR_VERSION):
+            raise self.fail("bad format version", f"meta 'store_vectors' = 'sq8' exists from format "
+                                                  f"1.{SQ8_MINOR_VERSION}, but the file says "
+                                                  f"{self.mf.version[0]}.{self.mf.version[1]}")
         return ntotal, encoding, has_ids, store_vectors
 
     # ---- sections (I4, I5)
@@ -355,6 +369,26 @@ class _Reader:
             vectors = self.section("vectors", dtype, (ntotal, p["dim"]), rows=ntotal)
         return codes, norms, ids, vectors
 
+    def value_ranges(self, model, P, required, allowed):
+        """The section 'value_ranges' (I21), checked and given to ``model``: required in an index file of sq8 vectors,
+        optional in a quantizer file (from format 1.3), refused elsewhere."""
+        if not allowed:
+            self.absent("value_ranges", "only a quantizer file or an index of sq8 vectors holds value ranges")
+            return
+        if not required and "value_ranges" not in self.mf.sections:
+            return
+        if self.mf.version < (1, SQ8_MINOR_VERSION):
+            raise self.fail("bad format version", f"section 'value_ranges' exists from format 1.{SQ8_MINOR_VERSION}, "
+                                                  f"but the file says {self.mf.version[0]}.{self.mf.version[1]}")
+        ranges = np.array(self.section("value_ranges", "<f4", (2, P)))
+        if not np.isfinite(ranges).all():
+            raise self.fail("non-finite values", "section 'value_ranges' holds NaN or infinite values")
+        if (ranges[0] > ranges[1]).any():
+            p = int(np.argmax(ranges[0] > ranges[1]))
+            raise self.fail("bad value ranges", f"section 'value_ranges': dimension {p} has lowest value "
+                                                f"{float(ranges[0, p])!r} above its highest {float(ranges[1, p])!r}")
+        model._set_value_ranges(ranges)
+
     def for_quantizer_file(self):
         """No section of the rows of an index, of any kind (I5)."""
         for name in ROW_SECTIONS + tuple(n for k in _kinds.kinds() for n in k.files.row_sections):
@@ -382,9 +416,10 @@ class FileSchema:
     description = "a flat index"     # what messages call a file of this kind
 
     # ---- writing
-    def minor_version(self, model, store_vectors, norm_encoding="none", index=False):
-        """The format minor version its files need (docs/FORMAT.md, "Versions"): 1.3 for an index of 4-bit codes."""
-        minor = format_minor_version(model, store_vectors, norm_encoding)
+    def minor_version(self, model, store_vectors, norm_encoding="none", value_ranges=False, index=False):
+        """The format minor version its files need (docs/FORMAT.md, "Versions"): 1.3 for value ranges or sq8 vectors
+        (I21) and for an index of 4-bit codes."""
+        minor = format_minor_version(model, store_vectors, norm_encoding, value_ranges)
         return max(minor, FASTSCAN_MINOR_VERSION) if index and uses_blocks(model.n_codewords) else minor
 
     def index_kind_of(self, model):
@@ -448,8 +483,11 @@ def read_file(mf, index_only):
         extra = files.read_rows(reader, meta, ntotal)
         codes, norms, ids, stored = reader.index_sections(p, ntotal, encoding, has_ids, store_vectors, blocks,
                                                           files.row_runs(extra))
-        rows = {"codes": codes, "norms": norms, "ids": ids, "norm_encoding": encoding, "vectors": stored, **extra}
+        rows = {"codes": codes, "norms": norms, "ids": ids, "norm_encoding": encoding, "vectors": stored,
+                "store_vectors": store_vectors, **extra}
     else:
         reader.for_quantizer_file()
     reader.absent_sections_of_other_kinds(kind)
+    sq8 = is_index and index_meta[3] == "sq8"
+    reader.value_ranges(model, p["dim"], required=sq8, allowed=sq8 or not is_index)
     return file_kind, kind, model, rows

@@ -29,7 +29,7 @@ def checked_vector_rows(X, metric, store_vectors, first_row=0):
     """The rows ``X`` (checked dtype and dimension, any real dtype) as a ``vectors`` section stores them, after the
     checks every vector input gets (finite, within +-1e15; values the dtype holds, I17) and, for metric "cosine", no
     zero row (a cosine similarity to it is undefined). A refused row is named by its number plus ``first_row``."""
-    rows = vectors_for_storage(X, store_vectors, "X", first_row)
+    rows = vectors_for_storage(None, X, store_vectors, "X", first_row)
     if metric == "cosine" and rows.shape[0]:
         normalize_rows(to_float32_rows(rows, "X"), "X", first_row)  # raises naming a zero row
     return rows

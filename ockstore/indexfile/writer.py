@@ -13,7 +13,7 @@ from .._index_rows import (
 from .._code_blocks import BLOCK_ROWS, block_bytes, pack_rows, uses_blocks
 from .._validation import as_ids, as_vectors, check_int, resolve_n_threads
 from ..quantizers import quantizer_from_state
-from .schema import FLAT_FILES, check_user_metadata
+from .schema import FLAT_FILES, check_user_metadata, put_value_ranges
 
 __all__ = ["IndexWriter", "RowPacker", "build_index", "save_quantizer"]
 
@@ -37,7 +37,7 @@ class IndexWriter:
         (rows list after list, sorted through temporary files at close; docs/FORMAT.md section 14).
     norm_encoding : "u8", "f32", "none" or None
         As for :meth:`Index.from_vectors`: None means "u8" for L2 with C >= 2 and "none" otherwise.
-    store_vectors : None, "float16", "float32" or "uint8"
+    store_vectors : None, "float16", "float32", "uint8" or "sq8"
         As for :meth:`Index.from_vectors`: also store the vectors (as given) in a ``vectors`` section, for exact
         re-ranking. Each chunk is checked before anything of it is appended.
     metadata : dict or None
@@ -68,7 +68,7 @@ class IndexWriter:
     def __init__(self, path, quantizer, *, norm_encoding=None, store_vectors=None, metadata=None, n_threads=None):
         quantizer = check_model_for(type(self), quantizer)
         self._norm_encoding = resolve_norm_encoding(quantizer, norm_encoding)
-        self._store_vectors = check_store_vectors(store_vectors)
+        self._store_vectors = check_store_vectors(store_vectors, quantizer)
         self._user = check_user_metadata(metadata)
         self._threads = resolve_n_threads(n_threads)
         params, arrays = quantizer._get_state()
@@ -82,8 +82,10 @@ class IndexWriter:
         writer = storage.FileWriter(path, minor_version=FLAT_FILES.minor_version(self._quantizer, self._store_vectors,
                                                                                  self._norm_encoding, index=True))
         FLAT_FILES.put_model(writer, self._quantizer)
+        if self._store_vectors == "sq8":
+            put_value_ranges(writer, self._quantizer)
         self._blocks = RowPacker(self._quantizer) if uses_blocks(self._quantizer.n_codewords) else None
-        if self._blocks is not None:  # 4-bit words, in fast-scan blocks (docs/FORMAT.md section 15)
+        if self._blocks is not None:  # 4-bit words, in fast-scan blocks (docs/FORMAT.md section 16)
             writer.declare_growing("code_blocks", "<u1", (self._blocks.block_bytes,))
         else:
             writer.declare_growing("codes", "<u1", (self._quantizer.code_size,))
@@ -171,7 +173,7 @@ class IndexWriter:
         self._check_ids_given(ids is not None)
         vectors = None
         if self._store_vectors is not None:
-            vectors = vectors_for_storage(X, self._store_vectors, "X", first_row)
+            vectors = vectors_for_storage(self._quantizer, X, self._store_vectors, "X", first_row)
         return X, ids, vectors
 
     def _check_ids_given(self, given):
@@ -306,10 +308,16 @@ def save_quantizer(path, quantizer, *, metadata=None):
         (docs/FORMAT.md section 14); ``load_quantizer`` returns the IVF.
     metadata : dict or None
         User metadata, as for :class:`IndexWriter`.
+
+    A model that learned value ranges when it was fitted (every model fitted by this version) keeps them in the file
+    (section 'value_ranges', format 1.3), so that indexes of ``store_vectors="sq8"`` can be built with it later.
     """
     quantizer = check_fitted_model(quantizer)
     user = check_user_metadata(metadata)
     files = _kinds.of_model(quantizer).files
-    with storage.FileWriter(path, minor_version=files.minor_version(quantizer, None)) as writer:
+    ranges = quantizer.value_ranges is not None
+    with storage.FileWriter(path, minor_version=files.minor_version(quantizer, None, value_ranges=ranges)) as writer:
         files.put_model(writer, quantizer)
+        if ranges:
+            put_value_ranges(writer, quantizer)
         writer.commit(files.meta(files.quantizer_kind, quantizer), user)

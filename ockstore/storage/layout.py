@@ -21,8 +21,8 @@ MAGIC = b"\x89OCK\r\n\x1a\n"
 # lowest minor that holds what the file uses (DTYPE_MINOR; the index layer asks for more when its meta needs it), so
 # files without newer features stay byte-identical to those of earlier versions. 1.1: float16 sections (and the index
 # layer's metric and stored vectors); 1.2: the index layer's inverted files (docs/FORMAT.md section 14); 1.3: files of
-# stored vectors without codes (section 15), the norm term of cosine indexes (section 11) and fast-scan files, 4-bit
-# codes in blocks (section 16).
+# stored vectors without codes (section 15), the norm term of cosine indexes (section 11), fast-scan files, 4-bit
+# codes in blocks (section 16), and vectors stored as sq8 codes with the model's value ranges (section 17).
 FORMAT_VERSION = (1, 3)
 MAX_HEADER_BYTES = 16 * 1024 * 1024
 ALIGNMENT = 64  # every section starts at a multiple of this (a cache line; also any dtype's alignment)

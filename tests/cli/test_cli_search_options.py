@@ -131,9 +131,11 @@ def test_search_allow_restricts_to_the_allowed_ids(data, rr, tmp_path):
 
 def test_eval_rerank_reports_metric_and_improves_recall(data, rr):
     args = ("eval", rr["index"], data["query"], data["gt"], "-k", "10", "--json")
-    plain = json.loads(run(*args, check=0).stdout)
+    plain = json.loads(run(*args, "--rerank", "0", check=0).stdout)
     reranked = json.loads(run(*args, "--rerank", "100", check=0).stdout)
-    assert (plain["metric"], plain["rerank"]) == ("l2", None)
+    default = json.loads(run(*args, check=0).stdout)  # an index with stored vectors re-ranks 10 * k by default
+    assert (plain["metric"], plain["rerank"], default["rerank"]) == ("l2", 0, None)
+    assert reranked["recall@10"] == default["recall@10"] and reranked["recall@1"] == default["recall@1"]
     assert (reranked["metric"], reranked["rerank"]) == ("l2", 100)
     with ockstore.open_index(rr["index"]) as index:
         _, I = index.search(data["ds"].query, 10, rerank=100)
@@ -149,7 +151,7 @@ def test_eval_rerank_reports_metric_and_improves_recall(data, rr):
 def test_search_options_usage_errors(data, rr, ip, tmp_path):
     idx, qf, gt = rr["index"], data["query"], data["gt"]
     assert_usage_error(run("search", idx, qf, "-k", "10", "--rerank", "5"), "--rerank", "smaller than -k 10")
-    assert_usage_error(run("search", idx, qf, "-k", "10", "--rerank", "0"), "--rerank")
+    assert_usage_error(run("search", idx, qf, "-k", "10", "--rerank", "-1"), "--rerank")
     assert_usage_error(run("search", idx, qf, "-k", "10", "--rerank", "many"), "--rerank")
     assert_usage_error(run("search", idx, qf, "-k", "10", "--allow"), "--allow")
     assert_usage_error(run("eval", idx, qf, gt, "-k", "20", "--rerank", "10"), "--rerank", "smaller than -k 20")
@@ -197,3 +199,36 @@ def test_build_names_a_refused_row_by_its_row_in_the_file(ip, tmp_path):
         assert_data_error(run("build", ip["q"], tmp_path / "bad.npy", "-o", out, "--store-vectors", "uint8",
                               "--chunk-size", chunk), f"{tmp_path / 'bad.npy'} row 450")
     assert not out.exists()
+
+
+def test_build_store_vectors_sq8(ip, tmp_path):
+    """--store-vectors sq8: the file stores the codes the library stores through the quantizer's value ranges, and
+    search --rerank re-ranks over them as the library does."""
+    out = tmp_path / "ip_sq8.ock"
+    proc = run("build", ip["q"], ip["base"], "-o", out, "--store-vectors", "sq8", check=0)
+    assert "stored sq8 vectors" in proc.stdout
+    q = ockstore.load_quantizer(ip["q"])
+    expected = ockstore.Index.from_vectors(q, ip["X"], store_vectors="sq8")
+    with ockstore.open_index(out) as index:
+        assert index.store_vectors == "sq8"
+        np.testing.assert_array_equal(index.vectors, expected.vectors)
+    ids = tmp_path / "ids.npy"
+    run("search", out, ip["query"], "-k", "5", "--rerank", "40", "-o", ids, check=0)
+    np.testing.assert_array_equal(np.load(ids), expected.search(ip["X"][:12], 5, rerank=40)[1])
+
+
+def test_tune_prints_the_options_of_the_library(data, rr, tmp_path):
+    """ockstore tune INDEX QUERIES --target: the options ockstore.tune finds (rerank only: a flat index), printed as
+    search flags and as JSON with the measurements; an impossible target is a data error (exit 1)."""
+    proc = run("tune", rr["index"], data["query"], "--target", "0.9", "--threads", "1", check=0)
+    assert proc.stdout.startswith("--rerank ") and "recall@10" in proc.stdout
+    found = json.loads(run("tune", rr["index"], data["query"], "--target", "0.9", "--json", check=0).stdout)
+    assert set(found["options"]) == {"rerank"} and found["recall"] >= 0.9 and found["measurements"]
+    with ockstore.open_index(rr["index"]) as index:
+        truth = ockstore.tuning._exact_neighbours(index, data["ds"].query, 10, 1)
+        _, I = index.search(data["ds"].query, 10, **found["options"])
+    assert np.mean([np.isin(truth[q], I[q]).mean() for q in range(len(I))]) == pytest.approx(found["recall"])
+    absent = tmp_path / "absent.npy"  # neighbours the index does not hold: no setting finds them
+    np.save(absent, data["ds"].groundtruth[:, :10].astype(np.int64) + 10**9)
+    assert_data_error(run("tune", rr["index"], data["query"], "--groundtruth", absent, "--target", "0.5"),
+                      "cannot be reached")

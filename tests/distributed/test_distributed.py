@@ -128,6 +128,25 @@ def test_every_kind_of_source_gives_the_same_segments(client, X, q, tmp_path):
         assert segment_bytes(folder) == reference, name
 
 
+def test_sq8_partitions_are_the_bytes_of_a_single_process_writer(client, X, q, tmp_path):
+    """store_vectors="sq8": every partition stores its vectors through the model's value ranges (which the
+    collection's quantizer file keeps), so a distributed build writes the bytes one IndexWriter writes."""
+    reference = reference_segments(tmp_path / "ref", q, X, ranges(N, 650), store_vectors="sq8")
+    od.build_collection(tmp_path / "c", q, da.from_array(X, chunks=(650, DIM)), client=client,
+                        store_vectors="sq8").close()
+    assert segment_bytes(tmp_path / "c") == reference
+
+
+def test_sq8_search_equals_the_collection_search(client, X, q, tmp_path):
+    """A distributed search of a collection of sq8 vectors re-ranks the codes the workers send as the collection
+    does (exact values of lo + step * code): the same values and ids, with the default re-ranking and others."""
+    od.build_collection(tmp_path / "c", q, da.from_array(X, chunks=(650, DIM)), client=client,
+                        store_vectors="sq8").close()
+    Q = base(20, seed=4)
+    for options in ({}, {"rerank": 0}, {"rerank": 37}, {"rerank": N}):
+        _assert_same(tmp_path / "c", Q, 10, client, **options)
+
+
 def test_ids_given_and_ids_that_continue_in_an_existing_collection(client, X, q, tmp_path):
     rng = np.random.default_rng(0)
     ids = rng.choice(10**12, size=N, replace=False).astype(np.int64)

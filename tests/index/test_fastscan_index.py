@@ -4,7 +4,7 @@ rerank, SDC, n_probe, 1 and 2 threads, each SIMD level), against two oracles:
 
 * NumPy brute force over the decoded words (tests/support/search_checks.py, ivf_checks.py: values within float32
   rounding, the right ids), and
-* the 8-bit scan of the same words (``_kernels.scan`` / ``_kernels.ivf_scan`` over the unpacked codes), which the
+* the 8-bit scan of the same words (``_kernels.scan`` / ``IvfLists`` over the unpacked codes), which the
   fast scan must equal bit for bit: the returned distances are the exact ADC distances, not the quantized sums.
 """
 
@@ -96,16 +96,16 @@ def test_flat_search_equals_the_8bit_scan_and_numpy(fitted, case, n):
     scale = search_checks.tolerance_scale(QUERIES, q.decode(index.codes), metric)
     for k in (1, 10, n + 4):
         for threads in (1, 2):
-            D, I = index.search(QUERIES, k, n_threads=threads)
+            D, I = index.search(QUERIES, k, n_threads=threads, rerank=0)  # the scan's own values
             Db, Ib = byte_scan(index, QUERIES, k)
             np.testing.assert_array_equal(I, Ib)
             np.testing.assert_array_equal(D, Db)  # exact ADC distances, bit for bit
             search_checks.check_topk(D, I, keys, np.arange(n), k, metric, rows_of, scale)
     # SDC, allow (ids), rerank
-    D, I = index.search(QUERIES, 5, distance="sdc")
+    D, I = index.search(QUERIES, 5, distance="sdc", rerank=0)
     np.testing.assert_array_equal(I, byte_scan(index, QUERIES, 5, distance="sdc")[1])
     allowed_rows = np.arange(0, n, 3)
-    D, I = index.search(QUERIES, 4, allow=ids[allowed_rows], n_threads=2)
+    D, I = index.search(QUERIES, 4, allow=ids[allowed_rows], n_threads=2, rerank=0)
     Db, Ib = byte_scan(index, QUERIES, 4, allow_rows=allowed_rows)
     np.testing.assert_array_equal(I, Ib)
     np.testing.assert_array_equal(D, Db)
@@ -160,14 +160,17 @@ def test_file_round_trip_and_the_writers_agree(fitted, tmp_path):
 # ------------------------------------------------------------------------------------------------------ inverted file
 
 def ivf_byte_scan(index, Q, k, n_probe, distance="adc"):
-    """The 8-bit IVF scan of the unpacked words, as IVFIndex.search gives it."""
+    """The 8-bit IVF scan of the unpacked words (``IvfLists`` over them), as IVFIndex.search gives it."""
     ivf = index.quantizer
     Qp = ivf._prepare(np.ascontiguousarray(Q, dtype=np.float32), "Q")
-    rows = dataclasses.replace(index._code_rows(None), codes=index.codes)
+    rows = index._code_rows(None)
     if distance == "sdc":  # the queries' reconstructions (cosine: at unit length again, as IVFIndex scans them)
         Qp = np.ascontiguousarray(ivf_checks.query_vectors(index, Q, "sdc"), dtype=np.float32)
-    D, R = ivf_index_module.search_lists(search_module.QueryTables(ivf.quantizer), ivf, Qp, k, rows,
-                                         index.list_offsets, n_probe)
+    ct, c_sqnorms, kind, term_factor = ivf._probing()
+    lists = _kernels.IvfLists(index._query_tables().model, ct, c_sqnorms, kind, term_factor, index.codes, rows.norms,
+                              rows.norm_codes, rows.norm_levels if rows.norm_codes is not None else None, rows.ids,
+                              index.list_offsets, rows.norm_scales)
+    D, R = ivf_index_module.search_lists(lists, Qp, k, n_probe, None)
     I = np.where(R >= 0, np.asarray(index.ids)[np.maximum(R, 0)], -1)
     return (D if ivf.metric == "l2" else -D), I
 

@@ -55,13 +55,13 @@ def test_search_equals_brute_force_over_probed_lists(indexes, data, case, distan
         lists = checked_probe(ivf, Qv if distance == "sdc" else prepared(queries, metric), Qv, n_probe)
         allowed = probed_rows(index, lists) if n_probe < L else np.arange(N)
         for k in (1, 10, 60):
-            D, I = index.search(queries, k, n_probe=n_probe, distance=distance, n_threads=1)
+            D, I = index.search(queries, k, n_probe=n_probe, distance=distance, n_threads=1, rerank=0)
             check_topk(D, I, keys, allowed, k, metric, rows_of, scale)
-            D2, I2 = index.search(queries, k, n_probe=n_probe, distance=distance, n_threads=2)
+            D2, I2 = index.search(queries, k, n_probe=n_probe, distance=distance, n_threads=2, rerank=0)
             np.testing.assert_array_equal(D, D2)
             np.testing.assert_array_equal(I, I2)
-        D, I = index.search(queries, 10, n_probe=n_probe, distance=distance)
-        d, i = index.search(queries[2], 10, n_probe=n_probe, distance=distance)  # alone: the same results
+        D, I = index.search(queries, 10, n_probe=n_probe, distance=distance, rerank=0)
+        d, i = index.search(queries[2], 10, n_probe=n_probe, distance=distance, rerank=0)  # alone: the same results
         np.testing.assert_array_equal(d, D[2])
         np.testing.assert_array_equal(i, I[2])
 
@@ -152,7 +152,7 @@ def test_allow_restricts_to_allowed_rows_of_probed_lists(indexes, data, case, ki
         allowed = [np.intersect1d(r, rows) for r in probed_rows(index, lists)]
         for k in (1, 5, 50):
             for threads in (1, 2):
-                D, I = index.search(queries, k, n_probe=n_probe, allow=allow, n_threads=threads)
+                D, I = index.search(queries, k, n_probe=n_probe, allow=allow, n_threads=threads, rerank=0)
                 check_topk(D, I, keys, allowed, k, metric, Rows(index.ids), tolerance_scale(Qv, base, metric))
 
 
@@ -164,7 +164,7 @@ def test_rerank_of_probed_candidates(indexes, data, case):
     index = indexes[case]
     metric = case[0]
     R, k, n_probe = 30, 5, 3
-    D0, I0 = index.search(queries, R, n_probe=n_probe)
+    D0, I0 = index.search(queries, R, n_probe=n_probe, rerank=0)
     D, I = index.search(queries, k, n_probe=n_probe, rerank=R)
     Dv, Iv = index.search(queries, k, n_probe=n_probe, rerank=R, vectors=index.vectors)
     np.testing.assert_array_equal(I, Iv)

@@ -94,16 +94,14 @@ def test_file_round_trip(tmp_path, quantizers, data, case, store):
 
 
 def test_quantizer_file_keeps_the_metric(tmp_path, quantizers):
-    """I15, I18: a quantizer file keeps its metric; it is format 1.1 exactly when the metric is not "l2"."""
+    """I15, I18, I21: a quantizer file keeps its metric; the value ranges of a fitted model make it format 1.3."""
     for (method, metric), q in quantizers.items():
         path = tmp_path / f"{method}-{metric}.ockq"
         ockstore.save_quantizer(path, q)
         loaded = ockstore.load_quantizer(path)
         assert loaded == q and loaded.metric == metric
         assert ockstore.file_info(path)["metric"] == metric
-        cosine_levels = metric == "cosine" and q.n_codebooks == 1  # its norm levels (I20)
-        assert ockstore.file_info(path)["format_version"] == ("1.0" if metric == "l2" else
-                                                              "1.3" if cosine_levels else "1.1")
+        assert ockstore.file_info(path)["format_version"] == "1.3"  # value_ranges (I21), and cosine levels (I20)
 
 
 def test_empty_index_with_stored_vectors(tmp_path, quantizers, data):
@@ -220,7 +218,7 @@ def test_verify_and_rerank_report_non_finite_stored_vectors(quantizers, data):
             index.verify()
         with pytest.raises(FormatError, match="in-memory index.*non-finite values: section 'vectors': row 42"):
             index.search(Q, 5, rerank=100)  # the index's own vectors: not an argument of the caller's
-        index.search(Q, 5)  # the scan does not read the vectors
+        index.search(Q, 5, rerank=0)  # the scan does not read the vectors
     ints = Index(q, good.codes, None, None, "none", vectors=np.full((100, P), 255, dtype=np.uint8))
     ints.verify()
     bad_given = base.astype(np.float64)
@@ -366,8 +364,11 @@ def test_search_option_errors(indexes, data):
     # rerank
     with pytest.raises(ValueError, match="rerank"):
         index.search(Q, 10, rerank=9)
-    D0, I0 = index.search(Q, 10, rerank=0)  # 0: no re-ranking, as None on an index
+    D0, I0 = index.search(Q, 10, rerank=100)  # None: 10 k candidates on an index that stores vectors
     D1, I1 = index.search(Q, 10)
+    assert np.array_equal(I0, I1) and np.array_equal(D0, D1)
+    D0, I0 = plain.search(Q, 10, rerank=0)  # 0: no re-ranking, as None on an index without vectors
+    D1, I1 = plain.search(Q, 10)
     assert np.array_equal(I0, I1) and np.array_equal(D0, D1)
     with pytest.raises(ValueError, match="rerank"):
         index.search(Q, 10, rerank=-1)

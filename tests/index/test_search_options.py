@@ -51,14 +51,14 @@ def test_search_matches_oracle(indexes, data, oracle_cache, case, distance, rera
     exact = cached(oracle_cache, (case, "exact"), lambda: exact_keys(index.vectors, Q, metric))
     scale = tolerance_scale(Q, base, metric)
     for k in k_values(len(allowed)):
-        R = k + RERANK_EXTRA if rerank else None
+        R = k + RERANK_EXTRA if rerank else 0
         runs = []
         for threads in (1, 2):
             D, I = index.search(Q, k, distance=distance, rerank=R, allow=allow, n_threads=threads)
             if rerank:
                 # the candidates are the scan's R best (checked against the oracle too); the results are their
                 # k best by exact value
-                Dc, Ic = index.search(Q, R, distance=distance, allow=allow, n_threads=threads)
+                Dc, Ic = index.search(Q, R, distance=distance, allow=allow, n_threads=threads, rerank=0)
                 check_topk(Dc, Ic, approx, allowed, R, metric, rows_of, scale)
                 check_topk(D, I, exact, allowed_rows_of_candidates(Ic, rows_of), k, metric, rows_of, scale)
             else:
@@ -150,7 +150,7 @@ def test_rerank_only_reorders_the_candidates(indexes, data):
     _, base, Q, ids = data
     for case in CASES:
         index, metric = indexes[case], case[0]
-        _, I0 = index.search(Q, 9)
+        _, I0 = index.search(Q, 9, rerank=0)
         D, I = index.search(Q, 9, rerank=9)
         np.testing.assert_array_equal(np.sort(I, axis=1), np.sort(I0, axis=1))
         exact = exact_keys(index.vectors, Q, metric)
@@ -219,7 +219,7 @@ def test_rerank_recall_grows_with_candidates(indexes, data):
         exact = exact_keys(index.vectors, Q, metric)
         true = np.argsort(exact, axis=1)[:, :10]
         recalls = []
-        for rerank in (None, 10, 50, 200, 1000, N):
+        for rerank in (0, 10, 50, 200, 1000, N):
             _, I = index.search(Q, 10, rerank=rerank)
             recalls.append(np.mean([np.isin(true[q], rows_of(I[q])).mean() for q in range(NQ)]))
         assert recalls[1] >= recalls[0] - 1e-12
@@ -459,7 +459,7 @@ def test_allow_without_stored_ids(quantizers, data):
         approx = approx_keys(index, Q, "adc")
         scale = tolerance_scale(Q, base, metric)
         for k in (5, N_ALLOWED, N_ALLOWED + 1):
-            D, I = index.search(Q, k, allow=allow)
+            D, I = index.search(Q, k, allow=allow, rerank=0)
             check_topk(D, I, approx, allowed, k, metric, lambda i: i, scale)
             D, I = index.search(Q, k, allow=allow, rerank=N)
             check_topk(D, I, exact, allowed, k, metric, lambda i: i, scale)
@@ -476,3 +476,31 @@ def test_allow_serves_every_query_and_one_dimensional_queries(indexes, data):
         np.testing.assert_array_equal(d, D[q])
         np.testing.assert_array_equal(i, I[q])
     assert np.isin(I, ids[allow]).all()
+
+
+def test_default_rerank_is_one_rule_for_indexes_and_collections(quantizers, data, tmp_path):
+    """rerank=None: 10 * k candidates (at most max(k, N)) when the searcher has vectors to re-rank from (stored, or
+    given by the caller), none otherwise; rerank=0: none. The same rule for Index, IVFIndex and Collection."""
+    _, base, Q, ids = data
+    q = quantizers["ockm", "l2"]
+    ivf = ockstore.IVF(4, ockstore.OCKM(4, 2, 3, n_codewords=16, n_iter=2, seed=0), seed=0).fit(data[0])
+    stored = Index.from_vectors(q, base, ids, store_vectors="float16")
+    plain = Index.from_vectors(q, base, ids)
+    stored_ivf = Index.from_vectors(ivf, base, ids, store_vectors="float32")
+    for index, extra in ((stored, {}), (stored_ivf, {"n_probe": 2})):
+        for k in (1, 7, 300):
+            same(index.search(Q, k, **extra), index.search(Q, k, rerank=min(10 * k, N), **extra))
+        assert not np.array_equal(index.search(Q, 7, **extra)[0], index.search(Q, 7, rerank=0, **extra)[0])
+    for k in (1, 7):
+        same(plain.search(Q, k), plain.search(Q, k, rerank=0))
+        same(plain.search(Q, k, vectors=base.astype(np.float16)), stored.search(Q, k))  # given vectors re-rank
+    c = ockstore.create_collection(tmp_path / "c", q, store_vectors="float16")
+    c.add(base, ids)
+    same(c.search(Q, 7), c.search(Q, 7, rerank=70))
+    same(c.search(Q, 7), stored.search(Q, 7))
+    c.close()
+
+
+def same(a, b):
+    np.testing.assert_array_equal(a[0], b[0])
+    np.testing.assert_array_equal(a[1], b[1])

@@ -102,13 +102,19 @@ def test_ivf_layout_each_list_in_whole_blocks_F2_F4(tmp_path, models):
 
 
 def test_quantizer_files_and_k_above_16_are_written_as_before_F1_F5(tmp_path, models):
+    # quantizer files: no code_blocks, and the version their other contents ask for (a fitted model's value ranges:
+    # 1.3 by rule I21, for K = 17 alike), none for K <= 16
+    q32 = ockstore.OCKM(3, 2, 3, n_codewords=17, n_iter=1, seed=0).fit(LEARN)
+    save_quantizer(tmp_path / "q17.ockq", q32)
     save_quantizer(tmp_path / "q.ockq", models["ockm"])
-    with storage.open_file(tmp_path / "q.ockq") as f:
-        assert f.meta["kind"] == "quantizer" and f.version == (1, 0)
-    save_quantizer(tmp_path / "iq.ockq", models["ivf"])
+    with storage.open_file(tmp_path / "q.ockq") as f, storage.open_file(tmp_path / "q17.ockq") as f17:
+        assert f.meta["kind"] == "quantizer" and f.version == f17.version == (1, 3)
+    assert "value_ranges" in parts_of(tmp_path / "q.ockq")[1] and "code_blocks" not in parts_of(tmp_path / "q.ockq")[1]
+    ivf = IVF(6, ockstore.OCKM(3, 2, 3, n_codewords=16, n_iter=2, seed=0), n_iter=3, seed=0).fit(LEARN)
+    ivf._set_value_ranges(None)  # a model without ranges (as read from an older file): the lowest minor, 1.2
+    save_quantizer(tmp_path / "iq.ockq", ivf)
     with storage.open_file(tmp_path / "iq.ockq") as f:
         assert f.meta["kind"] == "ivf-quantizer" and f.version == (1, 2)
-    q32 = ockstore.OCKM(3, 2, 3, n_codewords=17, n_iter=1, seed=0).fit(LEARN)
     build_index(tmp_path / "k17.ock", q32, BASE)
     meta, sections, _ = parts_of(tmp_path / "k17.ock")
     assert meta["kind"] == "index" and "codes" in sections and "code_blocks" not in sections

@@ -388,7 +388,7 @@ def test_file_info_of_index_and_quantizer_files(tmp_path, quantizers, base):
     assert (qinfo["P"], qinfo["M"], qinfo["C"], qinfo["K"], qinfo["bits"]) == (P, 4, 2, 32, q.bits)
     assert qinfo["iterations"] == len(q.objective_history) - 1
     assert qinfo["objective"] == q.objective_history[-1]
-    assert qinfo["metadata"] == {"note": "q"} and qinfo["format_version"] == "1.0"
+    assert qinfo["metadata"] == {"note": "q"} and qinfo["format_version"] == "1.3"  # value_ranges (I21)
     (tmp_path / "junk.ock").write_bytes(b"not an index" * 10)
     with pytest.raises(FormatError):
         ockstore.file_info(tmp_path / "junk.ock")

@@ -113,7 +113,9 @@ def test_quantizer_file_round_trip_V1_V3(tmp_path, ivf, ivf_ip, base):
         meta, sections, user = parts_of(path)
         assert meta["kind"] == "ivf-quantizer" and user == {"note": 1}
         assert meta["ivf"] == {"n_lists": L, "n_iter": model.n_iter, "seed": model.seed}
-        expected = ["codebooks", "objective_history", "coarse_centroids", "coarse_objective_history", "ivf_norm_levels"]
+        expected = ["codebooks", "objective_history", "coarse_centroids", "coarse_objective_history", "ivf_norm_levels",
+                    "value_ranges"]  # the model's value ranges (I21), last
+        np.testing.assert_array_equal(sections["value_ranges"], model.value_ranges)
         if model.quantizer.rotation is not None:
             expected.insert(0, "rotation")
         if model.quantizer.norm_levels is not None:
@@ -121,7 +123,7 @@ def test_quantizer_file_round_trip_V1_V3(tmp_path, ivf, ivf_ip, base):
         assert list(sections) == expected
         expect_format_error(path, "wrong kind")
         info = ockstore.file_info(path)
-        assert info["kind"] == "ivf-quantizer" and info["n_lists"] == L and info["format_version"] == "1.2"
+        assert info["kind"] == "ivf-quantizer" and info["n_lists"] == L and info["format_version"] == "1.3"
         build_index(tmp_path / "a.ock", model, base)
         build_index(tmp_path / "b.ock", loaded, base)
         assert (tmp_path / "a.ock").read_bytes() == (tmp_path / "b.ock").read_bytes()
@@ -343,6 +345,7 @@ def test_an_ivf_file_of_format_before_1_2_is_refused_V1(tmp_path, valid, ivf, mi
     quantizer = tmp_path / "q.ockq"
     ockstore.save_quantizer(quantizer, ivf)
     meta, sections, user = parts_of(quantizer)
+    sections = {name: arr for name, arr in sections.items() if name != "value_ranges"}  # of format 1.3 (I21)
     path = write_parts(tmp_path / "oldq.ockq", meta, sections, user, minor=minor)
     with pytest.raises(FormatError, match="bad format version.*ivf-quantizer"):
         ockstore.load_quantizer(path)

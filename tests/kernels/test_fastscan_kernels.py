@@ -2,8 +2,9 @@
 exactly what the 8-bit scans return over the same words (docs/ARCHITECTURE.md, "Fast scan") -- the same distances,
 rows and order, for every kind of table, norm encoding, filter, bound, thread count and SIMD level.
 
-The oracle of the scans is the 8-bit scan of the unpacked words (`_kernels.scan`, `_kernels.ivf_scan`), itself
-tested against NumPy brute force in tests/index; one test here also checks a fast scan against NumPy directly.
+The oracle of the scans is the 8-bit scan of the unpacked words (`_kernels.scan`, `IvfLists` with
+`_kernels.ivf_search`), itself tested against NumPy brute force in tests/index; one test here also checks a fast
+scan against NumPy directly.
 tools/fastscan_harness.c checks the C kernels alone (every level against brute force, ~10,000 random cases).
 """
 
@@ -257,26 +258,25 @@ def test_ivf_scan_is_the_8bit_scan(data, metric, norm_encoding):
     kind = search.TABLE_L2_NORM_TERM if metric == "l2" else search.TABLE_NEG_DOT
     tables = search.QueryTables(ivf.quantizer, kind=kind)
     rng = np.random.default_rng(2)
+    ct, c_sqnorms, probe_kind, term_factor = ivf._probing()
+    byte_lists = _kernels.IvfLists(tables.model, ct, c_sqnorms, probe_kind, term_factor, codes, f32, u8, levels, ids,
+                                   offsets, False)  # the 8-bit scan of the same words, probing the same lists
     for n_probe in (1, 4, 9):
-        lists, terms = ivf._probe(Q, n_probe, 1)
+        lists, terms = ivf._probe(Q, n_probe)
         lists = np.ascontiguousarray(lists, dtype=np.int32)
         terms = np.ascontiguousarray(terms, dtype=np.float32)
         for k in (1, 8, 400):
             for allow in (None, search.rows_bitmap(rng.random(len(codes)) < 0.4)):
                 for n_threads in (1, 2):
-                    got, want = [], []
-                    for out, fast in ((got, True), (want, False)):
-                        D = np.empty((len(Q), k), dtype=np.float32)
-                        R = np.empty((len(Q), k), dtype=np.int64)
-                        if fast:
-                            _kernels.fastscan_ivf_scan(tables.model, Q, blocks, list_blocks, f32, u8, levels, ids,
-                                                       allow, offsets, lists, terms, D, R, n_threads)
-                        else:
-                            _kernels.ivf_scan(tables.model, Q, codes, f32, u8, levels, ids, allow, offsets, lists,
-                                              terms, D, R, n_threads)
-                        out += [D, R]
-                    np.testing.assert_array_equal(got[0], want[0])
-                    np.testing.assert_array_equal(got[1], want[1])
+                    D = np.empty((len(Q), k), dtype=np.float32)
+                    R = np.empty((len(Q), k), dtype=np.int64)
+                    _kernels.fastscan_ivf_scan(tables.model, Q, blocks, list_blocks, f32, u8, levels, ids, allow,
+                                               offsets, lists, terms, D, R, n_threads)
+                    Db = np.empty((len(Q), k), dtype=np.float32)
+                    Rb = np.empty((len(Q), k), dtype=np.int64)
+                    _kernels.ivf_search(byte_lists, Q, n_probe, allow, Db, Rb, n_threads)
+                    np.testing.assert_array_equal(D, Db)
+                    np.testing.assert_array_equal(R, Rb)
 
 
 # ----------------------------------------------------------------------------------------------- SIMD levels

@@ -119,7 +119,7 @@ def approx_keys(index, Qv):
 def checked_probe(ivf, Q32, Qv, n_probe):
     """The lists the kernel probes (ivf._probe), checked against the oracle ranking: every list clearly among the
     n_probe best is probed, none clearly outside; returned best first (ties by list id)."""
-    lists, terms = ivf._probe(np.ascontiguousarray(Q32, dtype=np.float32), n_probe, 1)
+    lists, terms = ivf._probe(np.ascontiguousarray(Q32, dtype=np.float32), n_probe)
     keys = list_keys(ivf, Qv)
     scale = 1e-5 * (1 + np.abs(keys).max())
     for q in range(keys.shape[0]):

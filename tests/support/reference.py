@@ -30,6 +30,10 @@ __all__ = [
     "procrustes_min_error",
     "lloyd_1d",
     "nearest_level",
+    "lane_sum",
+    "sq8_values",
+    "rerank_values",
+    "rerank_topk",
 ]
 
 
@@ -291,3 +295,53 @@ def nearest_level(values, levels):
     v = np.asarray(values, dtype=np.float64).ravel()
     dist = np.abs(v[:, None] - np.asarray(levels, dtype=np.float64)[None, :])
     return np.argmin(dist, axis=1)
+
+
+# ---------------------------------------------------------------------------------------------------- re-ranking
+def lane_sum(terms):
+    """Sum over the last axis as the re-ranking loop adds (ockstore/_rerank.h): 16 lanes, lane j adding the terms of
+    positions j, j + 16, ... in order (zero-padded to a multiple of 16), then lanes j and j + 8, j and j + 4, j and
+    j + 2, and the last two added. float64 throughout."""
+    P = terms.shape[-1]
+    padded = -(-P // 16) * 16
+    blocks = np.zeros(terms.shape[:-1] + (padded,))
+    blocks[..., :P] = terms
+    blocks = blocks.reshape(terms.shape[:-1] + (padded // 16, 16))
+    lanes = np.zeros(terms.shape[:-1] + (16,))
+    for b in range(blocks.shape[-2]):
+        lanes = lanes + blocks[..., b, :]
+    for half in (8, 4, 2, 1):
+        lanes = lanes[..., :half] + lanes[..., half:2 * half]
+    return lanes[..., 0]
+
+
+def sq8_values(codes, ranges):
+    """The stored representation of sq8 codes: lo + (hi - lo) / 255 * code, in float64 (docs/FORMAT.md)."""
+    lo = np.asarray(ranges[0], dtype=np.float32).astype(np.float64)
+    step = (np.asarray(ranges[1], dtype=np.float32).astype(np.float64) - lo) / 255
+    return lo + step * np.asarray(codes, dtype=np.float64)
+
+
+def rerank_values(q, X, metric):
+    """The exact values of rows X (n, P) (their numbers in float64) for the float32 query q (P,), as _rerank.h
+    computes them, rounded to float32: "l2" sum (q - x)^2, "ip" sum q x, "cosine" sum q x / sqrt(sum x x)."""
+    q = np.asarray(q, dtype=np.float32).astype(np.float64)
+    X = np.asarray(X, dtype=np.float64)
+    if metric == "l2":
+        return lane_sum((q - X) * (q - X)).astype(np.float32)
+    dots = lane_sum(q * X)
+    if metric == "cosine":
+        dots = dots / np.sqrt(lane_sum(X * X))
+    return dots.astype(np.float32)
+
+
+def rerank_topk(values, ids, metric, k):
+    """The k best (value, id) of candidates (values float32, ids int64): ascending distances for "l2", descending
+    scores otherwise, ties by the smaller id; padding (+inf or -inf, -1)."""
+    key = values if metric == "l2" else -values
+    order = np.lexsort((ids, key))[:k]
+    D = np.full(k, np.inf if metric == "l2" else -np.inf, dtype=np.float32)
+    I = np.full(k, -1, dtype=np.int64)
+    D[:order.size] = values[order]
+    I[:order.size] = ids[order]
+    return D, I

@@ -1,0 +1,164 @@
+"""Re-ranking of 4-bit (fast-scan) indexes: the fast scan keeps the candidates, the compiled re-ranking loop keeps
+the k best by exact value (search.search_codes, ivf_index.search_block_lists; docs/ARCHITECTURE.md, "Search" and
+"Fast scan"). Checked against two oracles:
+
+* NumPy brute force over the stored representation (sq8: lo + step * code), when every row is a candidate (the
+  default rerank = 10 k >= N, every list probed), and over the candidates of the scan otherwise;
+* the byte-code path of the same words (``_kernels.scan`` / ``IvfLists`` re-ranking inside the kernel), which the
+  fast-scan path must equal bit for bit: the same candidates, the same loop.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+import ockstore
+from index_files import parts_of
+from ockstore import _kernels
+from ockstore import ivf_index as ivf_index_module
+from ockstore import search as search_module
+from ockstore._code_blocks import CodeBlocks
+from ockstore._sq8 import sq8_decode
+from search_checks import Rows, allowed_rows_of_candidates, check_topk, exact_keys, tolerance_scale
+
+P = 10
+K = 6  # default rerank: 60 candidates
+
+
+def vectors(n, seed):
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(scale=3.0, size=(5, P)) + 1.0
+    return (centres[rng.integers(0, 5, n)] + rng.normal(size=(n, P))).astype(np.float32)
+
+
+LEARN = vectors(500, 1)
+BASE = vectors(400, 2)
+QUERIES = vectors(7, 3)
+
+
+def model(kind, metric):
+    fine = ockstore.OCKM(4, 2, 3, n_codewords=16, metric=metric, n_iter=2, seed=0)
+    return (fine if kind == "flat" else ockstore.IVF(8, fine, n_iter=3, seed=0)).fit(LEARN)
+
+
+def every_list(index):
+    return {"n_probe": index.n_lists} if isinstance(index, ockstore.IVFIndex) else {}
+
+
+@pytest.fixture(autouse=True)
+def parallel_scan(monkeypatch):
+    monkeypatch.setattr(search_module, "SMALL_SCAN_CODES", 0)  # two threads really split small scans
+
+
+@pytest.mark.parametrize("store", ["sq8", "uint8", "float16"])
+@pytest.mark.parametrize("metric", ["l2", "ip", "cosine"])
+@pytest.mark.parametrize("kind", ["flat", "ivf"])
+def test_default_rerank_of_a_small_4bit_index_is_brute_force(kind, metric, store):
+    """N <= 10 k and every list probed: every row is a candidate, so the default re-ranking returns the exact top k
+    over the stored representation, for ADC, SDC, an allow filter and 1 or 2 threads."""
+    base = BASE[:55]
+    if store == "uint8":
+        base = np.clip(np.round(base * 10 + 100), 0, 255).astype(np.float32)
+    ids = np.arange(55) * 3 + 11
+    index = ockstore.Index.from_vectors(model(kind, metric), base, ids, store_vectors=store)
+    assert isinstance(index._codes, CodeBlocks)  # the fast-scan layout
+    stored = (sq8_decode(index.vectors, index.quantizer.value_ranges) if store == "sq8"
+              else np.asarray(index.vectors, dtype=np.float64))
+    Q = QUERIES * 10 + 100 if store == "uint8" else QUERIES
+    exact = exact_keys(stored, Q, metric)
+    rows_of = Rows(index.ids)
+    scale = tolerance_scale(Q, stored, metric)
+    allowed = np.arange(0, 55, 2)
+    for options, rows in (({}, np.arange(55)), ({"distance": "sdc"}, np.arange(55)),
+                          ({"allow": np.asarray(index.ids)[allowed]}, allowed)):
+        for threads in (1, 2):
+            D, I = index.search(Q, K, n_threads=threads, **options, **every_list(index))
+            check_topk(D, I, exact, rows, K, metric, rows_of, scale)
+            D10, I10 = index.search(Q, K, rerank=10 * K, n_threads=threads, **options, **every_list(index))
+            np.testing.assert_array_equal(D, D10)  # the default is rerank = 10 k
+            np.testing.assert_array_equal(I, I10)
+
+
+@pytest.mark.parametrize("metric", ["l2", "ip", "cosine"])
+@pytest.mark.parametrize("kind", ["flat", "ivf"])
+def test_rerank_of_the_fast_scan_equals_the_byte_code_path(kind, metric):
+    """N > 10 k: the k best of the scan's candidates by exact value (brute force over the candidates), bit for bit
+    the results of the byte-code scan of the same words re-ranking inside its kernel."""
+    index = ockstore.Index.from_vectors(model(kind, metric), BASE, store_vectors="sq8")
+    assert isinstance(index._codes, CodeBlocks)
+    stored = index._stored_rows()
+    Qp = index.quantizer._prepare(np.ascontiguousarray(QUERIES), "Q")
+    rows = index._code_rows(None)
+    R = 10 * K
+    if kind == "flat":
+        want_d, want_r = search_module.search_codes(index._query_tables(), Qp, K,
+                                                    dataclasses.replace(rows, codes=index.codes), rerank=(stored, R))
+        got_d, got_r = search_module.search_codes(index._query_tables(), Qp, K, rows, rerank=(stored, R))
+        _, candidates = search_module.search_codes(index._query_tables(), Qp, R, rows)
+    else:
+        ivf, n_probe = index.quantizer, 3
+        ct, c_sqnorms, probe_kind, term_factor = ivf._probing()
+        byte_lists = _kernels.IvfLists(index._query_tables().model, ct, c_sqnorms, probe_kind, term_factor,
+                                       index.codes, rows.norms, rows.norm_codes,
+                                       rows.norm_levels if rows.norm_codes is not None else None, rows.ids,
+                                       index.list_offsets, rows.norm_scales)
+        want_d, want_r = ivf_index_module.search_lists(byte_lists, Qp, K, n_probe, None, rerank=(stored, R))
+        got_d, got_r = ivf_index_module.search_block_lists(index._query_tables(), ivf, Qp, K, rows,
+                                                           index.list_offsets, n_probe, rerank=(stored, R))
+        _, candidates = ivf_index_module.search_block_lists(index._query_tables(), ivf, Qp, R, rows,
+                                                            index.list_offsets, n_probe)
+    np.testing.assert_array_equal(got_d, want_d)
+    np.testing.assert_array_equal(got_r, want_r)
+    # and through the public API, against brute force over each query's candidates
+    D, I = index.search(QUERIES, K, **({"n_probe": 3} if kind == "ivf" else {}))
+    ids = np.arange(len(index)) if index.ids is None else np.asarray(index.ids)
+    np.testing.assert_array_equal(I, np.where(want_r >= 0, ids[np.maximum(want_r, 0)], -1))
+    represented = sq8_decode(index.vectors, index.quantizer.value_ranges)
+    row_numbers = Rows(np.arange(len(index)))
+    check_topk(D, want_r, exact_keys(represented, QUERIES, metric),
+               allowed_rows_of_candidates(candidates, row_numbers), K, metric, row_numbers,
+               tolerance_scale(QUERIES, represented, metric))
+
+
+@pytest.mark.parametrize("kind", ["flat", "ivf"])
+def test_4bit_index_with_sq8_vectors_round_trips(kind, tmp_path):
+    """A fast-scan file of sq8 vectors holds both code_blocks (section 16) and value_ranges (section 17), is of
+    format 1.3, opens with the same words, codes and ranges, and searches as the index in memory."""
+    index = ockstore.Index.from_vectors(model(kind, "l2"), BASE, store_vectors="sq8")
+    index.save(tmp_path / "a.ock")
+    ockstore.build_index(tmp_path / "b.ock", index.quantizer, BASE, store_vectors="sq8")
+    assert (tmp_path / "a.ock").read_bytes() == (tmp_path / "b.ock").read_bytes()
+    meta, sections, _ = parts_of(tmp_path / "a.ock")
+    assert meta["kind"] == ("fastscan-index" if kind == "flat" else "ivf-fastscan-index")
+    assert "code_blocks" in sections and "codes" not in sections and "value_ranges" in sections
+    with ockstore.open_index(tmp_path / "a.ock") as opened:
+        opened.verify()
+        assert opened.info()["format_version"] == "1.3" and opened.store_vectors == "sq8"
+        np.testing.assert_array_equal(opened.codes, index.codes)
+        np.testing.assert_array_equal(opened.vectors, index.vectors)
+        np.testing.assert_array_equal(opened.quantizer.value_ranges, index.quantizer.value_ranges)
+        probe = every_list(index)
+        for options in ({}, {"rerank": 0}, {"distance": "sdc"}, {"allow": np.arange(0, 400, 3)}):
+            for got, want in zip(opened.search(QUERIES, K, **options, **probe), index.search(QUERIES, K, **options,
+                                                                                            **probe)):
+                np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("kind", ["flat", "ivf"])
+def test_a_bad_stored_row_among_the_candidates_is_named(kind):
+    """The compiled loop flags a non-finite stored row among the fast scan's candidates; the search names it (the
+    FormatError of the vectors section, as the byte-code path does) instead of returning it."""
+    good = ockstore.Index.from_vectors(model(kind, "l2"), BASE, store_vectors="float32")
+    vectors = np.array(good.vectors)
+    vectors[5] = np.nan
+    if kind == "ivf":
+        index = ockstore.IVFIndex(good.quantizer, good.codes, good.norms, good.ids, good.list_offsets,
+                                  good.norm_encoding, vectors=vectors)
+    else:
+        index = ockstore.Index(good.quantizer, good.codes, good.norms, good.ids, good.norm_encoding, vectors=vectors)
+    ids = np.arange(len(good)) if good.ids is None else np.asarray(good.ids)
+    with pytest.raises(ockstore.errors.FormatError, match="row 5 holds NaN"):
+        index.search(BASE[ids[5]][None, :], K, **every_list(index))
