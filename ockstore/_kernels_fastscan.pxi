@@ -44,6 +44,7 @@ cdef extern from "_simd.h" nogil:
         double lb
     ctypedef struct ock_fs_collector:
         ock_fs_heap heap
+        double limit
     const uint8_t *ock_fs_norm_bytes(const ock_fs_base *b, size_t r0, uint8_t *spare)
     size_t ock_fs_sample_blocks(const ock_fs_base *b, const ock_fs_query *q, int k, size_t nb)
     size_t ock_fs_sample_block(size_t j, size_t s, size_t nb)
@@ -240,8 +241,9 @@ cdef void _fs_sample(const ock_fs_base *base, const uint8_t *blocks, FsSlot *slo
     _fs_run(&slot.run, slot, blocks, 0, base.N, False, 0)
     for x in range(n):
         bi = ock_fs_sample_block(x, n, nb)
-        ock_fs_block_sums(blocks + bi * bb, slot.qlut, &slot.t,
-                          ock_fs_norm_bytes(base, bi * OCK_FS_BLOCK, spare) if slot.t.has_norm else NULL,
+        # the query's view (slot.q), not the slot's own buffers: a split scan's slots share one prepared query
+        ock_fs_block_sums(blocks + bi * bb, slot.q.qlut, slot.q.t,
+                          ock_fs_norm_bytes(base, bi * OCK_FS_BLOCK, spare) if slot.q.t.has_norm else NULL,
                           sums + x * OCK_FS_BLOCK)
     ock_fs_sample_limit(&slot.c, base, &slot.q, &slot.run, sums, n, nb)
 
@@ -389,7 +391,7 @@ def fastscan_scan(TableModel model not None,          # IN the quantizer's table
     memset(&s, 0, sizeof(s))
     try:
         _fs_scratch_alloc(&s, n_threads + 1 if split else n_threads * FS_GROUP, n_threads, W, k, &source,
-                          0 if split else sample_blocks)
+                          sample_blocks)
         slots = s.slots
         with nogil:
             if split:
@@ -402,6 +404,12 @@ def fastscan_scan(TableModel model not None,          # IN the quantizer's table
                         slots[t].q.t = &slots[t].t
                         slots[t].qconst = slots[n_threads].qconst
                         _fs_start(&slots[t], k, base.ids, bounds[g] if bounds != NULL else INFINITY)
+                    # one sample's limit for every thread's collector: k rows of the whole run are within it, so a
+                    # row any thread leaves out cannot be among the merged k best
+                    if sample_blocks > 0:
+                        _fs_sample(&base, bp, &slots[0], s.sample, sample_blocks)
+                        for t in range(1, n_threads):
+                            slots[t].c.limit = slots[0].c.limit
                     with parallel(num_threads=n_threads):
                         tid = threadid()
                         for ch in prange(n_chunks, schedule='static'):

@@ -204,6 +204,19 @@ def test_flat_scan_with_a_sample_limit(kind, norm_encoding):
         (D8, R8), (D4, R4) = both_scans(q, Q, codes, f32, u8, levels, k, bound=bound)
         np.testing.assert_array_equal(D4, D8)
         np.testing.assert_array_equal(R4, R8)
+    # one query on two threads over more rows than a chunk (256 KiB of blocks): the chunks split among the threads,
+    # one sample's limit for both collectors
+    chunk_rows = 262144 // _kernels.fastscan_block_bytes(codes.shape[1]) * 32
+    big = (rng.standard_normal((chunk_rows + 5000, 13)) * 3).astype(np.float32)
+    codes, f32, u8, levels = rows_of(q, big, norm_encoding)
+    ids = rng.integers(0, 3000, size=len(big)).astype(np.int64)
+    for k in (1, 11):
+        allow = search.rows_bitmap(rng.random(len(big)) < 0.5)
+        for j in (0, 7):
+            (D8, R8), (D4, R4) = both_scans(q, Q[j:j + 1], codes, f32, u8, levels, k, ids=ids, allow=allow,
+                                            n_threads=2)
+            np.testing.assert_array_equal(D4, D8)
+            np.testing.assert_array_equal(ids[R4[R4 >= 0]], ids[R8[R8 >= 0]])
 
 
 def test_flat_scan_sdc(data):
