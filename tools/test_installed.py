@@ -3,9 +3,9 @@ never against the source tree: `make test-wheel` and `make test-clang` use it.
 
     python tools/test_installed.py VENV_PYTHON [PYTEST_ARGS...]
 
-Copies tests/ and the demo data the tests read (demo/data) to a fresh folder under build/ (inside the repository, so
-the real datasets are found as from the source tree), checks that VENV_PYTHON imports
-ockstore from its own site-packages there (prints ockstore.__file__), then runs `VENV_PYTHON -I -m pytest` in that
+Copies tests/, README.md (tests/docs runs its blocks) and the demo data the tests read (demo/data) to a fresh folder
+under build/ (inside the repository, so the real datasets are found as from the source tree), checks that VENV_PYTHON
+imports ockstore from its own site-packages there (prints ockstore.__file__), then runs `VENV_PYTHON -I -m pytest` in that
 folder: isolated mode puts neither the current folder nor PYTHONPATH on sys.path, and the copy holds no ockstore
 package, so the only ockstore it can import is the installed one. The caller's environment is passed on as it is
 (test-wheel empties PATH of compilers).
@@ -47,6 +47,7 @@ def main(argv):
     try:
         shutil.copytree(REPO / "tests", folder / "tests", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         shutil.copytree(REPO / "demo" / "data", folder / "demo" / "data")
+        shutil.copy2(REPO / "README.md", folder / "README.md")
         (folder / "pytest.ini").write_text(PYTEST_INI)
         subprocess.run([python, "-I", "-c", CHECK_IMPORT], cwd=folder, check=True)
         done = subprocess.run([python, "-I", "-m", "pytest", "-p", "no:cacheprovider", *pytest_args, "tests"],
