@@ -11,7 +11,8 @@
  * passes.
  *
  * real PREFIX: CPU time per query over real data a script wrote (see bench_real), against the 8-bit scan loop timed
- * between its runs. bench: the same on random rows (W words, one-byte norms), against the 8-bit scan's
+ * between its runs; each query's limit first set from a sample of its blocks as fastscan_scan does
+ * (FASTSCAN_SAMPLE=0: without), FASTSCAN_ROWS=n: the first n rows only. bench: the same on random rows (W words, one-byte norms), against the 8-bit scan's
  * inner loop (one table load per byte, four rows at a time) over the same words.
  */
 #include <stdio.h>
