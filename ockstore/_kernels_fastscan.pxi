@@ -13,6 +13,7 @@ cdef extern from "_simd.h" nogil:
     ctypedef struct ock_fs_tables:
         int W, cols
         double scale, c0
+        int has_norm
     ctypedef struct ock_fs_heap:
         float *d
         int64_t *r
@@ -43,6 +44,12 @@ cdef extern from "_simd.h" nogil:
         double lb
     ctypedef struct ock_fs_collector:
         ock_fs_heap heap
+        double limit
+    const uint8_t *ock_fs_norm_bytes(const ock_fs_base *b, size_t r0, uint8_t *spare)
+    size_t ock_fs_sample_blocks(const ock_fs_base *b, const ock_fs_query *q, int k, size_t nb)
+    size_t ock_fs_sample_block(size_t j, size_t s, size_t nb)
+    void ock_fs_sample_limit(ock_fs_collector *c, const ock_fs_base *b, const ock_fs_query *q, const ock_fs_run *run,
+                             const uint16_t *sums, size_t s, size_t nb)
     int ock_fs_columns(int W)
     size_t ock_fs_block_bytes(int W)
     size_t ock_fs_blocks(size_t n)
@@ -155,6 +162,8 @@ cdef struct FsScratch:
     char *memory                # every slot's arrays, each slot's in its own run of cache lines
     double *work                # n_threads slices of the table kernel's scratch
     Py_ssize_t work_stride
+    uint16_t *sample            # n_threads slices of sample_stride: the sums of a sample (_fs_sample)
+    size_t sample_stride
     int n_slots
 
 
@@ -163,9 +172,10 @@ cdef inline size_t _round64(size_t n) noexcept nogil:
 
 
 cdef int _fs_scratch_alloc(FsScratch *s, int n_slots, int n_threads, int W, int k,
-                           const TableSource *source) except -1:
-    """Slots for n_slots queries (their tables, heaps and candidates) and table scratch for n_threads threads; on
-    MemoryError what was allocated stays in s, for _fs_scratch_free."""
+                           const TableSource *source, size_t sample_blocks=0) except -1:
+    """Slots for n_slots queries (their tables, heaps and candidates), table scratch and the sums of a sample of
+    sample_blocks blocks for n_threads threads; on MemoryError what was allocated stays in s, for
+    _fs_scratch_free."""
     cdef int cap = ock_fs_collector_cap(k)
     cdef size_t lut_b = _round64(<size_t>W * OCK_FS_WORDS * sizeof(float))
     cdef size_t qlut_b = _round64(<size_t>ock_fs_columns(W) * OCK_FS_WORDS + 64)
@@ -181,6 +191,8 @@ cdef int _fs_scratch_alloc(FsScratch *s, int n_slots, int n_threads, int W, int 
     s.memory = <char *>_alloc(<size_t>n_slots * slot_b + 64, "fast scan's tables, heaps and candidates")
     s.work_stride = _slice_items(_table_work_items(source))
     s.work = <double *>_alloc(<size_t>n_threads * s.work_stride * sizeof(double), "fast scan's table computation")
+    s.sample_stride = sample_blocks * OCK_FS_BLOCK
+    s.sample = <uint16_t *>_alloc(<size_t>n_threads * s.sample_stride * sizeof(uint16_t), "fast scan's sample")
     p = s.memory + (-(<size_t>s.memory) % 64)
     for j in range(n_slots):
         s.slots[j].lut = <float *>p
@@ -197,6 +209,7 @@ cdef void _fs_scratch_free(FsScratch *s) noexcept nogil:
     free(s.slots)
     free(s.memory)
     free(s.work)
+    free(s.sample)
 
 
 cdef void _fs_prepare(FsSlot *slot, const TableSource *source, Py_ssize_t q, double *work,
@@ -212,6 +225,27 @@ cdef void _fs_prepare(FsSlot *slot, const TableSource *source, Py_ssize_t q, dou
 cdef inline void _fs_start(FsSlot *slot, int k, const int64_t *ids, float bound) noexcept nogil:
     ock_fs_collector_init(&slot.c, slot.heap_d, slot.heap_r, k, ids, slot.cand, ock_fs_collector_cap(k), slot.ub,
                           bound)
+
+
+cdef void _fs_sample(const ock_fs_base *base, const uint8_t *blocks, FsSlot *slot, uint16_t *sums,
+                     size_t most) noexcept nogil:
+    """Lower a started query's limit before its scan of every row, from the sums of a sample of at most `most`
+    blocks (_fastscan.h, "A limit before a long scan"): fewer rows then pass the early, loose limits."""
+    cdef size_t nb = ock_fs_blocks(base.N)
+    cdef size_t bb = ock_fs_block_bytes(base.W)
+    cdef size_t n = ock_fs_sample_blocks(base, &slot.q, slot.c.heap.k, nb)
+    cdef size_t x, bi
+    cdef uint8_t spare[32]
+    if n == 0 or n > most:
+        return
+    _fs_run(&slot.run, slot, blocks, 0, base.N, False, 0)
+    for x in range(n):
+        bi = ock_fs_sample_block(x, n, nb)
+        # the query's view (slot.q), not the slot's own buffers: a split scan's slots share one prepared query
+        ock_fs_block_sums(blocks + bi * bb, slot.q.qlut, slot.q.t,
+                          ock_fs_norm_bytes(base, bi * OCK_FS_BLOCK, spare) if slot.q.t.has_norm else NULL,
+                          sums + x * OCK_FS_BLOCK)
+    ock_fs_sample_limit(&slot.c, base, &slot.q, &slot.run, sums, n, nb)
 
 
 cdef inline void _fs_run(ock_fs_run *run, const FsSlot *slot, const uint8_t *blocks, size_t row0, size_t n_rows,
@@ -336,6 +370,7 @@ def fastscan_scan(TableModel model not None,          # IN the quantizer's table
     cdef ock_fs_heap merged
     cdef size_t rows
     cdef const float *bounds = &bound[0] if bound is not None else NULL
+    cdef size_t sample_blocks = <size_t>k if 8 * <size_t>k <= nb else 0  # ock_fs_sample_blocks' most
     if nq == 0 or k == 0:
         return
     if n_threads < 1:
@@ -355,7 +390,8 @@ def fastscan_scan(TableModel model not None,          # IN the quantizer's table
             n_threads = n_groups
     memset(&s, 0, sizeof(s))
     try:
-        _fs_scratch_alloc(&s, n_threads + 1 if split else n_threads * FS_GROUP, n_threads, W, k, &source)
+        _fs_scratch_alloc(&s, n_threads + 1 if split else n_threads * FS_GROUP, n_threads, W, k, &source,
+                          sample_blocks)
         slots = s.slots
         with nogil:
             if split:
@@ -368,6 +404,12 @@ def fastscan_scan(TableModel model not None,          # IN the quantizer's table
                         slots[t].q.t = &slots[t].t
                         slots[t].qconst = slots[n_threads].qconst
                         _fs_start(&slots[t], k, base.ids, bounds[g] if bounds != NULL else INFINITY)
+                    # one sample's limit for every thread's collector: k rows of the whole run are within it, so a
+                    # row any thread leaves out cannot be among the merged k best
+                    if sample_blocks > 0:
+                        _fs_sample(&base, bp, &slots[0], s.sample, sample_blocks)
+                        for t in range(1, n_threads):
+                            slots[t].c.limit = slots[0].c.limit
                     with parallel(num_threads=n_threads):
                         tid = threadid()
                         for ch in prange(n_chunks, schedule='static'):
@@ -399,6 +441,8 @@ def fastscan_scan(TableModel model not None,          # IN the quantizer's table
                         for j in range(m):
                             _fs_prepare(&mine[j], &source, q0 + j, s.work + tid * s.work_stride, norm_ptr)
                             _fs_start(&mine[j], k, base.ids, bounds[q0 + j] if bounds != NULL else INFINITY)
+                            if sample_blocks > 0:
+                                _fs_sample(&base, bp, &mine[j], s.sample + tid * s.sample_stride, sample_blocks)
                         if N > 0:
                             _fs_scan_group(&base, bp, mine, m, chunk_blocks)
                         for j in range(m):

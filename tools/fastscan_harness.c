@@ -11,7 +11,8 @@
  * passes.
  *
  * real PREFIX: CPU time per query over real data a script wrote (see bench_real), against the 8-bit scan loop timed
- * between its runs. bench: the same on random rows (W words, one-byte norms), against the 8-bit scan's
+ * between its runs; each query's limit first set from a sample of its blocks as fastscan_scan does
+ * (FASTSCAN_SAMPLE=0: without), FASTSCAN_ROWS=n: the first n rows only. bench: the same on random rows (W words, one-byte norms), against the 8-bit scan's
  * inner loop (one table load per byte, four rows at a time) over the same words.
  */
 #include <stdio.h>
@@ -261,6 +262,22 @@ static int check_case(int seed_case) {
         ock_fs_cand *cand = malloc(sizeof(ock_fs_cand) * cap);
         double *ubh = malloc(sizeof(double) * 2 * p.k);
         ock_fs_collector_init(&col, hd, hr, p.k, p.ids, cand, cap, ubh, bound);
+        /* a flat scan: half the time a limit from a sample of s of its blocks first (any s: the size rule of
+         * ock_fs_sample_blocks is for speed alone) */
+        const size_t nb_all = ock_fs_blocks(p.N);
+        if (n_runs == 1 && nb_all > 0 && rndi(2) && ock_fs_sample_applies(&base, &q)) {
+            const size_t s = 1 + (size_t)rndi((int)nb_all);
+            uint16_t *ssums = malloc(sizeof(uint16_t) * 32 * s);
+            const ock_fs_run whole = {p.blocks, 0, p.N, terms[0], t.c0, ock_fs_rounding(&t, 0.0)};
+            for (size_t x = 0; x < s; x++) {
+                const size_t bi = ock_fs_sample_block(x, s, nb_all);
+                uint8_t nbytes[32];
+                const uint8_t *nb8 = p.norm_mode == 1 ? ock_fs_norm_bytes(&base, bi * 32, nbytes) : NULL;
+                ock_fs_block_sums_for(level)(p.blocks + bi * bb, qlut, &t, nb8, ssums + 32 * x);
+            }
+            ock_fs_sample_limit(&col, &base, &q, &whole, ssums, s, nb_all);
+            free(ssums);
+        }
         for (int r = 0; r < n_runs; r++) {
             const double term = (double)terms[r] - (double)qconst;  /* the list term, as run->c0 adds it */
             ock_fs_run run = {p.blocks + run_block[r] * bb, starts[r], starts[r + 1] - starts[r], terms[r],
@@ -494,6 +511,8 @@ typedef struct {
     double *ubh;
     float *hd, *outd;
     int64_t *hr, *outr;
+    int sample;                 /* the limit from a sample before each scan (FASTSCAN_SAMPLE=0: none) */
+    uint16_t *sample_sums;
 } real_data;
 
 /* Search queries 0..nq-1 in groups sharing chunks of rows (mode: a level, or OCK_FS_AVX512 + 1 for AVX2 in pairs);
@@ -513,6 +532,15 @@ static double real_run(real_data *r, int nq, int mode) {
                             &r->t[j]);
             ock_fs_collector_init(&r->col[j], r->hd + (size_t)j * k, r->hr + (size_t)j * k, k, NULL,
                                   r->cand + (size_t)j * r->cap, r->cap, r->ubh + (size_t)j * 2 * k, INFINITY);
+            /* the limit from a sample of the blocks, as fastscan_scan sets it before a batch's scan */
+            const ock_fs_query q = {r->luts + (size_t)qi * W * 16, r->qlut + j * qstride, &r->t[j]};
+            const ock_fs_run whole = {r->blocks, 0, r->N, r->qconst[qi], r->t[j].c0, ock_fs_rounding(&r->t[j], 0.0)};
+            const size_t nb = ock_fs_blocks(r->N), s = r->sample ? ock_fs_sample_blocks(&base, &q, k, nb) : 0;
+            for (size_t x = 0; x < s; x++) {
+                const size_t bi = ock_fs_sample_block(x, s, nb);
+                ock_fs_block_sums_for(level)(r->blocks + bi * bb, q.qlut, q.t, r->nc + bi * 32, r->sample_sums + 32 * x);
+            }
+            if (s > 0) ock_fs_sample_limit(&r->col[j], &base, &q, &whole, r->sample_sums, s, nb);
         }
         for (size_t c0 = 0; c0 < r->N; c0 += r->chunk) {
             const size_t c1 = c0 + r->chunk < r->N ? c0 + r->chunk : r->N;
@@ -562,6 +590,8 @@ static int bench_real(const char *prefix, int W, int nq, int k, int reps, int gr
     r.group = group;
     r.chunk = chunk;
     r.cap = ock_fs_collector_cap(k);
+    r.sample = getenv("FASTSCAN_SAMPLE") == NULL || atoi(getenv("FASTSCAN_SAMPLE")) != 0;
+    r.sample_sums = malloc(sizeof(uint16_t) * 32 * (size_t)k + 64);
     if (nq > (int)(sq / 4)) nq = (int)(sq / 4);
     ock_fs_norm_init(r.levels, &r.norm);
     r.qlut = malloc((size_t)group * (16 * ock_fs_columns(W) + 64));

@@ -184,6 +184,42 @@ def test_flat_scan_ids_filters_and_bounds(data, norm_encoding):
     np.testing.assert_array_equal(R4, R8)
 
 
+@pytest.mark.parametrize("kind,norm_encoding", [("ockm", "u8"), ("pq", "none")])
+def test_flat_scan_with_a_sample_limit(kind, norm_encoding):
+    """Runs of at least 8 k blocks first lower each query's limit from a sample of k spread blocks (_fastscan.h, "A
+    limit before a long scan"): with ids (ties), filters (sampled rows filtered out, a last partial block) and
+    bounds, the results stay the 8-bit scan's."""
+    rng = np.random.default_rng(21)
+    X = (rng.standard_normal((3000, 13)) * 3).astype(np.float32)   # 94 blocks: k <= 11 takes a sample
+    Q = (rng.standard_normal((40, 13)) * 3).astype(np.float32)
+    q = fitted(kind, X)
+    codes, f32, u8, levels = rows_of(q, X, norm_encoding)
+    ids = rng.integers(0, 300, size=len(X)).astype(np.int64)
+    for k in (1, 4, 11):
+        for fraction in (1.0, 0.3, 0.01):
+            allow = search.rows_bitmap(rng.random(len(X)) < fraction)
+            (D8, R8), (D4, R4) = both_scans(q, Q, codes, f32, u8, levels, k, ids=ids, allow=allow)
+            np.testing.assert_array_equal(D4, D8)
+            np.testing.assert_array_equal(ids[R4[R4 >= 0]], ids[R8[R8 >= 0]])
+        bound = np.ascontiguousarray(D8[:, k // 2])
+        (D8, R8), (D4, R4) = both_scans(q, Q, codes, f32, u8, levels, k, bound=bound)
+        np.testing.assert_array_equal(D4, D8)
+        np.testing.assert_array_equal(R4, R8)
+    # one query on two threads over more rows than a chunk (256 KiB of blocks): the chunks split among the threads,
+    # one sample's limit for both collectors
+    chunk_rows = 262144 // _kernels.fastscan_block_bytes(codes.shape[1]) * 32
+    big = (rng.standard_normal((chunk_rows + 5000, 13)) * 3).astype(np.float32)
+    codes, f32, u8, levels = rows_of(q, big, norm_encoding)
+    ids = rng.integers(0, 3000, size=len(big)).astype(np.int64)
+    for k in (1, 11):
+        allow = search.rows_bitmap(rng.random(len(big)) < 0.5)
+        for j in (0, 7):
+            (D8, R8), (D4, R4) = both_scans(q, Q[j:j + 1], codes, f32, u8, levels, k, ids=ids, allow=allow,
+                                            n_threads=2)
+            np.testing.assert_array_equal(D4, D8)
+            np.testing.assert_array_equal(ids[R4[R4 >= 0]], ids[R8[R8 >= 0]])
+
+
 def test_flat_scan_sdc(data):
     X, Q = data
     q = fitted("ockm", X)
