@@ -46,6 +46,7 @@ if str(REPO) not in sys.path:
 
 import ockstore  # noqa: E402
 from _machine import load_average, machine_info, texmex_prefix  # noqa: E402
+from _plots import plot_recall_speed  # noqa: E402
 from ockstore.evaluation import recall_at_r  # noqa: E402
 
 K_FLATS = (10, 100)
@@ -279,30 +280,16 @@ def markdown(report):
 
 
 def plot(report, path):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.5))
     n_lists = report["setup"]["n_lists"]
     styles = {"ours": (f"ockstore IVF{n_lists} + OCKM(8, 2, 10, K=16) fast scan, rerank uint8", "C0", "o"),
               "faiss": (f"faiss IVF{n_lists},PQ16x4fs + IndexRefine(SQ8)", "C1", "s")}
-    for name, (label, color, marker) in styles.items():
-        pts = sorted((r["qps"], r["10@10"], r["n_probe"], r["rerank"]) for r in report["ivf"] if r["index"] == name)
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=marker, color=color, label=label)
-        for qps, rec, n_probe, rerank in pts:
-            ax.annotate(f"{n_probe}/{rerank}", (qps, rec), textcoords="offset points", xytext=(4, -10), fontsize=7,
-                        color=color)
-    ax.set_xscale("log")
-    ax.set_xlabel(f"queries per second (1 thread, batch of {report['setup']['queries']:,}, k = {K_IVF})")
-    ax.set_ylabel("10-recall@10")
-    ax.set_title(f"sift-real {report['setup']['base']:,} vectors, 64-bit codes (labels: n_probe / re-ranked)",
-                 fontsize=10)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="lower left")
-    fig.tight_layout()
-    fig.savefig(path, dpi=130)
+    curves = [(label, color, marker, [(r["qps"], r["10@10"], f"{r['n_probe']}/{r['rerank']}")
+                                      for r in report["ivf"] if r["index"] == name])
+              for name, (label, color, marker) in styles.items()]
+    plot_recall_speed(curves, path, ylabel="10-recall@10",
+                      xlabel=f"queries per second (1 thread, batch of {report['setup']['queries']:,}, k = {K_IVF})",
+                      title=f"sift-real {report['setup']['base']:,} vectors, 64-bit codes "
+                            "(labels: n_probe / re-ranked)")
 
 
 def main(argv=None):

@@ -41,6 +41,7 @@ if str(REPO) not in sys.path:
 
 import ockstore  # noqa: E402
 from _machine import load_average, machine_info, texmex_prefix  # noqa: E402
+from _plots import plot_recall_speed  # noqa: E402
 from ockstore.evaluation import recall_at_r  # noqa: E402
 
 K_SEARCH = 100
@@ -309,32 +310,16 @@ def markdown(report):
 
 
 def plot(report, path):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.5))
     n_lists = report["setup"]["n_lists"]
     styles = {"ours": (f"ockstore IVF{n_lists} + OCKM(4, 2, 10), 9 B/vector", "C0", "o"),
               "faiss IVF-PQ": (f"faiss IVF{n_lists},PQ8, 8 B/vector", "C1", "s"),
               "faiss IVF-PRQ": (f"faiss IVF{n_lists} + PRQ 4x2x8 (beam 10, cqint8), 9 B/vector", "C2", "^")}
-    for name, (label, color, marker) in styles.items():
-        pts = sorted((r["n_probe"], r["qps"], r["recall@10"]) for r in report["rows"]
-                     if r["index"] == name and r["n_probe"] < n_lists)
-        ax.plot([q for _, q, _ in pts], [r for _, _, r in pts], marker=marker, color=color, label=label)
-        if name == "ours":
-            for p, q, r in pts:
-                ax.annotate(str(p), (q, r), textcoords="offset points", xytext=(4, -10), fontsize=7, color=color)
-    ax.set_xscale("log")
-    ax.set_xlabel("queries per second (1 thread, batch of 1,000, k = 100)")
-    ax.set_ylabel("recall@10")
-    s = report["setup"]
-    ax.set_title(f"sift-real {s['base']:,} vectors: recall@10 against speed (labels: n_probe)", fontsize=10)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="lower left")
-    fig.tight_layout()
-    fig.savefig(path, dpi=130)
+    curves = [(label, color, marker, [(r["qps"], r["recall@10"], str(r["n_probe"]) if name == "ours" else None)
+                                      for r in report["rows"] if r["index"] == name and r["n_probe"] < n_lists])
+              for name, (label, color, marker) in styles.items()]
+    plot_recall_speed(curves, path, xlabel="queries per second (1 thread, batch of 1,000, k = 100)",
+                      ylabel="recall@10",
+                      title=f"sift-real {report['setup']['base']:,} vectors: recall@10 against speed (labels: n_probe)")
 
 
 if __name__ == "__main__":
