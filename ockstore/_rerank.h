@@ -623,9 +623,9 @@ static int ock_rr_end(ock_rr_state *st, float *out_value, int64_t *out_id, int64
 
 /* One query's R candidates, at once (see ock_rr_begin and ock_rr_end). */
 OCK_RR_FN
-static int ock_rerank_query(const ock_rr_source *src, const float *q, const int64_t *rows, const int64_t *parts,
-                            int64_t R, int k, void *scratch, const ock_rr_value_table *values, float *out_value,
-                            int64_t *out_id, int64_t *out_pos) {
+static inline int ock_rerank_query(const ock_rr_source *src, const float *q, const int64_t *rows, const int64_t *parts,
+                                   int64_t R, int k, void *scratch, const ock_rr_value_table *values, float *out_value,
+                                   int64_t *out_id, int64_t *out_pos) {
     ock_rr_state st;
     ock_rr_begin(&st, src, q, rows, parts, k, scratch, values);
     ock_rr_offer_range(&st, 0, R);
