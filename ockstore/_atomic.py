@@ -1,4 +1,4 @@
-"""Atomic file writes: the one way ockstore puts a file under its final name (docs/ARCHITECTURE.md, "Files").
+"""Atomic file writes: the one way ockstore puts a file under its final name (docs/ARCHITECTURE.md, "Conventions").
 
 A file is written to a hidden temporary sibling ``.<name>.<random>.tmp`` in the target's folder, flushed and
 fsynced, renamed over the target, and the folder is fsynced so the rename itself survives a crash. A crash at any

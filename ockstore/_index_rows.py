@@ -1,5 +1,5 @@
 """What an index stores for each vector, and how it is made from a vector: the code and the norm term in its
-encoding (docs/ARCHITECTURE.md, "Indexes"). Shared by the in-memory ``Index`` and the file writer, so that both
+encoding (docs/ARCHITECTURE.md, "Kinds of index"). Shared by the in-memory ``Index`` and the file writer, so that both
 encode the same vectors into the same bytes.
 
     codes   (n, M*C) uint8   the code of each vector (of its residual x - c_l for an inverted file)

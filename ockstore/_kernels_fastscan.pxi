@@ -472,8 +472,9 @@ def fastscan_ivf_scan(TableModel model not None,         # IN the fine quantizer
                       int n_threads,
                       bint norm_scales=False,            # IN the norm terms are scales multiplying the sums (cosine)
                       const double[::1] scale_range=None):  # IN (2,) their smallest and largest, or None
-    """_kernels_ivf's ivf_scan for codes in fast-scan blocks: the same arguments (with the blocks of each list), the
-    same results. Queries run in parallel, each on one thread from start to end."""
+    """The scan of probed inverted lists for codes in fast-scan blocks (the lists' candidates by ADC, which
+    ivf_index.search_block_lists then re-ranks): the byte-code scan's results for the same
+    words. Queries run in parallel, each on one thread from start to end."""
     cdef TableSource source = model._source
     cdef int nq = out_dist.shape[0]
     cdef int k = out_dist.shape[1]

@@ -1,4 +1,4 @@
-"""The parameters of the quantizers and their rules, written once (docs/ARCHITECTURE.md, "Parameters").
+"""The parameters of the quantizers and their rules, written once (docs/ARCHITECTURE.md, "Conventions").
 
 One table, ``PARAMETERS``, says for every constructor argument of PQ, CKM, ECKM and OCKM what it accepts. It drives
 the constructors and ``set_params`` (TypeError or ValueError naming the parameter), the index-file reader (a

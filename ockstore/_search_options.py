@@ -31,11 +31,6 @@ __all__ = ["SearchOptions", "search_options", "check_metric", "check_rerank", "d
 DEFAULT_RERANK_FACTOR = 10
 
 
-# rerank=None on a searcher with vectors to re-rank from: this many candidates per result. Ten candidates per result
-# turn the scan's 0.2-0.7 10-recall@10 of 8-byte codes into 0.9+ (sift, minilm) for about twice the time of the
-# scan; ockstore.tune finds the fastest setting for a target recall on the caller's own queries.
-DEFAULT_RERANK_FACTOR = 10
-
 
 @dataclass(frozen=True)
 class SearchOptions:

@@ -1,7 +1,7 @@
 """What every index over rows with ids shares, whether it searches codes (``index.Index`` and its variants) or only
 stored vectors (``exact_index.ExactIndex``): its ids and their lookup, its file and user metadata, reading stored
 vectors back by id (``get``), the advice of a closed index, and the FormatError of damage found in its arrays
-(docs/ARCHITECTURE.md, "Indexes").
+(docs/ARCHITECTURE.md, "Kinds of index").
 
 A subclass sets ``_ids`` (int64 array, or None for the row numbers 0..N-1), ``_vectors`` (stored vectors or None),
 ``_id_lookup`` (None), ``_file`` (the storage.MappedFile it was opened from, or None), ``_metadata``, ``_resource``

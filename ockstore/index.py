@@ -3,7 +3,7 @@
 An index holds the arrays of ``ockstore._index_rows`` (codes, norm terms) and the ids of its vectors. The arrays may be
 read-only (views of a read-only memory map): an index never writes into them and never copies them. Files are written
 by the writer of the model's kind (``Index.save`` finds it in ``ockstore._kinds``) and opened by ``open_index``, which
-hands the mapped arrays to the index class of the file's kind (docs/ARCHITECTURE.md, "Indexes").
+hands the mapped arrays to the index class of the file's kind (docs/ARCHITECTURE.md, "Kinds of index").
 
 This is the flat index, and the base of its variants (``ivf_index.IVFIndex``): it never imports them. What differs
 between the kinds is a few hooks here (``_scan``, ``_from_encoded``, ``_row_lists``, ``_flat_scan_rows``,

@@ -1,4 +1,4 @@
-"""The path rules of every ockstore reader and writer (docs/ARCHITECTURE.md, "Files").
+"""The path rules of every ockstore reader and writer (docs/ARCHITECTURE.md, "Conventions").
 
 Public so that applications and the command line check paths exactly as the library will, before long work: a
 training run should not end by finding that its output folder does not exist.

@@ -1,7 +1,7 @@
-"""The ``ockstore`` command: train a quantizer, build an index file, search it, inspect, verify and evaluate it; create
-a collection folder and change it (add, delete, compact, retrain).
+"""The ``ockstore`` command: train a quantizer, build an index file, search it, tune it, inspect, verify and evaluate
+it; create a collection folder and change it (add, delete, compact, retrain).
 
-    ockstore [--debug] [--version] {train,build,search,info,verify,eval,create,add,delete,compact,retrain} ...
+    ockstore [--debug] [--version] {train,build,search,tune,info,verify,eval,create,add,delete,compact,retrain} ...
 
 Exit status (docs/ARCHITECTURE.md, "Command line"): 0 on success; 2 for a usage error (argparse prints the usage
 line and the message); 1 for a data or format error, including a missing or unreadable input file, reported as exactly

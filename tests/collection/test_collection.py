@@ -1,4 +1,4 @@
-"""Collections (docs/FORMAT.md section 13, rules C1-C13; docs/ARCHITECTURE.md "Collections"): searches that equal
+"""Collections (docs/FORMAT.md section 13, rules C1-C14; docs/ARCHITECTURE.md "Collections"): searches that equal
 one search over an index of the live rows (the oracle of collection_model.py: the same codes, so the same values bit
 for bit), the scan of segments and the exact merge, add / upsert / delete / compact and the ids, the merge policy.
 
