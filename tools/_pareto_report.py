@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from pathlib import Path
 
 REFERENCE = "hnswlib"  # the ratios are to this system's figures
 HEADLINE = 0.95
@@ -233,5 +234,6 @@ def plot(result, path, machine, load_start, load_end):
     fig.suptitle(f"{d['key']} ({d['n_base']:,} × {d['dim']}, {d['metric']}): frontiers; ockstore bold, "
                  f"★ tune(0.95). {machine['cpu']}, load {load_start[0]:.1f} → {load_end[0]:.1f}", fontsize=10)
     fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)  # --plot-dir may name a folder not made yet
     fig.savefig(path, dpi=120)
     plt.close(fig)
