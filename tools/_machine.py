@@ -43,6 +43,12 @@ def machine_info():
             "faiss": faiss.__version__, "ockstore": ockstore.__version__, "platform": platform.platform()}
 
 
+def machine_line(machine, load):
+    """The first line a benchmark against faiss-cpu prints: the machine, the versions and the load it starts under."""
+    return (f"machine: {machine['cpu']}, {machine['cores']} cores; numpy {machine['numpy']}, faiss {machine['faiss']}; "
+            f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+
+
 def texmex_prefix(folder, n_queries, base_limit, learn_limit, k):
     """(dataset, learn float32, base in its stored dtype, queries float32, ground truth (n_queries, >= k)) of a
     texmex folder: the whole base with its ground truth file, or its first ``base_limit`` rows with the exact k

@@ -45,7 +45,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 import ockstore  # noqa: E402
-from _machine import load_average, machine_info, texmex_prefix  # noqa: E402
+from _machine import load_average, machine_info, machine_line, texmex_prefix  # noqa: E402
 from _plots import plot_recall_speed  # noqa: E402
 from ockstore.evaluation import recall_at_r  # noqa: E402
 
@@ -328,8 +328,7 @@ def main(argv=None):
     machine = machine_info()
     threads = machine["cores"] if args.threads is None else args.threads
     load_start = load_average()
-    print(f"machine: {machine['cpu']}, {machine['cores']} cores; numpy {machine['numpy']}, faiss {machine['faiss']}; "
-          f"load average {load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f}", flush=True)
+    print(machine_line(machine, load_start), flush=True)
     _, learn, base_u8, query, gt = texmex_prefix(args.data, args.queries, base_limit, learn_limit, K_FLAT)
     base = np.asarray(base_u8, dtype=np.float32)
     print(f"data: learn {learn.shape}, base {base.shape}, queries {query.shape}", flush=True)
