@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -291,13 +292,13 @@ def test_sigkill_during_the_training_commit_keeps_the_last_generation(tmp_path):
     template = tmp_path / "template"
     model = _untrained_folder(template)
     probe = tmp_path / "probe"
-    subprocess.run(["cp", "-r", str(template), str(probe)], check=True)
+    shutil.copytree(template, probe, symlinks=True)
     proc, begin, acked, events = _run_kill_writer(probe, 0)
     assert proc.returncode == 0 and acked and events > 5, (proc.stdout[-500:], proc.stderr[-2000:])
     points = sorted({1, 2, events // 3, events // 2, events - 2, events - 1, events} | {-events // 2, -(events - 1)})
     for kill_at in points:
         folder = tmp_path / f"k{kill_at}"
-        subprocess.run(["cp", "-r", str(template), str(folder)], check=True)
+        shutil.copytree(template, folder, symlinks=True)
         proc, begin, acked, _ = _run_kill_writer(folder, kill_at)
         assert proc.returncode == -9, (kill_at, proc.stdout[-500:], proc.stderr[-2000:])
         _check_after_kill(folder, model, begin, acked)
@@ -308,11 +309,11 @@ def test_sigkill_at_every_event_of_the_training_commit(tmp_path):
     template = tmp_path / "template"
     model = _untrained_folder(template)
     probe = tmp_path / "probe"
-    subprocess.run(["cp", "-r", str(template), str(probe)], check=True)
+    shutil.copytree(template, probe, symlinks=True)
     _, _, _, events = _run_kill_writer(probe, 0)
     for kill_at in [*range(1, events + 1), *range(-events, 0)]:
         folder = tmp_path / f"k{kill_at}"
-        subprocess.run(["cp", "-r", str(template), str(folder)], check=True)
+        shutil.copytree(template, folder, symlinks=True)
         proc, begin, acked, _ = _run_kill_writer(folder, kill_at)
         assert proc.returncode == -9, (kill_at, proc.stderr[-2000:])
         _check_after_kill(folder, model, begin, acked)
