@@ -45,6 +45,7 @@ cdef extern from "_simd.h" nogil:
     ctypedef struct ock_fs_collector:
         ock_fs_heap heap
         double limit
+        int by_bound
     const uint8_t *ock_fs_norm_bytes(const ock_fs_base *b, size_t r0, uint8_t *spare)
     size_t ock_fs_sample_blocks(const ock_fs_base *b, const ock_fs_query *q, int k, size_t nb)
     size_t ock_fs_sample_block(size_t j, size_t s, size_t nb)
@@ -222,9 +223,14 @@ cdef void _fs_prepare(FsSlot *slot, const TableSource *source, Py_ssize_t q, dou
     slot.q.t = &slot.t
 
 
-cdef inline void _fs_start(FsSlot *slot, int k, const int64_t *ids, float bound) noexcept nogil:
-    ock_fs_collector_init(&slot.c, slot.heap_d, slot.heap_r, k, ids, slot.cand, ock_fs_collector_cap(k), slot.ub,
-                          bound)
+cdef inline void _fs_start(FsSlot *slot, int k, const int64_t *ids, float bound, bint by_bound) noexcept nogil:
+    """Start a query's collector of k rows below `bound`; `by_bound`: ranked by their quantized lower bounds alone
+    (the candidates of a re-ranked search, _fastscan.h "Ranking by the bound")."""
+    # ranked by bound, equal bounds (common: the sums are integers) go by row number: a tie then costs no read of
+    # the ids, scattered over the whole index (their order only has to be the same in every scan)
+    ock_fs_collector_init(&slot.c, slot.heap_d, slot.heap_r, k, NULL if by_bound else ids, slot.cand,
+                          ock_fs_collector_cap(k), slot.ub, bound)
+    slot.c.by_bound = by_bound
 
 
 cdef void _fs_sample(const ock_fs_base *base, const uint8_t *blocks, FsSlot *slot, uint16_t *sums,
@@ -341,7 +347,8 @@ def fastscan_scan(TableModel model not None,          # IN the quantizer's table
                   int n_threads,
                   const float[::1] bound=None,        # IN (nq,) or None: only rows below bound[q] may enter (as scan)
                   bint norm_scales=False,             # IN the norm terms are scales multiplying the sums (cosine)
-                  const double[::1] scale_range=None):  # IN (2,) their smallest and largest (float32 scales), or None
+                  const double[::1] scale_range=None,  # IN (2,) their smallest and largest (float32 scales), or None
+                  bint by_bound=False):               # IN rank by the quantized bounds alone: candidates to re-rank
     """_kernels_search's scan for codes in fast-scan blocks: the same arguments, the same results (distances, rows,
     order), by a scan of quantized sums that computes exact distances only for the rows that may enter
     (_fastscan.h).
@@ -403,7 +410,7 @@ def fastscan_scan(TableModel model not None,          # IN the quantizer's table
                         slots[t].t = slots[n_threads].t
                         slots[t].q.t = &slots[t].t
                         slots[t].qconst = slots[n_threads].qconst
-                        _fs_start(&slots[t], k, base.ids, bounds[g] if bounds != NULL else INFINITY)
+                        _fs_start(&slots[t], k, base.ids, bounds[g] if bounds != NULL else INFINITY, by_bound)
                     # one sample's limit for every thread's collector: k rows of the whole run are within it, so a
                     # row any thread leaves out cannot be among the merged k best
                     if sample_blocks > 0:
@@ -423,7 +430,7 @@ def fastscan_scan(TableModel model not None,          # IN the quantizer's table
                     merged.d = slots[n_threads].heap_d
                     merged.r = slots[n_threads].heap_r
                     merged.k = k
-                    merged.ids = base.ids
+                    merged.ids = NULL if by_bound else base.ids  # the order of the threads' heaps
                     ock_fs_heap_init(&merged, bounds[g] if bounds != NULL else INFINITY)
                     for t in range(n_threads):
                         ock_fs_refine(&slots[t].c, &base, &slots[t].q)
@@ -440,7 +447,7 @@ def fastscan_scan(TableModel model not None,          # IN the quantizer's table
                         m = nq - q0 if nq - q0 < FS_GROUP else FS_GROUP
                         for j in range(m):
                             _fs_prepare(&mine[j], &source, q0 + j, s.work + tid * s.work_stride, norm_ptr)
-                            _fs_start(&mine[j], k, base.ids, bounds[q0 + j] if bounds != NULL else INFINITY)
+                            _fs_start(&mine[j], k, base.ids, bounds[q0 + j] if bounds != NULL else INFINITY, by_bound)
                             if sample_blocks > 0:
                                 _fs_sample(&base, bp, &mine[j], s.sample + tid * s.sample_stride, sample_blocks)
                         if N > 0:
@@ -471,7 +478,8 @@ def fastscan_ivf_scan(TableModel model not None,         # IN the fine quantizer
                       int64_t[:, ::1] out_rows,          # OUT (nq, k) the rows of the results; (inf, -1) past the last
                       int n_threads,
                       bint norm_scales=False,            # IN the norm terms are scales multiplying the sums (cosine)
-                      const double[::1] scale_range=None):  # IN (2,) their smallest and largest, or None
+                      const double[::1] scale_range=None,  # IN (2,) their smallest and largest, or None
+                      bint by_bound=False):              # IN rank by the quantized bounds alone: candidates to re-rank
     """The scan of probed inverted lists for codes in fast-scan blocks (the lists' candidates by ADC, which
     ivf_index.search_block_lists then re-ranks): the byte-code scan's results for the same
     words. Queries run in parallel, each on one thread from start to end."""
@@ -507,7 +515,7 @@ def fastscan_ivf_scan(TableModel model not None,         # IN the fine quantizer
             slot = s.slots + tid
             for q in prange(nq, schedule='dynamic'):
                 _fs_prepare(slot, &source, q, s.work + tid * s.work_stride, norm_ptr)
-                _fs_start(slot, k, base.ids, INFINITY)
+                _fs_start(slot, k, base.ids, INFINITY, by_bound)
                 for j in range(n_probe):
                     l = lists[q, j]
                     if list_offsets[l + 1] > list_offsets[l]:

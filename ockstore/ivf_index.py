@@ -93,10 +93,11 @@ def search_block_lists(tables, ivf, Q, k, rows, list_offsets, n_probe, *, n_thre
                        rerank_queries=None):
     """``search_lists`` for lists in fast-scan blocks (K <= 16: ``rows.codes`` a CodeBlocks, one run per list), the
     one path of IVF fast-scan indexes: the coarse step (``ivf._probe``, the lists and terms the search kernel would
-    probe), ``_kernels.fastscan_ivf_scan`` over the probed lists, and with ``rerank`` = (StoredRows, R) its R best
-    rows of each query re-ranked by the compiled loop (``_rerank.rerank_candidates``), the k best kept. IvfLists'
-    one-call search scans byte codes only; the fast scan gives the same candidates (docs/ARCHITECTURE.md, "Fast
-    scan"). Arguments and results as ``search_lists`` (tables: the index's QueryTables; rows: its search.CodeRows)."""
+    probe), ``_kernels.fastscan_ivf_scan`` over the probed lists, and with ``rerank`` = (StoredRows, R) the R rows
+    of each query with the smallest quantized bounds (``by_bound``) re-ranked by the compiled loop
+    (``_rerank.rerank_candidates``), the k best kept. IvfLists' one-call search scans byte codes only
+    (docs/ARCHITECTURE.md, "Fast scan"). Arguments and results as ``search_lists`` (tables: the index's
+    QueryTables; rows: its search.CodeRows)."""
     nq = Q.shape[0]
     width = k if rerank is None else max(k, rerank[1])
     D = np.empty((nq, k), dtype=np.float32)
@@ -112,7 +113,7 @@ def search_block_lists(tables, ivf, Q, k, rows, list_offsets, n_probe, *, n_thre
         cand_r = np.empty((stop - start, width), dtype=np.int64)
         _kernels.fastscan_ivf_scan(tables.model, batch, rows.codes.blocks, rows.codes.run_blocks, rows.norms,
                                    rows.norm_codes, norm_levels, rows.ids, rows.allow, list_offsets, lists, terms,
-                                   cand_d, cand_r, threads, rows.norm_scales, rows.scale_range)
+                                   cand_d, cand_r, threads, rows.norm_scales, rows.scale_range, rerank is not None)
         if rerank is None:
             D[start:stop], found[start:stop] = cand_d, cand_r
         else:

@@ -190,7 +190,7 @@ class CodeRows:
     scale_range: np.ndarray | None = None
 
 
-def search_codes(tables, Q, k, rows, *, distance="adc", n_threads=1, rerank=None):
+def search_codes(tables, Q, k, rows, *, distance="adc", n_threads=1, rerank=None, by_bound=False):
     """The k best codes of each query by ADC or SDC, scanning the codes exhaustively (no input validation).
 
     Parameters
@@ -204,6 +204,9 @@ def search_codes(tables, Q, k, rows, *, distance="adc", n_threads=1, rerank=None
     rerank : (StoredRows, R) or None
         Re-rank inside the scan: keep R >= k candidates per query and return the k best of them by exact value,
         read from the StoredRows (``_rerank``; part 0 holds these rows' vectors, the queries being ``Q``).
+    by_bound : bool
+        Fast-scan blocks only: rank the rows by their quantized lower bounds alone, no exact stage (the candidates of
+        a re-ranked search; docs/ARCHITECTURE.md, "Fast scan"). D then holds those bounds.
 
     Returns
     -------
@@ -236,7 +239,7 @@ def search_codes(tables, Q, k, rows, *, distance="adc", n_threads=1, rerank=None
         return _search_blocks_reranked(tables, Q, k, rows, distance, n_threads, rerank)
     stored, width = (None, 0) if rerank is None else (rerank[0], min(rerank[1], N))
     flags = None if stored is None else np.empty(nq, dtype=np.int32)
-    scan = scanner(codes, None, rows.norm_scales, rows.scale_range)
+    scan = scanner(codes, None, rows.norm_scales, rows.scale_range, by_bound)
     # re-ranking inside the byte-code scan: _kernels.scan's keywords (SDC re-ranks the queries, not their codes)
     reranking = {} if stored is None else {"rerank_rows": stored.source, "rerank": width, "out_flags": flags}
     if distance == "adc":
@@ -258,7 +261,7 @@ def search_codes(tables, Q, k, rows, *, distance="adc", n_threads=1, rerank=None
     return D, found
 
 
-def scanner(codes, bound=None, norm_scales=False, scale_range=None):
+def scanner(codes, bound=None, norm_scales=False, scale_range=None, by_bound=False):
     """The exhaustive scan kernel of ``codes`` (byte codes, or fast-scan blocks) with the codes, the bound and whether
     the norm terms are scales (``CodeRows.norm_scales``, ``scale_range``) bound: called as
     ``scan(model, queries, rotated, norms, norm_codes, norm_levels, ids, allow, out_dist, out_rows, n_threads)``;
@@ -267,7 +270,7 @@ def scanner(codes, bound=None, norm_scales=False, scale_range=None):
     if isinstance(codes, CodeBlocks):
         def scan(model, queries, rotated, *rest):
             _kernels.fastscan_scan(model, queries, rotated, codes.blocks, len(codes), *rest, bound, norm_scales,
-                                   scale_range)
+                                   scale_range, by_bound)
     else:
         def scan(model, queries, rotated, *rest, **rerank):
             _kernels.scan(model, queries, rotated, codes, *rest, bound=bound, norm_scales=norm_scales, **rerank)
@@ -275,8 +278,8 @@ def scanner(codes, bound=None, norm_scales=False, scale_range=None):
 
 
 def _search_blocks_reranked(tables, Q, k, rows, distance, n_threads, rerank):
-    """``search_codes`` with ``rerank`` for codes in fast-scan blocks (K <= 16): the fast scan keeps the R best rows
-    of each query (the same rows as the byte-code scan), then the compiled re-ranking loop
+    """``search_codes`` with ``rerank`` for codes in fast-scan blocks (K <= 16): the fast scan keeps the R rows of
+    each query with the smallest quantized bounds (``by_bound``: no exact ADC stage), then the compiled re-ranking loop
     (``_rerank.rerank_candidates``) keeps the k best of them by exact value. The fast-scan kernels take no stored
     rows, so the candidates leave the kernel, RERANK_STEP_BYTES of rows at a time (no per-candidate Python)."""
     stored, R = rerank
@@ -287,7 +290,8 @@ def _search_blocks_reranked(tables, Q, k, rows, distance, n_threads, rerank):
     step = max(1, _rerank.RERANK_STEP_BYTES // (8 * width))
     for start in range(0, nq, step):
         stop = min(nq, start + step)
-        _, candidates = search_codes(tables, Q[start:stop], width, rows, distance=distance, n_threads=n_threads)
+        _, candidates = search_codes(tables, Q[start:stop], width, rows, distance=distance, n_threads=n_threads,
+                                     by_bound=True)
         D[start:stop], found[start:stop] = _rerank.rerank_candidates(Q[start:stop], candidates, stored, k,
                                                                       n_threads)
     return D, found

@@ -109,9 +109,14 @@ def test_flat_search_equals_the_8bit_scan_and_numpy(fitted, case, n):
     Db, Ib = byte_scan(index, QUERIES, 4, allow_rows=allowed_rows)
     np.testing.assert_array_equal(I, Ib)
     np.testing.assert_array_equal(D, Db)
+    # re-ranking: the exact top 3 of the 12 candidates the scan ranks by its quantized bounds
     D, I = index.search(QUERIES, 3, rerank=12)
     exact = search_checks.exact_keys(BASE[:n], QUERIES, metric)
-    candidates = search_checks.allowed_rows_of_candidates(byte_scan(index, QUERIES, min(n, 12))[1], rows_of)
+    Qp = q._prepare(np.ascontiguousarray(QUERIES), "Q")
+    _, by_bound = search_module.search_codes(index._query_tables(), Qp, min(n, 12), index._code_rows(None),
+                                             by_bound=True)
+    candidates = search_checks.allowed_rows_of_candidates(np.where(by_bound >= 0, ids[np.maximum(by_bound, 0)], -1),
+                                                          rows_of)
     search_checks.check_topk(D, I, exact, candidates, 3, metric, rows_of, scale)
 
 

@@ -17,7 +17,7 @@ import pytest
 
 import ockstore
 from index_files import parts_of
-from ockstore import _kernels
+from ockstore import _kernels, _rerank
 from ockstore import ivf_index as ivf_index_module
 from ockstore import search as search_module
 from ockstore._code_blocks import CodeBlocks
@@ -82,11 +82,35 @@ def test_default_rerank_of_a_small_4bit_index_is_brute_force(kind, metric, store
             np.testing.assert_array_equal(I, I10)
 
 
+def smallest_sums(index, Qp, R, first_row, n_rows, first_block):
+    """The oracle of a re-ranked fast scan's candidates within one run of rows (the whole flat index, or one list):
+    the R rows of the smallest quantized sums, equal sums by row number (their bounds c0 + scale * S rank alike
+    within a run when no float32 norm or scale enters them), from the sums of every row (``fastscan_sums``, checked
+    against the portable sums in tests/kernels)."""
+    rows = index._code_rows(None)
+    n_blocks = -(-n_rows // 32)
+    blocks = np.ascontiguousarray(rows.codes.blocks[first_block:first_block + n_blocks])
+    norm_codes = None
+    if rows.norm_codes is not None:
+        norm_codes = np.zeros(n_blocks * 32, dtype=np.uint8)
+        norm_codes[:n_rows] = rows.norm_codes[first_row:first_row + n_rows]
+    out = []
+    for q in range(Qp.shape[0]):
+        sums = np.empty((n_blocks, 32), dtype=np.uint16)
+        _kernels.fastscan_sums(index._query_tables().model, Qp[q:q + 1], blocks, norm_codes,
+                               rows.norm_levels if norm_codes is not None else None, sums)
+        order = np.lexsort((np.arange(n_rows), sums.reshape(-1)[:n_rows]))
+        out.append(np.sort(order[:R]) + first_row)
+    return out
+
+
 @pytest.mark.parametrize("metric", ["l2", "ip", "cosine"])
 @pytest.mark.parametrize("kind", ["flat", "ivf"])
-def test_rerank_of_the_fast_scan_equals_the_byte_code_path(kind, metric):
-    """N > 10 k: the k best of the scan's candidates by exact value (brute force over the candidates), bit for bit
-    the results of the byte-code scan of the same words re-ranking inside its kernel."""
+def test_rerank_of_the_fast_scan_reranks_the_rows_of_smallest_bounds(kind, metric):
+    """N > 10 k: the scan ranks the rows by their quantized lower bounds alone (no exact ADC: re-ranking replaces
+    it) and keeps R; the results are the k best of those candidates by exact value (the compiled loop, and brute
+    force over them); where the bounds rank as the sums do (no float32 norm, no scale), the candidates are the R
+    smallest sums."""
     index = ockstore.Index.from_vectors(model(kind, metric), BASE, store_vectors="sq8")
     assert isinstance(index._codes, CodeBlocks)
     stored = index._stored_rows()
@@ -94,26 +118,29 @@ def test_rerank_of_the_fast_scan_equals_the_byte_code_path(kind, metric):
     rows = index._code_rows(None)
     R = 10 * K
     if kind == "flat":
-        want_d, want_r = search_module.search_codes(index._query_tables(), Qp, K,
-                                                    dataclasses.replace(rows, codes=index.codes), rerank=(stored, R))
         got_d, got_r = search_module.search_codes(index._query_tables(), Qp, K, rows, rerank=(stored, R))
-        _, candidates = search_module.search_codes(index._query_tables(), Qp, R, rows)
+        _, candidates = search_module.search_codes(index._query_tables(), Qp, R, rows, by_bound=True)
+        runs = [(0, len(index), 0)] * len(QUERIES)
     else:
-        ivf, n_probe = index.quantizer, 3
-        ct, c_sqnorms, probe_kind, term_factor = ivf._probing()
-        byte_lists = _kernels.IvfLists(index._query_tables().model, ct, c_sqnorms, probe_kind, term_factor,
-                                       index.codes, rows.norms, rows.norm_codes,
-                                       rows.norm_levels if rows.norm_codes is not None else None, rows.ids,
-                                       index.list_offsets, rows.norm_scales)
-        want_d, want_r = ivf_index_module.search_lists(byte_lists, Qp, K, n_probe, None, rerank=(stored, R))
+        ivf, n_probe = index.quantizer, 1
         got_d, got_r = ivf_index_module.search_block_lists(index._query_tables(), ivf, Qp, K, rows,
                                                            index.list_offsets, n_probe, rerank=(stored, R))
-        _, candidates = ivf_index_module.search_block_lists(index._query_tables(), ivf, Qp, R, rows,
-                                                            index.list_offsets, n_probe)
+        candidates = np.stack([_search_candidates_of_list(index, Qp[q:q + 1], R, n_probe)
+                               for q in range(len(QUERIES))])
+        offsets, run_blocks = index.list_offsets, rows.codes.run_blocks
+        runs = [(int(offsets[l]), int(offsets[l + 1] - offsets[l]), int(run_blocks[l]))
+                for l in ivf._probe(Qp, n_probe)[0][:, 0]]
+    want_d, want_r = _rerank.rerank_candidates(Qp, candidates, stored, K, 1)
     np.testing.assert_array_equal(got_d, want_d)
     np.testing.assert_array_equal(got_r, want_r)
+    if rows.norms is None and not rows.norm_scales:
+        for q, (first_row, n_rows, first_block) in enumerate(runs):
+            if n_rows <= R:
+                continue
+            want = smallest_sums(index, Qp[q:q + 1], R, first_row, n_rows, first_block)[0]
+            np.testing.assert_array_equal(np.sort(candidates[q]), want)
     # and through the public API, against brute force over each query's candidates
-    D, I = index.search(QUERIES, K, **({"n_probe": 3} if kind == "ivf" else {}))
+    D, I = index.search(QUERIES, K, **({"n_probe": 1} if kind == "ivf" else {}))
     ids = np.arange(len(index)) if index.ids is None else np.asarray(index.ids)
     np.testing.assert_array_equal(I, np.where(want_r >= 0, ids[np.maximum(want_r, 0)], -1))
     represented = sq8_decode(index.vectors, index.quantizer.value_ranges)
@@ -121,6 +148,20 @@ def test_rerank_of_the_fast_scan_equals_the_byte_code_path(kind, metric):
     check_topk(D, want_r, exact_keys(represented, QUERIES, metric),
                allowed_rows_of_candidates(candidates, row_numbers), K, metric, row_numbers,
                tolerance_scale(QUERIES, represented, metric))
+
+
+def _search_candidates_of_list(index, Qp, R, n_probe):
+    """The R candidates a re-ranked IVF fast scan keeps for one query (the scan ranked by bound)."""
+    rows = index._code_rows(None)
+    ivf = index.quantizer
+    lists, terms = ivf._probe(Qp, n_probe)
+    cand_d = np.empty((1, R), dtype=np.float32)
+    cand_r = np.empty((1, R), dtype=np.int64)
+    _kernels.fastscan_ivf_scan(index._query_tables().model, Qp, rows.codes.blocks, rows.codes.run_blocks, rows.norms,
+                               rows.norm_codes, rows.norm_levels if rows.norm_codes is not None else None, rows.ids,
+                               rows.allow, index.list_offsets, lists, terms, cand_d, cand_r, 1, rows.norm_scales,
+                               rows.scale_range, True)
+    return cand_r[0]
 
 
 @pytest.mark.parametrize("kind", ["flat", "ivf"])
