@@ -1,36 +1,93 @@
-/* The coarse step of the inverted file (docs/ARCHITECTURE.md, "Inverted file"): the inner products of one query with
- * every coarse centroid. A level body: _simd_level.h includes it once per SIMD level (OCK_LEVEL, OCK_FN, OCK_TARGET;
- * _simd.h).
+/* The coarse step of the inverted file (docs/ARCHITECTURE.md, "Inverted file"): the inner products of a batch of
+ * queries with every coarse centroid. A level body: _simd_level.h includes it once per SIMD level (OCK_LEVEL, OCK_FN,
+ * OCK_TARGET; _simd.h).
  *
  * In C for the same reasons as _tables.h: the compiler vectorises it for each level, and no product is fused with its
  * sum (-ffp-contract=off), so every level rounds alike. Each output is summed over the P dimensions in order
- * p = 0, 1, ..., P-1 whatever the level and whatever the other queries of a batch: a query ranks the lists identically
- * when searched alone or in a batch, on any number of threads (a BLAS product of a batch would not promise that: its
- * kernels, hence its roundings, depend on the shape of the batch).
+ * p = 0, 1, ..., P-1 in its own accumulator, whatever the level, the group and the other queries of a batch: a query
+ * ranks the lists identically when searched alone or in a batch, on any number of threads (a BLAS product of a batch
+ * would not promise that: its kernels, hence its roundings, depend on the shape of the batch).
+ *
+ * The queries go in groups of OCK_IVF_GROUP, the lists in blocks of OCK_IVF_BLOCK: a group's outputs for a block are
+ * held in registers across the P dimensions, so each row of a block of the centroid matrix (read from L2: 512 KB at
+ * P = 128, L = 1,024) serves the whole group once loaded. One query at a time read the whole matrix per query, and
+ * paid ~19 us per query for it at P = 128, L = 1,024 (AMD EPYC, Zen 4); a group of four shares that reading.
  */
 
-/* Outputs computed at once, held in registers across the P dimensions (four AVX-512 or eight AVX2 registers): the
- * centroid matrix is read once per query, from L2 for up to a few thousand lists at P = 128. */
-#ifndef OCK_IVF_BLOCK
+/* Queries per group and lists per block: the group's outputs of a block take 16 of AVX-512's 32 registers (4 x 4),
+ * 8 of AVX2's 16 (4 x 2), 8 of SSE2's 16 for the portable level (x86-64: 2 x 4), leaving room for the row's vectors
+ * and the products. A block of OCK_IVF_NARROW lists (one register) takes the lists left over, single lists the
+ * rest. */
+#if OCK_LEVEL == OCK_LEVEL_AVX512
+#define OCK_IVF_GROUP 4
 #define OCK_IVF_BLOCK 64
+#define OCK_IVF_NARROW 16
+#elif OCK_LEVEL == OCK_LEVEL_AVX2
+#define OCK_IVF_GROUP 4
+#define OCK_IVF_BLOCK 16
+#define OCK_IVF_NARROW 8
+#else
+#define OCK_IVF_GROUP 2
+#define OCK_IVF_BLOCK 16
+#define OCK_IVF_NARROW 4
 #endif
 
-/* out[l] = sum_p q[p] * ct[p * L + l] for l < L (ct: the centroids transposed, P rows of L float32 values). */
-OCK_TARGET static void OCK_FN(coarse_dots)(const float *q, const float *ct, int P, int L, float *out) {
-    int l0 = 0;
-    for (; l0 + OCK_IVF_BLOCK <= L; l0 += OCK_IVF_BLOCK) {
-        float t[OCK_IVF_BLOCK];
-        for (int j = 0; j < OCK_IVF_BLOCK; j++) t[j] = 0.0f;
-        for (int p = 0; p < P; p++) {
-            const float qp = q[p];
-            const float *row = ct + (long)p * L + l0;
-            for (int j = 0; j < OCK_IVF_BLOCK; j++) t[j] += qp * row[j];
-        }
-        for (int j = 0; j < OCK_IVF_BLOCK; j++) out[l0 + j] = t[j];
+/* Blocks of B lists from l0 on (while l0 + B <= L): G queries (q, rows of P floats) into their outputs (o, rows of
+ * L floats). */
+#define OCK_COARSE_BLOCKS(G, B)                                                                      \
+    for (; l0 + (B) <= L; l0 += (B)) {                                                               \
+        float t[G][B];                                                                               \
+        for (int i = 0; i < (G); i++)                                                                \
+            for (int j = 0; j < (B); j++) t[i][j] = 0.0f;                                            \
+        for (int p = 0; p < P; p++) {                                                                \
+            const float *row = ct + (long)p * L + l0;                                                \
+            for (int i = 0; i < (G); i++) {                                                          \
+                const float qp = q[(long)i * P + p];                                                 \
+                for (int j = 0; j < (B); j++) t[i][j] += qp * row[j];                                \
+            }                                                                                        \
+        }                                                                                            \
+        for (int i = 0; i < (G); i++)                                                                \
+            for (int j = 0; j < (B); j++) o[(long)i * L + l0 + j] = t[i][j];                         \
     }
-    for (int l = l0; l < L; l++) {
-        float t = 0.0f;
-        for (int p = 0; p < P; p++) t += q[p] * ct[(long)p * L + l];
-        out[l] = t;
+
+/* Every list for the G queries from query i0 on. */
+#define OCK_COARSE_GROUP(G)                                                                          \
+    do {                                                                                             \
+        const float *q = Q + (long)i0 * P;                                                           \
+        float *o = out + (long)i0 * L;                                                               \
+        int l0 = 0;                                                                                  \
+        OCK_COARSE_BLOCKS(G, OCK_IVF_BLOCK)                                                          \
+        OCK_COARSE_BLOCKS(G, OCK_IVF_NARROW)                                                         \
+        OCK_COARSE_BLOCKS(G, 1)                                                                      \
+    } while (0)
+
+/* out[i * L + l] = sum_p Q[i * P + p] * ct[p * L + l] for i < nq, l < L (Q: nq queries of P float32 values; ct: the
+ * centroids transposed, P rows of L float32 values; out: nq rows of L). Any nq: the groups are an implementation
+ * detail, each output's sum is the same whatever the group it is computed in. */
+OCK_TARGET static void OCK_FN(coarse_dots)(const float *Q, int nq, const float *ct, int P, int L, float *out) {
+    int i0 = 0;
+    for (; i0 + OCK_IVF_GROUP <= nq; i0 += OCK_IVF_GROUP) OCK_COARSE_GROUP(OCK_IVF_GROUP);
+    switch (nq - i0) { /* the last group, of fewer queries */
+#if OCK_IVF_GROUP > 3
+    case 3:
+        OCK_COARSE_GROUP(3);
+        break;
+#endif
+#if OCK_IVF_GROUP > 2
+    case 2:
+        OCK_COARSE_GROUP(2);
+        break;
+#endif
+    case 1:
+        OCK_COARSE_GROUP(1);
+        break;
+    default:
+        break;
     }
 }
+
+#undef OCK_COARSE_GROUP
+#undef OCK_COARSE_BLOCKS
+#undef OCK_IVF_GROUP
+#undef OCK_IVF_BLOCK
+#undef OCK_IVF_NARROW

@@ -90,6 +90,7 @@ def coarse_assign(X: F32, neg2_ct: F32, c_sqnorms: F32, labels: I32, distances: 
 def cluster_sums(X: F32, labels: I32, sums: F64, counts: I64) -> None: ...
 def probe(
     queries: F32, ct: F32, c_sqnorms: F32, kind: int, term_factor: float, out_lists: I32, out_terms: F32,
+    n_threads: int = 1,
 ) -> None: ...
 
 class IvfLists:

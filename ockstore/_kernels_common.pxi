@@ -40,7 +40,7 @@ cdef extern from "_simd.h" nogil:
     void ock_rotate(const float *q, const float *rot, int P, int D, double *qd, double *z)
     double ock_tables(const double *z, const float *words_t, const double *sqnorms, int M, int C, int K, int S,
                       int kind, int slots, double *acc, float *lut)
-    void ock_coarse_dots(const float *q, const float *ct, int P, int L, float *out)
+    void ock_coarse_dots(const float *Q, int nq, const float *ct, int P, int L, float *out)
     # The exact values of re-ranking (_rerank.h; the query loop is declared in _kernels_rerank.pxi).
     ctypedef struct ock_rr_value_table:
         pass

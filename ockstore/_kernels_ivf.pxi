@@ -17,6 +17,14 @@ cdef enum:
     # (ASSIGN_ROWS x L floats: 1 MiB for 1,024 lists) stay in L2 while their minima are taken. The chunks are fixed
     # row ranges, so which thread computes one never changes its result.
     ASSIGN_ROWS = 256
+    # Queries whose coarse step runs together (ivf_search, probe): the coarse kernel's largest group of queries
+    # (_ivf.h), which reads each row of the centroid matrix once for the whole group. Fewer when a batch has fewer
+    # queries per thread, or when the group's inner products would take more than COARSE_GROUP_BYTES of scratch per
+    # thread (millions of lists). A query's inner products are the same in any group.
+    COARSE_GROUP = 4
+    COARSE_GROUP_BYTES = 1 << 24
+    # n_probe up to which a query's best lists are kept by insertion into a sorted array (_probe_lists)
+    PROBE_INSERT_MAX = 32
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -207,20 +215,23 @@ def ivf_search(IvfLists lists not None,        # IN the index's arrays
     the exhaustive scan's), then its probed lists scanned, keeping its k best (dist, id) among the allowed rows;
     writes their distances and row numbers. With rerank_rows: keeps `rerank` candidates instead, and writes the k
     best of them by exact value (distances ascending, scores descending; _rerank.h) and their rows. Queries run in
-    parallel, each on one thread from start to end (one thread for a single query: no parallel region), so results do
-    not depend on the number of threads."""
+    groups (COARSE_GROUP: their inner products with the centroids computed together), groups in parallel, each on one
+    thread from start to end (one thread for a single query: no parallel region); a query's results depend neither
+    on its group nor on the number of threads."""
     cdef IvfQuery job = lists.job
     cdef int nq = out_dist.shape[0]
     cdef int k = out_dist.shape[1]
     cdef Py_ssize_t stride
     cdef int64_t *scratch = NULL
-    cdef int q, tid
+    cdef int group, n_groups, g, tid
     if nq == 0 or k == 0:
         return
-    if n_threads > nq:
-        n_threads = nq
     if n_threads < 1:
         n_threads = 1
+    group = _coarse_group(job.L, nq, n_threads)
+    n_groups = (nq + group - 1) // group
+    if n_threads > n_groups:
+        n_threads = n_groups
     job.tables.queries = &queries[0, 0]
     job.allow = &allow[0] if allow is not None and allow.shape[0] > 0 else NULL
     job.n_probe = n_probe
@@ -231,33 +242,49 @@ def ivf_search(IvfLists lists not None,        # IN the index's arrays
         job.values = ock_rerank_values()
         job.width = rerank if rerank > k else k
         job.rerank_queries = &rerank_queries[0, 0] if rerank_queries is not None else &queries[0, 0]
-    stride = _slice_items(_ivf_query_items(&job))
+    stride = _slice_items(_ivf_query_items(&job) + _dots_items(group, job.L))
     try:
         scratch = <int64_t *>_alloc(<size_t>n_threads * stride * sizeof(int64_t), "ivf_search's scratch (per thread)")
         if n_threads == 1:
             with nogil:
-                for q in range(nq):
-                    _ivf_query(&job, q, scratch, &out_dist[q, 0], &out_rows[q, 0],
-                               &out_flags[q] if out_flags is not None else NULL)
+                for g in range(n_groups):
+                    _ivf_group(&job, g * group, min(group, nq - g * group), scratch, &out_dist[0, 0],
+                               &out_rows[0, 0], &out_flags[0] if out_flags is not None else NULL)
         else:
             with nogil, parallel(num_threads=n_threads):
                 tid = threadid()
-                for q in prange(nq, schedule='dynamic'):
-                    _ivf_query(&job, q, scratch + tid * stride, &out_dist[q, 0], &out_rows[q, 0],
-                               &out_flags[q] if out_flags is not None else NULL)
+                for g in prange(n_groups, schedule='dynamic'):
+                    _ivf_group(&job, g * group, min(group, nq - g * group), scratch + tid * stride,
+                               &out_dist[0, 0], &out_rows[0, 0], &out_flags[0] if out_flags is not None else NULL)
     finally:
         free(scratch)
 
 
+cdef inline int _coarse_group(int L, Py_ssize_t nq, int n_threads) noexcept nogil:
+    """Queries per group of the coarse step (COARSE_GROUP says why) for nq queries on n_threads threads."""
+    cdef Py_ssize_t group = COARSE_GROUP
+    cdef Py_ssize_t per_thread = (nq + n_threads - 1) // n_threads
+    if group > per_thread:
+        group = per_thread
+    while group > 1 and group * L * <Py_ssize_t>sizeof(float) > COARSE_GROUP_BYTES:
+        group -= 1
+    return <int>group if group > 1 else 1
+
+
+cdef inline Py_ssize_t _dots_items(int group, int L) noexcept nogil:
+    """8-byte items of a group's inner products with the centroids (group x L floats)."""
+    return (<Py_ssize_t>group * L + 1) // 2
+
+
 cdef inline Py_ssize_t _probe_items(int L, int n_probe) noexcept nogil:
-    """8-byte items of one query's probing scratch: the inner products (L floats), a collector of n_probe, and the
-    sorted lists (n_probe rows and keys)."""
+    """8-byte items of one query's probing scratch: its keys (L floats), a collector of n_probe, and the sorted lists
+    (n_probe rows and keys)."""
     return (L + 1) // 2 + _topk_items(n_probe) + n_probe * 2
 
 
 cdef inline Py_ssize_t _ivf_query_items(const IvfQuery *job) noexcept nogil:
-    """8-byte items of one query's scratch: probing, its table, the table kernel's work, its collector, and with
-    re-ranking the candidates and the re-ranking loop's own scratch."""
+    """8-byte items of one query's scratch after its inner products: probing, its table, the table kernel's work, its
+    collector, and with re-ranking the candidates and the re-ranking loop's own scratch."""
     cdef Py_ssize_t items = (_probe_items(job.L, job.n_probe) + (job.lut_items + 1) // 2 + job.work_items
                              + _topk_items(job.width))
     if job.rerank != NULL:
@@ -265,21 +292,81 @@ cdef inline Py_ssize_t _ivf_query_items(const IvfQuery *job) noexcept nogil:
     return items
 
 
-cdef void _probe_query(const float *q, const float *ct, const float *c_sqnorms, int P, int L, int kind, int n_probe,
-                       float *dots, int64_t *buffers, int64_t *lists, float *keys) noexcept nogil:
-    """The coarse step of one query: dots (L,) its inner products with the centroids, lists (n_probe,) the lists it
-    probes, best first, and their keys; buffers: _topk_items(n_probe) 8-byte items."""
+cdef void _probe_lists(const float *dots, const float *c_sqnorms, int L, int kind, int n_probe, int64_t *scratch,
+                       int64_t *lists, float *list_keys) noexcept nogil:
+    """The lists one query probes, from its inner products with the centroids dots (L,): lists (n_probe,) best first
+    by key, ties to the smaller l, and their keys (padded with (+inf, -1) if fewer than n_probe keys are numbers);
+    scratch: _probe_items(L, n_probe) 8-byte items.
+
+    Only the keys not above a bound enter: the largest of the minima of n_probe disjoint runs of lists, which the
+    n_probe best cannot exceed (n_probe keys are not above it). About 30 of 1,024 lists enter at n_probe 8, so a small
+    n_probe keeps its best in a sorted array by insertion (no collector to fill and compact: that took as long as
+    the inner products); a larger n_probe uses the collector (TopK), which keeps the same lists."""
+    cdef float *keys = <float *>scratch
+    cdef int64_t *buffers = scratch + (L + 1) // 2
     cdef TopK t
-    cdef int l
-    ock_coarse_dots(q, ct, P, L, dots)
-    _topk_start(&t, buffers, n_probe, NULL, INFINITY)
+    cdef int l, r, j, held = 0, run = L // n_probe
+    cdef float key, least, bound = -INFINITY
     if kind == PROBE_BY_L2:
         for l in range(L):
-            ock_topk_offer(&t, c_sqnorms[l] - 2 * dots[l], l)
+            keys[l] = c_sqnorms[l] - 2 * dots[l]
     else:
         for l in range(L):
-            ock_topk_offer(&t, -dots[l], l)
-    ock_topk_finish(&t, keys, lists, 1)
+            keys[l] = -dots[l]
+    for r in range(n_probe):
+        least = ock_min(keys + <Py_ssize_t>r * run, run)
+        if least != least:  # NaN (from overflowing values): no bound
+            bound = INFINITY
+            break
+        if least > bound:
+            bound = least
+    if n_probe > PROBE_INSERT_MAX:
+        _topk_start(&t, buffers, n_probe, NULL, INFINITY)
+        if bound < t.threshold:
+            t.threshold = bound  # inclusive: keys equal to the bound enter
+        for l in range(L):
+            ock_topk_offer(&t, keys[l], l)
+        ock_topk_finish(&t, list_keys, lists, 1)
+        return
+    # insertion: lists come in increasing l, so a key equal to one held goes after it (ties: the smaller l first)
+    if bound > 3.4028234663852886e+38:
+        bound = 3.4028234663852886e+38  # as the collector: +inf never enters
+    for l in range(L):
+        key = keys[l]
+        if not (key <= bound) or (held == n_probe and not (key < list_keys[n_probe - 1])):
+            continue
+        j = held if held < n_probe else n_probe - 1
+        while j > 0 and list_keys[j - 1] > key:
+            list_keys[j] = list_keys[j - 1]
+            lists[j] = lists[j - 1]
+            j -= 1
+        list_keys[j] = key
+        lists[j] = l
+        if held < n_probe:
+            held += 1
+    for j in range(held, n_probe):
+        list_keys[j] = INFINITY
+        lists[j] = -1
+
+
+cdef void _probe_group(const float *queries, int q0, int count, const float *ct, const float *c_sqnorms, int P, int L,
+                       int kind, float term_factor, int n_probe, int64_t *scratch, int32_t *out_lists,
+                       float *out_terms) noexcept nogil:
+    """probe's work for queries q0 .. q0+count-1, in `scratch` (_dots_items(count, L) + _probe_items(L, n_probe))."""
+    cdef float *dots = <float *>scratch
+    cdef int64_t *buffers = scratch + _dots_items(count, L)
+    cdef int64_t *lists = buffers + (L + 1) // 2 + _topk_items(n_probe)
+    cdef const float *d
+    cdef int i, j
+    cdef Py_ssize_t row
+    ock_coarse_dots(queries + <Py_ssize_t>q0 * P, count, ct, P, L, dots)
+    for i in range(count):
+        d = dots + <Py_ssize_t>i * L
+        _probe_lists(d, c_sqnorms, L, kind, n_probe, buffers, lists, <float *>(lists + n_probe))
+        row = <Py_ssize_t>(q0 + i) * n_probe
+        for j in range(n_probe):
+            out_lists[row + j] = <int32_t>lists[j]
+            out_terms[row + j] = term_factor * d[lists[j]] if lists[j] >= 0 else INFINITY
 
 
 def probe(const float[:, ::1] queries,      # IN (nq, P)
@@ -288,38 +375,64 @@ def probe(const float[:, ::1] queries,      # IN (nq, P)
           int kind,                         # IN PROBE_L2 or PROBE_IP
           float term_factor,                # IN the list term is term_factor * q.c_l: -2 (metric "l2"), -1 (scores)
           int32_t[:, ::1] out_lists,        # OUT (nq, n_probe): the lists to scan, best first (ties: smaller l)
-          float[:, ::1] out_terms):         # OUT (nq, n_probe): their list terms
-    """The coarse step of ivf_search on its own (its tests check the lists a query probes): the same function."""
+          float[:, ::1] out_terms,          # OUT (nq, n_probe): their list terms
+          int n_threads=1):
+    """The coarse step of ivf_search on its own (the fast scan of IVF lists probes with it; its tests check the lists
+    a query probes): the same functions, queries in the same groups (COARSE_GROUP), groups in parallel. A query's
+    lists and terms do not depend on the batch or the number of threads."""
     cdef int nq = queries.shape[0]
+    cdef int P = queries.shape[1]
     cdef int L = ct.shape[1]
     cdef int n_probe = out_lists.shape[1]
     cdef int64_t *scratch = NULL
-    cdef float *dots
-    cdef int64_t *lists
-    cdef int q, j
+    cdef Py_ssize_t stride
+    cdef int group, n_groups, g, tid
     if nq == 0 or n_probe == 0:
         return
+    if n_threads < 1:
+        n_threads = 1
+    group = _coarse_group(L, nq, n_threads)
+    n_groups = (nq + group - 1) // group
+    if n_threads > n_groups:
+        n_threads = n_groups
+    stride = _slice_items(_dots_items(group, L) + _probe_items(L, n_probe))
     try:
-        scratch = <int64_t *>_alloc(<size_t>_probe_items(L, n_probe) * sizeof(int64_t), "probe's scratch")
-        dots = <float *>scratch
-        lists = scratch + (L + 1) // 2 + _topk_items(n_probe)
-        with nogil:
-            for q in range(nq):
-                _probe_query(&queries[q, 0], &ct[0, 0], &c_sqnorms[0], queries.shape[1], L, kind, n_probe, dots,
-                             scratch + (L + 1) // 2, lists, <float *>(lists + n_probe))
-                for j in range(n_probe):
-                    out_lists[q, j] = <int32_t>lists[j]
-                    out_terms[q, j] = term_factor * dots[lists[j]]
+        scratch = <int64_t *>_alloc(<size_t>n_threads * stride * sizeof(int64_t), "probe's scratch (per thread)")
+        if n_threads == 1:
+            with nogil:
+                for g in range(n_groups):
+                    _probe_group(&queries[0, 0], g * group, min(group, nq - g * group), &ct[0, 0], &c_sqnorms[0],
+                                 P, L, kind, term_factor, n_probe, scratch, &out_lists[0, 0], &out_terms[0, 0])
+        else:
+            with nogil, parallel(num_threads=n_threads):
+                tid = threadid()
+                for g in prange(n_groups, schedule='dynamic'):
+                    _probe_group(&queries[0, 0], g * group, min(group, nq - g * group), &ct[0, 0], &c_sqnorms[0],
+                                 P, L, kind, term_factor, n_probe, scratch + tid * stride, &out_lists[0, 0],
+                                 &out_terms[0, 0])
     finally:
         free(scratch)
 
 
-cdef void _ivf_query(const IvfQuery *job, int q, int64_t *scratch, float *out_dist, int64_t *out_rows,
-                     int32_t *out_flag) noexcept nogil:
-    """ivf_search's work for query q, in `scratch` (_ivf_query_items)."""
-    cdef float *dots = <float *>scratch
-    cdef int64_t *probe_buffers = scratch + (job.L + 1) // 2
-    cdef int64_t *lists = probe_buffers + _topk_items(job.n_probe)
+cdef void _ivf_group(const IvfQuery *job, int q0, int count, int64_t *scratch, float *out_dist, int64_t *out_rows,
+                     int32_t *out_flags) noexcept nogil:
+    """ivf_search's work for queries q0 .. q0+count-1 (out_*: the whole batch's outputs), in `scratch`
+    (_ivf_query_items, then _dots_items(count, L)): their inner products with the centroids together, then each
+    query's own work."""
+    cdef float *dots = <float *>(scratch + _ivf_query_items(job))
+    cdef int i, q
+    ock_coarse_dots(job.tables.queries + <Py_ssize_t>q0 * job.tables.P, count, job.ct, job.tables.P, job.L, dots)
+    for i in range(count):
+        q = q0 + i
+        _ivf_query(job, q, dots + <Py_ssize_t>i * job.L, scratch, out_dist + <Py_ssize_t>q * job.k,
+                   out_rows + <Py_ssize_t>q * job.k, out_flags + q if out_flags != NULL else NULL)
+
+
+cdef void _ivf_query(const IvfQuery *job, int q, const float *dots, int64_t *scratch, float *out_dist,
+                     int64_t *out_rows, int32_t *out_flag) noexcept nogil:
+    """ivf_search's work for query q after its inner products with the centroids (dots, (L,)), in `scratch`
+    (_ivf_query_items)."""
+    cdef int64_t *lists = scratch + (job.L + 1) // 2 + _topk_items(job.n_probe)
     cdef float *list_keys = <float *>(lists + job.n_probe)
     cdef float *lut = <float *>(scratch + _probe_items(job.L, job.n_probe))
     cdef double *work = <double *>(<int64_t *>lut + (job.lut_items + 1) // 2)
@@ -327,17 +440,17 @@ cdef void _ivf_query(const IvfQuery *job, int q, int64_t *scratch, float *out_di
     cdef int64_t *candidates
     cdef float *candidate_dist
     cdef int64_t *positions
-    cdef const float *query = job.tables.queries + <Py_ssize_t>q * job.tables.P
     cdef TopK t
     cdef float qconst, start_term
     cdef int j, l, flag
-    _probe_query(query, job.ct, job.c_sqnorms, job.tables.P, job.L, job.probe_kind, job.n_probe, dots,
-                 probe_buffers, lists, list_keys)
+    _probe_lists(dots, job.c_sqnorms, job.L, job.probe_kind, job.n_probe, scratch, lists, list_keys)
     # the table, then the lists
     qconst = _query_tables(&job.tables, q, work, lut, SLOTS)
     _topk_start(&t, buffers, job.width, job.ids, INFINITY)
     for j in range(job.n_probe):
         l = <int>lists[j]
+        if l < 0:  # fewer lists than n_probe (keys that are not numbers)
+            break
         start_term = qconst + job.term_factor * dots[l]
         if job.allow != NULL:
             _scan_allowed_rows(&t, job.codes, job.W, lut, start_term, _norm_terms_from(job.norms, job.offsets[l]),

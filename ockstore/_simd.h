@@ -54,8 +54,8 @@ typedef struct ock_kernels {
     double (*tables)(const double *z, const float *words_t, const double *sqnorms, int M, int C, int K, int S,
                      int kind, int slots, double *acc, float *lut);
 
-    /* The coarse step of the inverted file (_ivf.h). */
-    void (*coarse_dots)(const float *q, const float *ct, int P, int L, float *out);
+    /* The coarse step of the inverted file (_ivf.h): the inner products of nq queries with every centroid. */
+    void (*coarse_dots)(const float *Q, int nq, const float *ct, int P, int L, float *out);
 
     /* The exact values of re-ranking (_rerank.h): one function per (row kind, metric). */
     const ock_rr_value_table *rerank_values;
@@ -131,8 +131,8 @@ static inline double ock_tables(const double *z, const float *words_t, const dou
                                 int S, int kind, int slots, double *acc, float *lut) {
     return OCK_CALL(tables)(z, words_t, sqnorms, M, C, K, S, kind, slots, acc, lut);
 }
-static inline void ock_coarse_dots(const float *q, const float *ct, int P, int L, float *out) {
-    OCK_CALL(coarse_dots)(q, ct, P, L, out);
+static inline void ock_coarse_dots(const float *Q, int nq, const float *ct, int P, int L, float *out) {
+    OCK_CALL(coarse_dots)(Q, nq, ct, P, L, out);
 }
 static inline const ock_rr_value_table *ock_rerank_values(void) { return OCK_CALL(rerank_values); }
 

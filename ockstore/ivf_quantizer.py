@@ -348,15 +348,16 @@ class IVF(Model):
         return self._reconstruct(lists, codes, n_threads)
 
     # ------------------------------------------------------------------------------------------------------- search
-    def _probe(self, Q, n_probe):
+    def _probe(self, Q, n_probe, n_threads=1):
         """(lists int32 (nq, n_probe), terms float32 (nq, n_probe)): the lists a search of prepared queries Q
         (float32, C-contiguous) probes, and their terms (``_probing`` says how; the search kernel runs the same
-        coarse step). The search of lists in fast-scan blocks calls it (ivf_index.search_block_lists: IvfLists probes
-        byte-code lists itself); tests and tools too."""
+        coarse step), on n_threads threads (an int >= 1; the results do not depend on it). The search of lists in
+        fast-scan blocks calls it (ivf_index.search_block_lists: IvfLists probes byte-code lists itself); tests and
+        tools too."""
         ct, c_sqnorms, kind, term_factor = self._probing()
         lists = np.empty((Q.shape[0], n_probe), dtype=np.int32)
         terms = np.empty((Q.shape[0], n_probe), dtype=np.float32)
-        _kernels.probe(Q, ct, c_sqnorms, kind, term_factor, lists, terms)
+        _kernels.probe(Q, ct, c_sqnorms, kind, term_factor, lists, terms, n_threads)
         return lists, terms
 
     def _probing(self):

@@ -5,9 +5,9 @@ OCKSTORE_SIMD; the switch itself: names, errors, fallback.
 `run_every_kernel` reaches each kernel of _simd.h's table through the public API and the kernels module: training and
 encoding (the encoder's selection, leaves, table products, minima, sums of squares; code_sums' per-word sums), query
 tables and scans (ADC and SDC, each kind of table, a batch and a single query, a filter), the inverted file (coarse
-assignment, probing by L2 and by inner product, the scan of probed lists) and the vector check (max_abs). The
-portable level computes the encoder's table products with exact fmaf here, as the other levels do
-(`_set_exact_portable_tables`); where it uses BLAS instead (a CPU without FMA), tests/quantizers/test_beam_encoder.py
+assignment, probing by L2 and by inner product, in search and on its own, the scan of probed lists) and the vector
+check (max_abs). The portable level computes the encoder's table products with exact fmaf here, as the other levels
+do (`_set_exact_portable_tables`); where it uses BLAS instead (a CPU without FMA), tests/quantizers/test_beam_encoder.py
 checks it against the reference. This file also runs as a script (`python test_kernels_simd.py OUT.npz`): the
 subprocess half.
 """
@@ -84,6 +84,15 @@ def run_every_kernel():
             index = ockstore.IVFIndex.from_vectors(ivf, X)
             D, I = index.search(Q, 6, n_probe=3, n_threads=2)
             out[f"{name}.D"], out[f"{name}.I"] = D, I
+        # the coarse step on its own: groups of queries (9 = two groups of 4 and one, or four of 2 and one), blocks
+        # of lists (100 = 64 + 2 x 16 + 4, or 6 x 16 + 4); n_probe = L gives every inner product as a term
+        ct = np.ascontiguousarray(rng.standard_normal((21, 100)).astype(np.float32))
+        c_sqnorms = np.einsum("pl,pl->l", ct, ct).astype(np.float32)
+        for kind, factor, n_probe in ((_kernels.PROBE_L2, -2.0, 5), (_kernels.PROBE_IP, -1.0, 100)):
+            lists = np.empty((9, n_probe), dtype=np.int32)
+            terms = np.empty((9, n_probe), dtype=np.float32)
+            _kernels.probe(Q, ct, c_sqnorms, kind, factor, lists, terms, 2)
+            out[f"probe.{kind}.lists"], out[f"probe.{kind}.terms"] = lists, terms
         for n in (0, 1, 7, 64, 1001):
             v = rng.standard_normal(n).astype(np.float32)
             out[f"max_abs.{n}"] = np.float32(_kernels.max_abs(v))
