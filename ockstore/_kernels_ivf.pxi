@@ -299,9 +299,10 @@ cdef void _probe_lists(const float *dots, const float *c_sqnorms, int L, int kin
     scratch: _probe_items(L, n_probe) 8-byte items.
 
     Only the keys not above a bound enter: the largest of the minima of n_probe disjoint runs of lists, which the
-    n_probe best cannot exceed (n_probe keys are not above it). About 30 of 1,024 lists enter at n_probe 8, so a small
-    n_probe keeps its best in a sorted array by insertion (no collector to fill and compact: that took as long as
-    the inner products); a larger n_probe uses the collector (TopK), which keeps the same lists."""
+    n_probe best cannot exceed (n_probe keys are not above it). On sift with 1,024 lists, 23 lists enter on average
+    at n_probe 8 (54 at 16, 121 at 32), so a small n_probe keeps its best in a sorted array by insertion (no collector
+    to fill and compact: that took as long as the inner products); a larger n_probe uses the collector (TopK), which
+    keeps the same lists."""
     cdef float *keys = <float *>scratch
     cdef int64_t *buffers = scratch + (L + 1) // 2
     cdef TopK t

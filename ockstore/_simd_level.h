@@ -20,6 +20,7 @@
 #define OCK_VZERO() _mm256_setzero_ps()
 #define OCK_VADD(a, b) _mm256_add_ps(a, b)
 #define OCK_VSUB(a, b) _mm256_sub_ps(a, b)
+#define OCK_VMUL(a, b) _mm256_mul_ps(a, b)
 #define OCK_VMIN(a, b) _mm256_min_ps(a, b)
 #define OCK_VFMADD(a, b, c) _mm256_fmadd_ps(a, b, c)
 #define OCK_VEQ_BITS(a, b) ((unsigned)_mm256_movemask_ps(_mm256_cmp_ps(a, b, _CMP_EQ_OQ)))
@@ -33,6 +34,7 @@
 #define OCK_VZERO() _mm512_setzero_ps()
 #define OCK_VADD(a, b) _mm512_add_ps(a, b)
 #define OCK_VSUB(a, b) _mm512_sub_ps(a, b)
+#define OCK_VMUL(a, b) _mm512_mul_ps(a, b)
 #define OCK_VMIN(a, b) _mm512_min_ps(a, b)
 #define OCK_VFMADD(a, b, c) _mm512_fmadd_ps(a, b, c)
 #define OCK_VEQ_BITS(a, b) ((unsigned)_mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ))
@@ -85,6 +87,7 @@ static const ock_kernels OCK_FN(ock_kernels) = {
 #undef OCK_VZERO
 #undef OCK_VADD
 #undef OCK_VSUB
+#undef OCK_VMUL
 #undef OCK_VMIN
 #undef OCK_VFMADD
 #undef OCK_VEQ_BITS

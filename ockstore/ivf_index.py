@@ -108,7 +108,7 @@ def search_block_lists(tables, ivf, Q, k, rows, list_offsets, n_probe, *, n_thre
     for start in range(0, nq, step):
         stop = min(nq, start + step)
         batch = Q[start:stop]
-        lists, terms = ivf._probe(batch, n_probe)
+        lists, terms = ivf._probe(batch, n_probe, threads)
         cand_d = np.empty((stop - start, width), dtype=np.float32)
         cand_r = np.empty((stop - start, width), dtype=np.int64)
         _kernels.fastscan_ivf_scan(tables.model, batch, rows.codes.blocks, rows.codes.run_blocks, rows.norms,

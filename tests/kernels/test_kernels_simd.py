@@ -84,8 +84,8 @@ def run_every_kernel():
             index = ockstore.IVFIndex.from_vectors(ivf, X)
             D, I = index.search(Q, 6, n_probe=3, n_threads=2)
             out[f"{name}.D"], out[f"{name}.I"] = D, I
-        # the coarse step on its own: groups of queries (9 = two groups of 4 and one, or four of 2 and one), blocks
-        # of lists (100 = 64 + 2 x 16 + 4, or 6 x 16 + 4); n_probe = L gives every inner product as a term
+        # the coarse step on its own: groups of queries (9: full groups and a last one of 1), blocks of lists of
+        # each width and single lists (L = 100); n_probe = L gives every inner product as a term
         ct = np.ascontiguousarray(rng.standard_normal((21, 100)).astype(np.float32))
         c_sqnorms = np.einsum("pl,pl->l", ct, ct).astype(np.float32)
         for kind, factor, n_probe in ((_kernels.PROBE_L2, -2.0, 5), (_kernels.PROBE_IP, -1.0, 100)):
