@@ -226,10 +226,8 @@ cdef void _fs_prepare(FsSlot *slot, const TableSource *source, Py_ssize_t q, dou
 cdef inline void _fs_start(FsSlot *slot, int k, const int64_t *ids, float bound, bint by_bound) noexcept nogil:
     """Start a query's collector of k rows below `bound`; `by_bound`: ranked by their quantized lower bounds alone
     (the candidates of a re-ranked search, _fastscan.h "Ranking by the bound")."""
-    # ranked by bound, equal bounds (common: the sums are integers) go by row number: a tie then costs no read of
-    # the ids, scattered over the whole index (their order only has to be the same in every scan)
-    ock_fs_collector_init(&slot.c, slot.heap_d, slot.heap_r, k, NULL if by_bound else ids, slot.cand,
-                          ock_fs_collector_cap(k), slot.ub, bound)
+    ock_fs_collector_init(&slot.c, slot.heap_d, slot.heap_r, k, ids, slot.cand, ock_fs_collector_cap(k), slot.ub,
+                          bound)
     slot.c.by_bound = by_bound
 
 
@@ -430,7 +428,7 @@ def fastscan_scan(TableModel model not None,          # IN the quantizer's table
                     merged.d = slots[n_threads].heap_d
                     merged.r = slots[n_threads].heap_r
                     merged.k = k
-                    merged.ids = NULL if by_bound else base.ids  # the order of the threads' heaps
+                    merged.ids = base.ids
                     ock_fs_heap_init(&merged, bounds[g] if bounds != NULL else INFINITY)
                     for t in range(n_threads):
                         ock_fs_refine(&slots[t].c, &base, &slots[t].q)

@@ -50,6 +50,10 @@ class SearchOptions:
         The lists probed by an inverted file (its default when the caller gave none); None for a flat model.
     n_threads : int or None
         Threads (>= 1), or None: every core.
+    by_bound : bool
+        The results are candidates that will be re-ranked (``rerank``, or a caller that re-ranks them itself: a
+        collection's segments, distributed workers, ``tune``): a fast scan (K <= 16) then ranks them by its quantized
+        bounds alone, with no exact ADC stage (docs/ARCHITECTURE.md, "Fast scan"). Byte-code scans ignore it.
     """
 
     k: int
@@ -59,6 +63,7 @@ class SearchOptions:
     allow: np.ndarray | None
     n_probe: int | None
     n_threads: int | None
+    by_bound: bool = False
 
     @property
     def width(self) -> int:
@@ -91,7 +96,7 @@ def search_options(model, n_rows, k, *, n_probe=None, distance="adc", rerank=Non
     n_threads = None if n_threads is None else resolve_n_threads(n_threads)
     if allow is not None:
         allow = _collection_allow(allow) if by_id else _index_allow(allow, n_rows)
-    return SearchOptions(k, distance, rerank, vectors, allow, n_probe, n_threads)
+    return SearchOptions(k, distance, rerank, vectors, allow, n_probe, n_threads, by_bound=rerank is not None)
 
 
 def check_metric(metric, model_metric, what="index"):

@@ -12,6 +12,8 @@ between the kinds is a few hooks here (``_scan``, ``_from_encoded``, ``_row_list
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from . import _kinds, _rerank, _search_options
@@ -449,10 +451,23 @@ class Index(StoredRows):
             searched alone or in a batch.
         """
         self._check_open()
-        N = self._codes.shape[0]
         opts = _search_options.search_options(
-            self._quantizer, N, k, n_probe=n_probe, distance=distance, rerank=rerank, vectors=vectors, allow=allow,
-            n_threads=n_threads, stored_vectors=self._vectors is not None, metric=metric)
+            self._quantizer, self._codes.shape[0], k, n_probe=n_probe, distance=distance, rerank=rerank,
+            vectors=vectors, allow=allow, n_threads=n_threads, stored_vectors=self._vectors is not None, metric=metric)
+        return self._search(Q, opts)
+
+    def _candidates(self, Q, k, **options):
+        """``search(Q, k, rerank=0, **options)`` for a caller that re-ranks the results itself (a collection's
+        segments, ``tune``): the same, except that a fast scan ranks them by its quantized bounds
+        (``SearchOptions.by_bound``), as a search that re-ranks its own candidates does."""
+        self._check_open()
+        opts = _search_options.search_options(
+            self._quantizer, self._codes.shape[0], k, rerank=0, stored_vectors=self._vectors is not None, **options)
+        return self._search(Q, dataclasses.replace(opts, by_bound=True))
+
+    def _search(self, Q, opts):
+        """``search`` with its options checked (``_search_options.SearchOptions``)."""
+        N = self._codes.shape[0]
         Q, was_1d = as_vectors(Q, "Q", self._quantizer.dim)
         Q = self._quantizer._prepare(Q, "Q")
         bitmap = None
@@ -482,7 +497,7 @@ class Index(StoredRows):
         with ``stored`` (a _rerank.StoredRows of this index's vectors) the opts.k best of them by exact value."""
         if stored is None:
             return _search.search_codes(self._query_tables(), Q, opts.width, self._code_rows(bitmap),
-                                        distance=opts.distance, n_threads=opts.n_threads)
+                                        distance=opts.distance, n_threads=opts.n_threads, by_bound=opts.by_bound)
         return _search.search_codes(self._query_tables(), Q, opts.k, self._code_rows(bitmap), distance=opts.distance,
                                     n_threads=opts.n_threads, rerank=(stored, opts.rerank))
 

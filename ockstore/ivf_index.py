@@ -90,14 +90,15 @@ PROBE_QUERIES_PER_STEP = 8192
 
 
 def search_block_lists(tables, ivf, Q, k, rows, list_offsets, n_probe, *, n_threads=1, rerank=None,
-                       rerank_queries=None):
+                       rerank_queries=None, by_bound=False):
     """``search_lists`` for lists in fast-scan blocks (K <= 16: ``rows.codes`` a CodeBlocks, one run per list), the
     one path of IVF fast-scan indexes: the coarse step (``ivf._probe``, the lists and terms the search kernel would
     probe), ``_kernels.fastscan_ivf_scan`` over the probed lists, and with ``rerank`` = (StoredRows, R) the R rows
     of each query with the smallest quantized bounds (``by_bound``) re-ranked by the compiled loop
     (``_rerank.rerank_candidates``), the k best kept. IvfLists' one-call search scans byte codes only
     (docs/ARCHITECTURE.md, "Fast scan"). Arguments and results as ``search_lists`` (tables: the index's
-    QueryTables; rows: its search.CodeRows)."""
+    QueryTables; rows: its search.CodeRows); ``by_bound`` without ``rerank``: the k rows of smallest bound (candidates
+    the caller re-ranks)."""
     nq = Q.shape[0]
     width = k if rerank is None else max(k, rerank[1])
     D = np.empty((nq, k), dtype=np.float32)
@@ -113,7 +114,8 @@ def search_block_lists(tables, ivf, Q, k, rows, list_offsets, n_probe, *, n_thre
         cand_r = np.empty((stop - start, width), dtype=np.int64)
         _kernels.fastscan_ivf_scan(tables.model, batch, rows.codes.blocks, rows.codes.run_blocks, rows.norms,
                                    rows.norm_codes, norm_levels, rows.ids, rows.allow, list_offsets, lists, terms,
-                                   cand_d, cand_r, threads, rows.norm_scales, rows.scale_range, rerank is not None)
+                                   cand_d, cand_r, threads, rows.norm_scales, rows.scale_range,
+                                   by_bound or rerank is not None)
         if rerank is None:
             D[start:stop], found[start:stop] = cand_d, cand_r
         else:
@@ -282,7 +284,7 @@ class IVFIndex(Index):
             return search_block_lists(self._query_tables(), ivf, scan_Q, opts.k if stored is not None else opts.width,
                                       self._code_rows(bitmap), self._list_offsets, opts.n_probe, n_threads=threads,
                                       rerank=None if stored is None else (stored, opts.rerank),
-                                      rerank_queries=None if scan_Q is Q else Q)
+                                      rerank_queries=None if scan_Q is Q else Q, by_bound=opts.by_bound)
         if stored is None:
             return search_lists(self._ivf_lists(), scan_Q, opts.width, opts.n_probe, bitmap, n_threads=threads)
         return search_lists(self._ivf_lists(), scan_Q, opts.k, opts.n_probe, bitmap, n_threads=threads,

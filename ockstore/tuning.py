@@ -197,9 +197,11 @@ def _recalls(index, Q, truth, k, n_probe, grid, threads):
     step = max(1, MAX_BLOCK_ELEMENTS // (R_max * k))
     for start in range(0, nq, step):
         block, block_truth = Q[start:start + step], truth[start:start + step]
-        _, candidates = index.search(block, R_max, rerank=0, n_threads=threads, **extra)  # in the scan's order
-        if 0 in grid:
-            hits[grid.index(0)] += _in_truth(candidates[:, :k], block_truth).sum()
+        # the candidates a re-ranked search keeps, in the scan's order (by bound for 4-bit codes: Index._candidates)
+        _, candidates = index._candidates(block, R_max, n_threads=threads, **extra)
+        if 0 in grid:  # no re-ranking: the scan's own k best (for 4-bit codes by exact ADC, not by bound)
+            _, plain = index.search(block, k, rerank=0, n_threads=threads, **extra)
+            hits[grid.index(0)] += _in_truth(plain, block_truth).sum()
         if grid[-1] == 0:
             continue
         _, exact = index.search(block, R_max, rerank=R_max, n_threads=threads, **extra)  # the same, by exact value

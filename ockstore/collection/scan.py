@@ -25,7 +25,7 @@ __all__ = ["scan_parts", "QUERIES_PER_STEP"]
 QUERIES_PER_STEP = 1024
 
 
-def scan_parts(tables, Q, k, parts, *, distance="adc", n_threads=1):
+def scan_parts(tables, Q, k, parts, *, distance="adc", n_threads=1, by_bound=False):
     """The k best codes of each query over all ``parts``, exactly as one scan of their union would give them.
 
     Parameters
@@ -36,6 +36,9 @@ def scan_parts(tables, Q, k, parts, *, distance="adc", n_threads=1):
     parts : sequence of search.CodeRows (``Index._flat_scan_rows``)
     distance : "adc" or "sdc"
     n_threads : int >= 1
+    by_bound : bool
+        Fast-scan parts: rank by the quantized bounds (candidates to re-rank: ``search.search_codes``); the bound
+        passed from part to part is then the k-th best bound.
 
     Returns
     -------
@@ -68,7 +71,8 @@ def scan_parts(tables, Q, k, parts, *, distance="adc", n_threads=1):
             out_d = np.empty((nb, kk), dtype=np.float32)
             out_r = np.empty((nb, kk), dtype=np.int64)
             bound = np.nextafter(best.max(axis=1), np.float32(np.inf))  # a code at the k-th best distance enters
-            scan = scanner(pa.codes, bound, pa.norm_scales, pa.scale_range)  # byte codes, or fast-scan blocks (K <= 16)
+            # byte codes, or fast-scan blocks (K <= 16)
+            scan = scanner(pa.codes, bound, pa.norm_scales, pa.scale_range, by_bound)
             scan(tables.model, queries, rotated, pa.norms, pa.norm_codes,
                  pa.norm_levels if pa.norm_codes is not None else None, pa.ids, pa.allow, out_d, out_r,
                  1 if nb * N < SMALL_SCAN_CODES else n_threads)

@@ -9,6 +9,7 @@ generations or removes the files of old ones (POSIX keeps open and mapped files 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import warnings
 
@@ -123,6 +124,16 @@ class Snapshot:
         """Collection.search (its docstring says everything)."""
         opts = self.search_options(k, n_probe=n_probe, distance=distance, rerank=rerank, vectors=vectors, allow=allow,
                                    n_threads=n_threads, metric=metric)
+        return self._search(Q, opts)
+
+    def search_candidates(self, Q, k, **options):
+        """``search(Q, k, rerank=0, **options)`` for a caller that re-ranks the results itself (distributed search's
+        workers): fast-scan segments rank them by their quantized bounds, as a search that re-ranks does
+        (``SearchOptions.by_bound``)."""
+        return self._search(Q, dataclasses.replace(self.search_options(k, rerank=0, **options), by_bound=True))
+
+    def _search(self, Q, opts):
+        """``search`` with its options checked."""
         Q, was_1d = as_vectors(Q, "Q", self.spec.vector_dim)
         if not self.spec.trained:
             D, I = self._search_exact(Q, opts)
@@ -164,7 +175,8 @@ class Snapshot:
                     bitmap = rows_bitmap(mask)
                 parts.append(view.index._flat_scan_rows(bitmap))
                 searched.append(view)
-            keys, I, part, rows = scan_parts(self.tables, Qp, width, parts, distance=opts.distance, n_threads=threads)
+            keys, I, part, rows = scan_parts(self.tables, Qp, width, parts, distance=opts.distance, n_threads=threads,
+                                             by_bound=opts.by_bound)
             D = keys if quantizer.metric == "l2" else np.negative(keys)  # scores descending, padding -inf
             return D, I, part, rows, searched
         # segments of other kinds (IVF: probed lists): each segment's own search, merged exactly
@@ -173,8 +185,9 @@ class Snapshot:
             mask = view.live_mask() if opts.allow is None else view.allowed_mask(opts.allow)
             if opts.allow is not None and mask is None:
                 continue
-            results.append(view.index.search(Q, min(width, view.segment.rows), n_probe=opts.n_probe,
-                                             distance=opts.distance, rerank=0, allow=mask, n_threads=threads))
+            search = view.index._candidates if opts.by_bound else functools.partial(view.index.search, rerank=0)
+            results.append(search(Q, min(width, view.segment.rows), n_probe=opts.n_probe, distance=opts.distance,
+                                  allow=mask, n_threads=threads))
             searched.append(view)
         D, I, part = merge_topk(results, width, descending=quantizer.metric != "l2", n_queries=Q.shape[0],
                                 return_part=True)

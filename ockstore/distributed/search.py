@@ -81,10 +81,10 @@ def _fan_out(cl, collection, Q, opts):
     shares = list(assign(segments, workers_of(cl)).items())
     # what the workers' Snapshot.search takes (the client re-ranks): allow as checked (sorted unique ids), n_probe
     # as resolved, n_threads None for the worker's own threads
-    # (rerank 0: the workers return candidates by code, none re-ranked; the collection's default re-ranking, like any
-    # other, happens here)
+    # (no re-ranking there: the workers return candidates by code -- by bound when they will be re-ranked, as
+    # Collection.search ranks them --; the collection's default re-ranking, like any other, happens here)
     options = {"n_probe": opts.n_probe, "distance": opts.distance, "allow": opts.allow, "n_threads": opts.n_threads,
-               "rerank": 0}
+               "by_bound": opts.by_bound}
     queries = Q if Q.nbytes <= INLINE_QUERY_BYTES else cl.scatter(Q, broadcast=True, hash=False)
     futures = [cl.submit(tasks.search_share, folder, generation, files, queries, opts.width, options,
                          workers=[worker], allow_other_workers=True, pure=False) for worker, files in shares]

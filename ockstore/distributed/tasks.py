@@ -142,13 +142,15 @@ def clear_cache():
 
 def search_share(folder, generation, files, Q, k, options):
     """The k best results of the queries ``Q`` (checked float32) over the segments ``files`` of one generation:
-    Collection.search over that share (``options``: n_probe, distance, allow, n_threads; n_threads None means the
-    worker's threads)."""
+    Collection.search over that share with no re-ranking (``options``: n_probe, distance, allow, n_threads --
+    None means the worker's threads -- and by_bound: the candidates of a search the client re-ranks)."""
     snap = _share(folder, generation, files)
     options = dict(options)
     if options.get("n_threads") is None:
         options["n_threads"] = worker_threads()
-    return snap.search(Q, k, **options)
+    if options.pop("by_bound", False):  # the client re-ranks them: candidates as Collection.search ranks them
+        return snap.search_candidates(Q, k, **options)
+    return snap.search(Q, k, rerank=0, **options)
 
 
 def fetch_vectors(folder, generation, files, ids):

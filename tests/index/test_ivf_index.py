@@ -158,13 +158,13 @@ def test_allow_restricts_to_allowed_rows_of_probed_lists(indexes, data, case, ki
 
 @pytest.mark.parametrize("case", [("l2", "ockm", "u8"), ("cosine", "ockm", "none")], ids=case_id)
 def test_rerank_of_probed_candidates(indexes, data, case):
-    """rerank=R: the R best of the probed lists by the codes, re-ranked by their exact values from the stored
-    vectors (or given ones)."""
+    """rerank=R: the R best of the probed lists by the codes (by the fast scan's quantized bounds for 4-bit codes:
+    ``_candidates``), re-ranked by their exact values from the stored vectors (or given ones)."""
     _, base, queries, ids = data
     index = indexes[case]
     metric = case[0]
     R, k, n_probe = 30, 5, 3
-    D0, I0 = index.search(queries, R, n_probe=n_probe, rerank=0)
+    D0, I0 = index._candidates(queries, R, n_probe=n_probe)
     D, I = index.search(queries, k, n_probe=n_probe, rerank=R)
     Dv, Iv = index.search(queries, k, n_probe=n_probe, rerank=R, vectors=index.vectors)
     np.testing.assert_array_equal(I, Iv)
