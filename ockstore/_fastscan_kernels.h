@@ -1,15 +1,9 @@
 /* The instruction-set kernels of the fast scan (ockstore/_fastscan.h explains the method and the layout): the block
- * sums and the scan of a run with AVX2 and AVX-512BW, and the entries a dispatcher chooses among, one set per level
+ * sums and the scan of a run with AVX2, and the entries a dispatcher chooses among, one set per level
  * (portable, avx2, avx512; _simd_level.h puts them in the kernels' table). Every level computes the same uint16
  * sums and the same results as the portable one.
  *
- * The AVX-512 level of the dispatcher requires AVX-512F; these kernels also need AVX-512BW (byte shuffles and
- * 16-bit compares on 512-bit registers), present on every AVX-512 CPU except the Xeon Phi: its entries check for it
- * once and use the AVX2 kernels without it.
- *
- * The AVX-512 functions repeat the shape of their AVX2 twins (block sums, scan of a run) on purpose: a function's
- * instruction set is its target attribute, which C cannot pass as a parameter, and a shared body behind a macro would
- * hide the one line that differs (the 512-bit sums). Change both twins together.
+ * The AVX-512 level runs the AVX2 kernels (measured faster: see "The AVX-512 level's entries" below).
  */
 #ifndef OCKSTORE_FASTSCAN_KERNELS_H
 #define OCKSTORE_FASTSCAN_KERNELS_H
@@ -19,9 +13,7 @@
 #if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__))
 #define OCK_FS_X86 1
 #include <immintrin.h>
-#include <cpuid.h>
 #define OCK_FS_TARGET_AVX2 __attribute__((target("avx2")))
-#define OCK_FS_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx2")))
 #endif
 
 /* Two queries over the same rows: the portable version scans them one after the other. */
@@ -350,118 +342,26 @@ static void ock_fs_scan_run2_avx2(const ock_fs_base *b, const ock_fs_query *qa, 
 }
 
 /* --------------------------------------------------------------------------------------------------------------------
- * AVX-512BW: the same layout, four columns (two 32-byte pairs) per 64-byte load; a last lone pair is loaded with a
- * mask (zero codes and a zero table add nothing). The four lanes are added down to AVX2's two, then finished alike;
- * the comparison takes E and O in one register (mask bits 0..15: E's words, 16..31: O's). */
-
-OCK_FS_TARGET_AVX512 OCK_FS_INLINE
-static inline void ock_fs_sums_avx512(const uint8_t *block, const uint8_t *qlut, int cols, __m256i *s) {
-    const __m512i nib = _mm512_set1_epi8(0x0f);
-    __m512i lo_w = _mm512_setzero_si512(), lo_odd = _mm512_setzero_si512();
-    __m512i hi_w = _mm512_setzero_si512(), hi_odd = _mm512_setzero_si512();
-    for (int c = 0; c < cols; c += 4) {
-        const __mmask64 keep = cols - c >= 4 ? ~(__mmask64)0 : (__mmask64)0xffffffffull;
-        const __m512i v = _mm512_maskz_loadu_epi8(keep, block + (size_t)c * OCK_FS_LANE);
-        const __m512i tab = _mm512_maskz_loadu_epi8(keep, qlut + (size_t)c * OCK_FS_WORDS);
-        const __m512i rl = _mm512_shuffle_epi8(tab, _mm512_and_si512(v, nib));
-        const __m512i rh = _mm512_shuffle_epi8(tab, _mm512_and_si512(_mm512_srli_epi16(v, 4), nib));
-        lo_w = _mm512_add_epi16(lo_w, rl);
-        lo_odd = _mm512_add_epi16(lo_odd, _mm512_srli_epi16(rl, 8));
-        hi_w = _mm512_add_epi16(hi_w, rh);
-        hi_odd = _mm512_add_epi16(hi_odd, _mm512_srli_epi16(rh, 8));
-    }
-    /* lanes 0 + 2 and 1 + 3: AVX2's running sums (lane 0 even columns, lane 1 odd), then AVX2's finish */
-    ock_fs_acc_avx2 a;
-    a.lo_w = _mm256_add_epi16(_mm512_castsi512_si256(lo_w), _mm512_extracti64x4_epi64(lo_w, 1));
-    a.lo_odd = _mm256_add_epi16(_mm512_castsi512_si256(lo_odd), _mm512_extracti64x4_epi64(lo_odd, 1));
-    a.hi_w = _mm256_add_epi16(_mm512_castsi512_si256(hi_w), _mm512_extracti64x4_epi64(hi_w, 1));
-    a.hi_odd = _mm256_add_epi16(_mm512_castsi512_si256(hi_odd), _mm512_extracti64x4_epi64(hi_odd, 1));
-    ock_fs_acc_finish_avx2(&a, s);
-}
-
-OCK_FS_TARGET_AVX512
-static void ock_fs_block_sums_avx512bw(const uint8_t *block, const uint8_t *qlut, const ock_fs_tables *t,
-                                       const uint8_t *norm_bytes, uint16_t *out) {
-    __m256i s[2];
-    ock_fs_sums_avx512(block, qlut, t->cols, s);
-    if (t->has_norm) {
-        __m256i tabs[4];
-        ock_fs_norm_tabs_avx2(t, tabs);
-        ock_fs_norm_avx2(ock_fs_norm_split_avx2(norm_bytes), tabs, s);
-    }
-    ock_fs_store_rows_avx2(s, out);
-}
-
-OCK_FS_TARGET_AVX512
-static void ock_fs_scan_run_avx512bw(const ock_fs_base *b, const ock_fs_query *q, const ock_fs_run *run,
-                                     ock_fs_collector *c) {
-    const int cols = q->t->cols;
-    const size_t bytes = (size_t)OCK_FS_LANE * (size_t)cols;
-    const size_t nb = ock_fs_blocks(run->n_rows);
-    const int has_norm = q->t->has_norm;
-    ock_fs_limits L;
-    ock_fs_limits_set(&L, b, q, run, c->limit);
-    __m256i tabs[4];
-    if (has_norm) ock_fs_norm_tabs_avx2(q->t, tabs);
-    uint8_t spare[32];
-    float fspare[32];
-    uint16_t sums[OCK_FS_BLOCK];
-    for (size_t bi = 0; bi < nb && L.thr >= 0; bi++) {
-        const uint32_t live = ock_fs_live_bits(b, run, bi);
-        if (live == 0) continue;
-        const uint8_t *block = run->blocks + bi * bytes;
-        const size_t r0 = run->row0 + bi * OCK_FS_BLOCK;
-        ock_fs_prefetch(b, run, bi + OCK_FS_PREFETCH, bytes);
-        __m256i s[2];
-        ock_fs_sums_avx512(block, q->qlut, cols, s);
-        if (has_norm) ock_fs_norm_avx2(ock_fs_norm_split_avx2(ock_fs_norm_bytes(b, r0, spare)), tabs, s);
-        uint32_t mask;
-        if (L.f32) {
-            mask = ock_fs_f32_mask_avx2(s, ock_fs_norm_floats(b, r0, fspare), &L) & live;
-        } else {
-            const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(s[0]), s[1], 1);
-            mask = (uint32_t)_mm512_cmple_epu16_mask(both, _mm512_set1_epi16((short)(uint16_t)L.thr));
-            if (mask == 0) continue;
-            mask = ock_fs_interleave_bits(mask & 0xffffu, mask >> 16) & live;
-        }
-        if (mask == 0) continue;
-        ock_fs_store_rows_avx2(s, sums);
-        if (ock_fs_collect_block(c, b, q, run, block, r0, mask, sums, &L)) ock_fs_limits_set(&L, b, q, run, c->limit);
-    }
-}
-
-/* The AVX-512 level's entries: the AVX-512BW kernels where the CPU has AVX-512BW, the AVX2 ones otherwise. */
-static int ock_fs_avx512bw = -1;
-
-static inline int ock_fs_has_avx512bw(void) {
-    if (ock_fs_avx512bw < 0) {
-        unsigned a, b, c, d;
-        ock_fs_avx512bw = __get_cpuid_count(7, 0, &a, &b, &c, &d) ? (int)((b >> 30) & 1) : 0;
-    }
-    return ock_fs_avx512bw;
-}
+ * The AVX-512 level's entries run the AVX2 kernels. An AVX-512BW version (four columns per 64-byte load) was slower
+ * on the AMD EPYC (Zen 4) this is measured on, whose 512-bit units are two 256-bit halves: 0.48 against 0.33 ms per
+ * query for the exhaustive scan of sift 1M (k = 10, one thread), where AVX2 scans two queries per pass over the
+ * blocks (ock_fs_scan_run2_avx2) and the 512-bit loop could not; an inverted file's one-query runs were 5% slower
+ * too. (docs/ARCHITECTURE.md, "Fast scan".) */
 
 static inline void ock_fs_scan_run_avx512(const ock_fs_base *b, const ock_fs_query *q, const ock_fs_run *run,
                                           ock_fs_collector *c) {
-    if (ock_fs_has_avx512bw()) ock_fs_scan_run_avx512bw(b, q, run, c);
-    else ock_fs_scan_run_avx2(b, q, run, c);
+    ock_fs_scan_run_avx2(b, q, run, c);
 }
 
 static inline void ock_fs_scan_run2_avx512(const ock_fs_base *b, const ock_fs_query *qa, const ock_fs_query *qb,
                                            const ock_fs_run *ra, const ock_fs_run *rb, ock_fs_collector *ca,
                                            ock_fs_collector *cb) {
-    if (ock_fs_has_avx512bw()) {
-        ock_fs_scan_run_avx512bw(b, qa, ra, ca);
-        ock_fs_scan_run_avx512bw(b, qb, rb, cb);
-    } else {
-        ock_fs_scan_run2_avx2(b, qa, qb, ra, rb, ca, cb);
-    }
+    ock_fs_scan_run2_avx2(b, qa, qb, ra, rb, ca, cb);
 }
 
 static inline void ock_fs_block_sums_avx512(const uint8_t *block, const uint8_t *qlut, const ock_fs_tables *t,
                                             const uint8_t *norm_bytes, uint16_t *out) {
-    if (ock_fs_has_avx512bw()) ock_fs_block_sums_avx512bw(block, qlut, t, norm_bytes, out);
-    else ock_fs_block_sums_avx2(block, qlut, t, norm_bytes, out);
+    ock_fs_block_sums_avx2(block, qlut, t, norm_bytes, out);
 }
 #endif /* OCK_FS_X86 */
 
