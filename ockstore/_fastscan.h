@@ -339,8 +339,8 @@ static inline void ock_fs_heap_init(ock_fs_heap *h, float bound) {
     }
 }
 
-static inline void ock_fs_heap_replace_top(float *hd, int64_t *hr, int k, float d, int64_t row, const int64_t *ids) {
-    int pos = 0;
+static inline void ock_fs_heap_sift(float *hd, int64_t *hr, int k, int pos, float d, int64_t row,
+                                    const int64_t *ids) {
     for (;;) {
         int child = 2 * pos + 1;
         if (child >= k) break;
@@ -352,6 +352,17 @@ static inline void ock_fs_heap_replace_top(float *hd, int64_t *hr, int k, float 
     }
     hd[pos] = d;
     hr[pos] = row;
+}
+
+/* Put (d, row) at the top of the heap, in place of its worst, and restore the heap. */
+static inline void ock_fs_heap_replace_top(float *hd, int64_t *hr, int k, float d, int64_t row, const int64_t *ids) {
+    ock_fs_heap_sift(hd, hr, k, 0, d, row, ids);
+}
+
+/* Make hd/hr[0..k-1] (any k pairs) a heap in place (Floyd: about 2 k comparisons, where k insertions into a heap of
+ * empty slots pay log2 k each). */
+static inline void ock_fs_heapify(float *hd, int64_t *hr, int k, const int64_t *ids) {
+    for (int pos = k / 2 - 1; pos >= 0; pos--) ock_fs_heap_sift(hd, hr, k, pos, hd[pos], hr[pos], ids);
 }
 
 /* Offer (d, row); returns 1 when it entered. */
@@ -491,6 +502,7 @@ typedef struct {
     double *ub;                 /* (2 k,) upper bounds of rows seen, among them the k smallest so far */
     int n_ub;
     double limit;               /* a row whose lower bound exceeds it cannot enter */
+    int heap_fresh;             /* 1: the heap holds only empty slots of bound +inf (nothing offered yet) */
     int by_bound;               /* 1: rows ranked by their lower bound alone, no exact stage (the candidates of a
                                  * re-ranked search: "Ranking by the bound" above) */
 } ock_fs_collector;
@@ -515,6 +527,7 @@ static inline void ock_fs_collector_init(ock_fs_collector *c, float *hd, int64_t
     c->n_ub = 0;
     c->limit = (double)bound;
     c->by_bound = 0;
+    c->heap_fresh = !(bound < INFINITY);
 }
 
 /* Reorder a[0..n-1] so that its k smallest values come first, in any order (0 < k < n); returns the largest of
@@ -708,7 +721,16 @@ static inline void ock_fs_refine(ock_fs_collector *c, const ock_fs_base *b, cons
     }
     c->n = kept;
     if (c->by_bound) {  /* the bound is the row's value: every row still within the limit is offered */
-        for (int j = 0; j < c->n; j++) ock_fs_heap_offer(&c->heap, (float)c->cand[j].lb, c->cand[j].row);
+        int j = 0;
+        if (c->heap_fresh && c->n >= k) {  /* a heap of empty slots (+inf): its first k entries built at once */
+            for (; j < k; j++) {
+                c->heap.d[j] = (float)c->cand[j].lb;
+                c->heap.r[j] = c->cand[j].row;
+            }
+            ock_fs_heapify(c->heap.d, c->heap.r, k, c->heap.ids);
+        }
+        if (c->n > 0) c->heap_fresh = 0;
+        for (; j < c->n; j++) ock_fs_heap_offer(&c->heap, (float)c->cand[j].lb, c->cand[j].row);
         c->n = 0;
         if ((double)c->heap.d[0] < c->limit) c->limit = (double)c->heap.d[0];
         return;
