@@ -540,6 +540,15 @@ OCK_RR_INLINE void ock_rr_prefetch(const unsigned char *row, int64_t bytes) {
 #endif
 }
 
+/* Prefetch the cache line at `row` alone. */
+OCK_RR_INLINE void ock_rr_prefetch_line(const unsigned char *row) {
+#if defined(__GNUC__) || defined(__clang__)
+    __builtin_prefetch(row, 0, 3);
+#else
+    (void)row;
+#endif
+}
+
 /* ------------------------------------------------------------------------------------------------------------------
  * One query: begin, offer ranges of candidates, end.
  *
@@ -587,17 +596,25 @@ OCK_RR_INLINE const unsigned char *ock_rr_row_at(const ock_rr_state *st, int64_t
     return ock_rr_part_of(&st->heap, pos)->rows + ock_rr_row_of(&st->heap, pos) * st->heap.src->row_bytes;
 }
 
-/* Candidates j0 .. j1-1: each row's exact value, offered to the heap; rows `st->ahead` candidates ahead are
- * prefetched (within the range). */
+/* Candidates j0 .. j1-1: each row's exact value, offered to the heap. Two prefetches run ahead of the candidate
+ * computed, within the range: every line of the row `st->ahead` candidates on, and before that the first line of the
+ * row 2 * `st->ahead` candidates on, which starts its page's translation early (rows of a large mapping are on
+ * pages the TLB does not hold; a prefetch waits for the walk): 28 -> 22 ns per uint8 SIFT candidate of a 128 MB file
+ * (the float16 MiniLM rows, compute bound once prefetched, unchanged). */
 OCK_RR_FN
 static void ock_rr_offer_range(ock_rr_state *st, int64_t j0, int64_t j1) {
     const int64_t *rows = st->heap.rows;
     const int l2 = st->heap.src->metric == OCK_RR_L2;
-    for (int64_t j = j0; j < j1 && j < j0 + st->ahead; j++)
+    const int64_t ahead = st->ahead, early = 2 * st->ahead;
+    for (int64_t j = j0; j < j1 && j < j0 + early; j++)
+        if (rows == NULL || rows[j] >= 0) ock_rr_prefetch_line(ock_rr_row_at(st, j));
+    for (int64_t j = j0; j < j1 && j < j0 + ahead; j++)
         if (rows == NULL || rows[j] >= 0) ock_rr_prefetch(ock_rr_row_at(st, j), st->data_bytes);
     for (int64_t j = j0; j < j1; j++) {
-        const int64_t ahead = j + st->ahead;
-        if (ahead < j1 && (rows == NULL || rows[ahead] >= 0)) ock_rr_prefetch(ock_rr_row_at(st, ahead), st->data_bytes);
+        if (j + early < j1 && (rows == NULL || rows[j + early] >= 0))
+            ock_rr_prefetch_line(ock_rr_row_at(st, j + early));
+        if (j + ahead < j1 && (rows == NULL || rows[j + ahead] >= 0))
+            ock_rr_prefetch(ock_rr_row_at(st, j + ahead), st->data_bytes);
         if (rows != NULL && rows[j] < 0) continue;
         const float v = (float)st->value_of(&st->qc, ock_rr_row_at(st, j), &st->bad);
         ock_rr_offer(&st->heap, l2 ? v : -v, j);
