@@ -125,9 +125,15 @@ cdef extern from "_topk.h" nogil:
     void ock_topk_init(ock_topk *t, float *d, int64_t *r, int64_t *scratch, int k, const int64_t *ids, float bound)
     void ock_topk_push(ock_topk *t, float d, int64_t row)
     void ock_topk_offer(ock_topk *t, float d, int64_t row)
+    void ock_topk_offer4(ock_topk *t, float d0, float d1, float d2, float d3, int64_t row)
     void ock_topk_finish(ock_topk *t, float *out_d, int64_t *out_r, int sorted)
 
 ctypedef ock_topk TopK
+
+cdef enum:
+    # The k from which the scan loop offers its codes to a TopK four at a time without a branch (ock_topk_offer4):
+    # a deep collector lets thousands of codes in per query, each a mispredicted branch of the inline test.
+    DEEP_TOPK_K = 256
 
 
 cdef inline Py_ssize_t _topk_items(int k) noexcept nogil:
@@ -242,6 +248,9 @@ cdef void _scan_rows(Collector *sink, const uint8_t *codes, int W, const float *
     cdef const float *threshold = _threshold_of(sink)
     cdef Py_ssize_t i = start
     cdef int w, j
+    cdef bint deep = False
+    if Collector is TopK:
+        deep = allow == NULL and sink.k >= DEEP_TOPK_K
     cdef float d0, d1, d2, d3
     cdef uint64_t b0, b1, b2, b3
     cdef const uint8_t *c0
@@ -307,6 +316,11 @@ cdef void _scan_rows(Collector *sink, const uint8_t *codes, int W, const float *
             d1 = _scaled(d1, &norms, i - start + 1)
             d2 = _scaled(d2, &norms, i - start + 2)
             d3 = _scaled(d3, &norms, i - start + 3)
+        if Collector is TopK:
+            if deep:
+                ock_topk_offer4(sink, d0, d1, d2, d3, i)
+                i += 4
+                continue
         _offer(sink, threshold, d0, i, allow)
         _offer(sink, threshold, d1, i + 1, allow)
         _offer(sink, threshold, d2, i + 2, allow)

@@ -4,11 +4,13 @@
  *
  * A heap pays a sift of log2(k) unpredictable comparisons for every candidate that enters it, and a scan that keeps
  * many candidates (k = 1,000 for re-ranking) lets thousands enter. The collector instead appends every candidate not
- * worse than its threshold (one predictable comparison and two stores) into a buffer of `cap` > k slots; when the
- * buffer is full it keeps the k best and lowers the threshold to the worst of them. The k-th best is found by a radix
- * selection over the distances' bit patterns (three passes of histograms, no data-dependent branch), so a compaction
- * costs a few nanoseconds per buffered candidate, where a quickselect of (distance, id) pairs mispredicts about every
- * other comparison; the final order is a radix sort. The result is exactly the k best pairs whatever the order the
+ * worse than its threshold (one predictable comparison and two stores, or none for a deep collector:
+ * ock_topk_offer4) into a buffer of `cap` > k slots; when the buffer is full it keeps the candidates of the histogram
+ * bucket of the k-th best and better (ock_topk_make_room: a superset of the k best, one histogram of the distances'
+ * leading bits) and lowers the threshold to that bucket's edge. The last compaction (ock_topk_finish) is exact: the
+ * k-th best is found by a radix selection over the distances' bit patterns (passes of histograms, no data-dependent
+ * branch), where a quickselect of (distance, id) pairs mispredicts about every other comparison; the final order is a
+ * radix sort. The result is exactly the k best pairs whatever the order the
  * candidates came in: a query gets the same candidates alone or in a batch, on any thread.
  *
  * Distances are finite or +inf (a corrupt code's), never NaN; +inf never enters (the threshold starts at most at the
@@ -54,7 +56,7 @@ static inline void ock_topk_init(ock_topk *t, float *d, int64_t *r, int64_t *scr
     t->ids = ids;
 }
 
-static void ock_topk_compact(ock_topk *t);
+static void ock_topk_make_room(ock_topk *t);
 
 /* Offer a candidate. It is written to the next free slot in every case and counted only when it enters: no branch
  * on the comparison, whose outcome is unpredictable while the buffer fills (about half of the candidates enter). */
@@ -62,14 +64,41 @@ static inline void ock_topk_offer(ock_topk *t, float d, int64_t row) {
     t->d[t->n] = d;
     t->r[t->n] = row;
     t->n += d <= t->threshold;
-    if (t->n == t->cap) ock_topk_compact(t);
+    if (t->n == t->cap) ock_topk_make_room(t);
+}
+
+/* Offer four candidates (rows row .. row + 3), without a branch on their distances: each is written to the next free
+ * slot and counted only when it enters. The scans of a deep collector (k candidates for re-ranking) use it, where a
+ * test per candidate mispredicts for every one that enters (thousands per query at k = 1,000: 40% of the scan's
+ * time went to them); for a small k few enter and the scans' inline test is cheaper. Room for four is made first, so
+ * it mixes with ock_topk_push and ock_topk_offer (all three leave fewer than cap held). */
+static inline void ock_topk_offer4(ock_topk *t, float d0, float d1, float d2, float d3, int64_t row) {
+    if (t->n > t->cap - 4) ock_topk_make_room(t);
+    float *d = t->d;
+    int64_t *r = t->r;
+    const float threshold = t->threshold;
+    int n = t->n;
+    d[n] = d0;
+    r[n] = row;
+    n += d0 <= threshold;
+    d[n] = d1;
+    r[n] = row + 1;
+    n += d1 <= threshold;
+    d[n] = d2;
+    r[n] = row + 2;
+    n += d2 <= threshold;
+    d[n] = d3;
+    r[n] = row + 3;
+    n += d3 <= threshold;
+    t->n = n;
+    if (n == t->cap) ock_topk_make_room(t);  /* never left full: ock_topk_push writes before it tests */
 }
 
 /* Add a candidate the caller found not worse than the threshold (the scans test it inline, with their filter). */
 static inline void ock_topk_push(ock_topk *t, float d, int64_t row) {
     t->d[t->n] = d;
     t->r[t->n] = row;
-    if (++t->n == t->cap) ock_topk_compact(t);
+    if (++t->n == t->cap) ock_topk_make_room(t);
 }
 
 static inline int64_t ock_topk_id(const ock_topk *t, int64_t row) { return t->ids != NULL ? t->ids[row] : row; }
@@ -213,6 +242,57 @@ static void ock_topk_compact(ock_topk *t) {
         memcpy(&worst, &b, 4);
         t->threshold = worst;
     }
+}
+
+/* The float whose key (ock_topk_key) is `key`. */
+static inline float ock_topk_value_of_key(uint32_t key) {
+    float value;
+    const uint32_t b = key ^ ((key & 0x80000000u) ? 0x80000000u : 0xffffffffu);
+    memcpy(&value, &b, 4);
+    return value;
+}
+
+/* Make room while candidates come (the buffer is full or nearly): keep every candidate whose key is at most the upper
+ * edge of the histogram bucket that holds the k-th smallest key -- at least k candidates, ties and all, so the k best
+ * are among them -- and lower the threshold to that edge. One histogram of the keys' leading bits (as the first pass
+ * of ock_topk_select_key) and one pass that moves the kept ones: the exact selection, its further passes and its
+ * ordering of ties by id are left to ock_topk_finish, which compacts the last buffer exactly. Only what is kept
+ * changes (a superset of the k best at every step), so the results do not. A bucket crowded with equal or close
+ * distances, which would keep more than half of the free places, falls back to the exact compaction. */
+static void ock_topk_make_room(ock_topk *t) {
+    uint32_t hist[1 << OCK_TOPK_MAX_BITS];
+    const int n = t->n, k = t->k;
+    uint32_t *keys = (uint32_t *)t->scratch;
+    uint32_t lo = 0xffffffffu, hi = 0;
+    for (int i = 0; i < n; i++) {
+        const uint32_t key = ock_topk_key(t->d[i]);
+        keys[i] = key;
+        lo = key < lo ? key : lo;
+        hi = key > hi ? key : hi;
+    }
+    int bits = ock_topk_bit_length((uint32_t)n) - 2;
+    bits = bits < 4 ? 4 : bits > OCK_TOPK_MAX_BITS ? OCK_TOPK_MAX_BITS : bits;
+    const int span = ock_topk_bit_length(lo ^ hi);
+    const int shift = span > bits ? span - bits : 0;
+    const uint32_t first = lo >> shift, n_buckets = (hi >> shift) - first + 1;
+    memset(hist, 0, n_buckets * sizeof(uint32_t));
+    for (int i = 0; i < n; i++) hist[(keys[i] >> shift) - first]++;
+    uint32_t bucket = 0, below = 0;
+    while (below + hist[bucket] < (uint32_t)k) below += hist[bucket++];
+    if (below + hist[bucket] > (uint32_t)(k + (t->cap - k) / 2)) {
+        ock_topk_compact(t);
+        return;
+    }
+    uint32_t edge = ((first + bucket) << shift) | ((1u << shift) - 1u);
+    edge = edge < hi ? edge : hi;
+    int kept = 0;
+    for (int i = 0; i < n; i++) {  /* without a branch, writes never passing the read position */
+        t->d[kept] = t->d[i];
+        t->r[kept] = t->r[i];
+        kept += keys[i] <= edge;
+    }
+    t->n = kept;
+    t->threshold = ock_topk_value_of_key(edge);
 }
 
 /* Write the k best to out_d / out_r (k each; not the collector's own buffers), then padding (+inf, -1) when fewer
