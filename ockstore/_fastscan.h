@@ -459,7 +459,7 @@ static inline const float *ock_fs_norm_floats(const ock_fs_base *b, size_t r0, f
 #define OCK_FS_PREFETCH 4
 
 /* Ask for block bi of a run (its codes, and its norm codes) while earlier blocks are summed. */
-static inline void ock_fs_prefetch(const ock_fs_base *b, const ock_fs_run *run, size_t bi, size_t bytes) {
+OCK_FS_INLINE static inline void ock_fs_prefetch(const ock_fs_base *b, const ock_fs_run *run, size_t bi, size_t bytes) {
     if (bi * OCK_FS_BLOCK >= run->n_rows) return;
     const char *p = (const char *)(run->blocks + bi * bytes);
     for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + off);
