@@ -458,8 +458,10 @@ static inline const float *ock_fs_norm_floats(const ock_fs_base *b, size_t r0, f
  * list's (a few kB) are over before the hardware prefetcher has learnt the stream. */
 #define OCK_FS_PREFETCH 4
 
-/* Ask for block bi of a run (its codes, and its norm codes) while earlier blocks are summed. */
-OCK_FS_INLINE static inline void ock_fs_prefetch(const ock_fs_base *b, const ock_fs_run *run, size_t bi, size_t bytes) {
+/* Ask for block bi of a run (its codes, and its norm codes) while earlier blocks are summed. Always inlined: out of
+ * line, GCC judged the call free of effects and dropped it (the kernels held no prefetch at all). */
+OCK_FS_INLINE static inline void ock_fs_prefetch(const ock_fs_base *b, const ock_fs_run *run, size_t bi,
+                                                 size_t bytes) {
     if (bi * OCK_FS_BLOCK >= run->n_rows) return;
     const char *p = (const char *)(run->blocks + bi * bytes);
     for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + off);
