@@ -197,9 +197,11 @@ static inline int ock_fs_quantize(const float *lut, int W, float qconst, const o
     t->impossible = 0;
     for (size_t j = 0; j < (size_t)W * OCK_FS_WORDS; j++)
         if (!isfinite((double)lut[j])) t->impossible = 1;
+    double bias_of[W > 0 ? W : 1];  /* each table's smallest finite entry, found once for every attempt below */
     for (int w = 0; w < W; w++) {
         double lo, hi, amax;
         ock_fs_table_range(lut + (size_t)w * OCK_FS_WORDS, &lo, &hi, &amax);
+        bias_of[w] = lo;
         bias_sum += lo;
         range_sum += hi - lo;
         if (hi - lo > range_max) range_max = hi - lo;
@@ -235,25 +237,35 @@ static inline int ock_fs_quantize(const float *lut, int W, float qconst, const o
         for (int w = 0; w < W; w++) {
             const float *row = lut + (size_t)w * OCK_FS_WORDS;
             uint8_t *q = qlut + (size_t)w * OCK_FS_WORDS;
-            double bias, hi, amax;
-            ock_fs_table_range(row, &bias, &hi, &amax);
+            const double bias = bias_of[w];
             int qmax = 0;
             double cut_w = 0.0;
-            for (int j = 0; j < OCK_FS_WORDS; j++) {
-                const double v = (double)row[j];
-                const double x = isfinite(v) ? (v - bias) * inv : 0.0;
-                double u = floor(x);
-                if (u < 0.0) u = 0.0;
-                if (u > 255.0) u = 255.0;
-                q[j] = (uint8_t)u;
-                if ((int)u > qmax) qmax = (int)u;
-                if (x - u > cut_w) cut_w = x - u;
+            if (!t->impossible) {  /* every entry finite (the tables of an intact file): no test per entry */
+                for (int j = 0; j < OCK_FS_WORDS; j++) {
+                    const double x = ((double)row[j] - bias) * inv;
+                    double u = floor(x);
+                    u = u < 0.0 ? 0.0 : u > 255.0 ? 255.0 : u;
+                    q[j] = (uint8_t)u;
+                    qmax = (int)u > qmax ? (int)u : qmax;
+                    cut_w = x - u > cut_w ? x - u : cut_w;
+                }
+            } else {
+                for (int j = 0; j < OCK_FS_WORDS; j++) {
+                    const double v = (double)row[j];
+                    const double x = isfinite(v) ? (v - bias) * inv : 0.0;
+                    double u = floor(x);
+                    if (u < 0.0) u = 0.0;
+                    if (u > 255.0) u = 255.0;
+                    q[j] = (uint8_t)u;
+                    if ((int)u > qmax) qmax = (int)u;
+                    if (x - u > cut_w) cut_w = x - u;
+                }
+                /* an impossible word (+inf: a code byte >= K, only in a damaged file) gets the column's largest
+                 * entry: a lower bound of +inf that keeps the sum's bound */
+                for (int j = 0; j < OCK_FS_WORDS; j++)
+                    if (!isfinite((double)row[j])) q[j] = (uint8_t)qmax;
             }
             cut += cut_w;
-            /* an impossible word (+inf: a code byte >= K, only in a damaged file) gets the column's largest entry:
-             * a lower bound of +inf that keeps the sum's bound */
-            for (int j = 0; j < OCK_FS_WORDS; j++)
-                if (!isfinite((double)row[j])) q[j] = (uint8_t)qmax;
             max_sum += qmax;
         }
         if (t->has_norm) {
