@@ -477,7 +477,9 @@ def fastscan_ivf_scan(TableModel model not None,         # IN the fine quantizer
                       int n_threads,
                       bint norm_scales=False,            # IN the norm terms are scales multiplying the sums (cosine)
                       const double[::1] scale_range=None,  # IN (2,) their smallest and largest, or None
-                      bint by_bound=False):              # IN rank by the quantized bounds alone: candidates to re-rank
+                      bint by_bound=False,               # IN rank by the quantized bounds alone: candidates to re-rank
+                      bint in_order=True):               # IN False: each query's k in the heap's order (a set: the
+                                                         #    re-ranking that follows orders them itself)
     """The scan of probed inverted lists for codes in fast-scan blocks (the lists' candidates by ADC, which
     ivf_index.search_block_lists then re-ranks): the byte-code scan's results for the same
     words. Queries run in parallel, each on one thread from start to end."""
@@ -521,7 +523,11 @@ def fastscan_ivf_scan(TableModel model not None,         # IN the fine quantizer
                                 list_offsets[l + 1] - list_offsets[l], True, terms[q, j])
                         ock_fs_scan_run(&base, &slot.q, &slot.run, &slot.c)
                 ock_fs_refine(&slot.c, &base, &slot.q)
-                ock_fs_heap_sort_into(&slot.c.heap, &out_dist[q, 0], &out_rows[q, 0])
+                if in_order:
+                    ock_fs_heap_sort_into(&slot.c.heap, &out_dist[q, 0], &out_rows[q, 0])
+                else:
+                    memcpy(&out_dist[q, 0], slot.c.heap.d, k * sizeof(float))
+                    memcpy(&out_rows[q, 0], slot.c.heap.r, k * sizeof(int64_t))
     finally:
         _fs_scratch_free(&s)
 

@@ -115,7 +115,7 @@ def search_block_lists(tables, ivf, Q, k, rows, list_offsets, n_probe, *, n_thre
         _kernels.fastscan_ivf_scan(tables.model, batch, rows.codes.blocks, rows.codes.run_blocks, rows.norms,
                                    rows.norm_codes, norm_levels, rows.ids, rows.allow, list_offsets, lists, terms,
                                    cand_d, cand_r, threads, rows.norm_scales, rows.scale_range,
-                                   by_bound or rerank is not None)
+                                   by_bound or rerank is not None, rerank is None)
         if rerank is None:
             D[start:stop], found[start:stop] = cand_d, cand_r
         else:
