@@ -117,6 +117,26 @@ static inline uint32_t ock_topk_key(float d) {
 
 static inline int ock_topk_bit_length(uint32_t v) { int n = 0; while (v) { n++; v >>= 1; } return n; }
 
+/* One histogram pass of the selection: over the bits in which keys[0..n-1] (their range lo..hi) differ,
+ * about n / 4 buckets; returns the bucket holding the k-th smallest key (as key >> *shift), with *below the keys in
+ * the buckets before it and *in_bucket the keys in it. hist: 1 << OCK_TOPK_MAX_BITS counts of scratch. */
+static inline uint32_t ock_topk_bucket_of_kth(const uint32_t *keys, int n, int k, uint32_t lo, uint32_t hi,
+                                              uint32_t *hist, int *shift, uint32_t *below, uint32_t *in_bucket) {
+    int bits = ock_topk_bit_length((uint32_t)n) - 2;  /* about n / 4 buckets: a few keys each */
+    bits = bits < 4 ? 4 : bits > OCK_TOPK_MAX_BITS ? OCK_TOPK_MAX_BITS : bits;
+    const int span = ock_topk_bit_length(lo ^ hi);
+    const int s = span > bits ? span - bits : 0;
+    const uint32_t first = lo >> s, n_buckets = (hi >> s) - first + 1;
+    memset(hist, 0, n_buckets * sizeof(uint32_t));
+    for (int i = 0; i < n; i++) hist[(keys[i] >> s) - first]++;
+    uint32_t bucket = 0, before = 0;
+    while (before + hist[bucket] < (uint32_t)k) before += hist[bucket++];
+    *shift = s;
+    *below = before;
+    *in_bucket = hist[bucket];
+    return first + bucket;
+}
+
 /* The k-th smallest (1-based) of keys[0..n-1], 1 <= k <= n; keys is reordered (it is scratch). Each pass is a
  * histogram over the bits in which the remaining keys differ (their range, not the whole 32 bits: distances of one
  * query share their sign and most of their exponent), then the keys of the bucket holding the k-th are gathered
@@ -130,18 +150,11 @@ static uint32_t ock_topk_select_key(uint32_t *keys, int n, int k) {
     }
     for (;;) {
         if (lo == hi) return lo;
-        int bits = ock_topk_bit_length((uint32_t)n) - 2;  /* about n / 4 buckets: a few keys each */
-        bits = bits < 4 ? 4 : bits > OCK_TOPK_MAX_BITS ? OCK_TOPK_MAX_BITS : bits;
-        const int span = ock_topk_bit_length(lo ^ hi);
-        const int shift = span > bits ? span - bits : 0;
-        const uint32_t first = lo >> shift, n_buckets = (hi >> shift) - first + 1;
-        memset(hist, 0, n_buckets * sizeof(uint32_t));
-        for (int i = 0; i < n; i++) hist[(keys[i] >> shift) - first]++;
-        uint32_t bucket = 0, below = 0;
-        while (below + hist[bucket] < (uint32_t)k) below += hist[bucket++];
-        if (shift == 0) return first + bucket;
+        int shift;
+        uint32_t below, in_bucket;
+        const uint32_t wanted = ock_topk_bucket_of_kth(keys, n, k, lo, hi, hist, &shift, &below, &in_bucket);
+        if (shift == 0) return wanted;
         /* the keys of that bucket to the front, with their range */
-        const uint32_t wanted = first + bucket;
         int m = 0;
         lo = 0xffffffffu;
         hi = 0;
@@ -270,20 +283,14 @@ static void ock_topk_make_room(ock_topk *t) {
         lo = key < lo ? key : lo;
         hi = key > hi ? key : hi;
     }
-    int bits = ock_topk_bit_length((uint32_t)n) - 2;
-    bits = bits < 4 ? 4 : bits > OCK_TOPK_MAX_BITS ? OCK_TOPK_MAX_BITS : bits;
-    const int span = ock_topk_bit_length(lo ^ hi);
-    const int shift = span > bits ? span - bits : 0;
-    const uint32_t first = lo >> shift, n_buckets = (hi >> shift) - first + 1;
-    memset(hist, 0, n_buckets * sizeof(uint32_t));
-    for (int i = 0; i < n; i++) hist[(keys[i] >> shift) - first]++;
-    uint32_t bucket = 0, below = 0;
-    while (below + hist[bucket] < (uint32_t)k) below += hist[bucket++];
-    if (below + hist[bucket] > (uint32_t)(k + (t->cap - k) / 2)) {
+    int shift;
+    uint32_t below, in_bucket;
+    const uint32_t wanted = ock_topk_bucket_of_kth(keys, n, k, lo, hi, hist, &shift, &below, &in_bucket);
+    if (below + in_bucket > (uint32_t)(k + (t->cap - k) / 2)) {
         ock_topk_compact(t);
         return;
     }
-    uint32_t edge = ((first + bucket) << shift) | ((1u << shift) - 1u);
+    uint32_t edge = (wanted << shift) | ((1u << shift) - 1u);
     edge = edge < hi ? edge : hi;
     int kept = 0;
     for (int i = 0; i < n; i++) {  /* without a branch, writes never passing the read position */
