@@ -454,3 +454,30 @@ def test_store_vectors_choice_refused(tmp_path, quantizers, data):
         with pytest.raises(ValueError, match="store_vectors"):
             ockstore.build_index(tmp_path / "s.ock", q, data[1][:10], store_vectors=bad)
     assert not list(tmp_path.iterdir())
+
+
+def test_repeated_searches_check_every_new_argument(indexes, data):
+    """Index.search keeps the checked options of its last call (a one-query-per-call app pays the checks once): a
+    call with other arguments is checked again and gets their results, k=True is refused after k=1, an array where a
+    number belongs is refused, and the results equal those of a fresh index object's first call."""
+    _, base, Q, ids = data
+    index = indexes[("l2", "ockm", "u8")]
+    first = index.search(Q[0], 5, rerank=20)
+    np.testing.assert_array_equal(index.search(Q[0], 5, rerank=20)[1], first[1])  # the kept options
+    D7, I7 = index.search(Q[0], 7, rerank=20)
+    assert I7.shape == (7,)
+    np.testing.assert_array_equal(I7[:5], first[1])
+    D0, I0 = index.search(Q[0], 5, rerank=0)  # other options: the scan's own values, not the re-ranked ones
+    assert not np.array_equal(D0, first[0])
+    with pytest.raises(TypeError):
+        index.search(Q[0], True)
+    index.search(Q[0], 1)
+    with pytest.raises(TypeError):
+        index.search(Q[0], True)
+    with pytest.raises((TypeError, ValueError)):
+        index.search(Q[0], np.array([5, 5]))
+    with pytest.raises(ValueError, match="rerank"):
+        index.search(Q[0], 5, rerank=3)
+    fresh = Index(index.quantizer, index.codes, index.norms, index.ids, index.norm_encoding, vectors=index.vectors)
+    for got, want in zip(fresh.search(Q[0], 5, rerank=20), first):
+        np.testing.assert_array_equal(got, want)
