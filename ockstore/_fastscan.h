@@ -32,8 +32,8 @@
  *    and a heap update for every row that improves on the k-th best so far (~k ln(N / k)).
  *
  * Ranking by the bound. A search that re-ranks its candidates from stored vectors needs no exact ADC distance: the
- * collector's `by_bound` mode takes a row's lower bound (rounded to float, equal bounds by row number) as its value,
- * skips the exact stage, and keeps the k rows of smallest bound (docs/ARCHITECTURE.md, "Fast scan").
+ * collector's `by_bound` mode takes a row's lower bound (rounded to float, equal bounds by id) as its value, skips
+ * the exact stage, and keeps the k rows of smallest bound (docs/ARCHITECTURE.md, "Fast scan").
  *
  * The norm term. An L2 code with C >= 2 adds its stored norm term n = ||x_hat||^2, whose spread is as large as the
  * words' tables together: leaving it out of the bound selects tens of thousands of rows instead of tens. A one-byte
@@ -44,8 +44,8 @@
  * This header holds what every instruction set shares: the layout, the tables, the candidates and the exact stage,
  * and the portable scan (the oracle). _fastscan_kernels.h adds the AVX2 scans (functions with a `target` attribute;
  * the AVX-512 level runs them too), which the kernels' dispatch table (_simd.h) chooses at run time: every level
- * computes the same uint16 sums, hence the same results. Everything here trusts its arguments (the Python layers validate),
- * never allocates and never touches Python objects.
+ * computes the same uint16 sums, hence the same results. Everything here trusts its arguments (the Python layers
+ * validate), never allocates and never touches Python objects.
  */
 #ifndef OCKSTORE_FASTSCAN_H
 #define OCKSTORE_FASTSCAN_H
@@ -240,31 +240,20 @@ static inline int ock_fs_quantize(const float *lut, int W, float qconst, const o
             const double bias = bias_of[w];
             int qmax = 0;
             double cut_w = 0.0;
-            if (!t->impossible) {  /* every entry finite (the tables of an intact file): no test per entry */
-                for (int j = 0; j < OCK_FS_WORDS; j++) {
-                    const double x = ((double)row[j] - bias) * inv;
-                    double u = floor(x);
-                    u = u < 0.0 ? 0.0 : u > 255.0 ? 255.0 : u;
-                    q[j] = (uint8_t)u;
-                    qmax = (int)u > qmax ? (int)u : qmax;
-                    cut_w = x - u > cut_w ? x - u : cut_w;
-                }
-            } else {
-                for (int j = 0; j < OCK_FS_WORDS; j++) {
-                    const double v = (double)row[j];
-                    const double x = isfinite(v) ? (v - bias) * inv : 0.0;
-                    double u = floor(x);
-                    if (u < 0.0) u = 0.0;
-                    if (u > 255.0) u = 255.0;
-                    q[j] = (uint8_t)u;
-                    if ((int)u > qmax) qmax = (int)u;
-                    if (x - u > cut_w) cut_w = x - u;
-                }
-                /* an impossible word (+inf: a code byte >= K, only in a damaged file) gets the column's largest
-                 * entry: a lower bound of +inf that keeps the sum's bound */
+            for (int j = 0; j < OCK_FS_WORDS; j++) {
+                const double v = (double)row[j];
+                const double x = isfinite(v) ? (v - bias) * inv : 0.0;
+                double u = floor(x);
+                u = u < 0.0 ? 0.0 : u > 255.0 ? 255.0 : u;
+                q[j] = (uint8_t)u;
+                qmax = (int)u > qmax ? (int)u : qmax;
+                cut_w = x - u > cut_w ? x - u : cut_w;
+            }
+            /* an impossible word (+inf: a code byte >= K, only in a damaged file) gets the column's largest entry:
+             * a lower bound of +inf that keeps the sum's bound */
+            if (t->impossible)
                 for (int j = 0; j < OCK_FS_WORDS; j++)
                     if (!isfinite((double)row[j])) q[j] = (uint8_t)qmax;
-            }
             cut += cut_w;
             max_sum += qmax;
         }

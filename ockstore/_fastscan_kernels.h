@@ -49,16 +49,17 @@ static inline void ock_fs_acc_zero_avx2(ock_fs_acc_avx2 *a) {
     a->lo_w = a->lo_odd = a->hi_w = a->hi_odd = _mm256_setzero_si256();
 }
 
-/* Add the entries of one column pair: lo / hi the nibbles of rows 0..15 / 16..31, tab the pair's two tables. */
-OCK_FS_TARGET_AVX2 OCK_FS_INLINE
-static inline void ock_fs_acc_add_avx2(ock_fs_acc_avx2 *a, __m256i tab, __m256i lo, __m256i hi) {
-    const __m256i rl = _mm256_shuffle_epi8(tab, lo);
-    const __m256i rh = _mm256_shuffle_epi8(tab, hi);
-    a->lo_w = _mm256_add_epi16(a->lo_w, rl);
-    a->lo_odd = _mm256_add_epi16(a->lo_odd, _mm256_srli_epi16(rl, 8));
-    a->hi_w = _mm256_add_epi16(a->hi_w, rh);
-    a->hi_odd = _mm256_add_epi16(a->hi_odd, _mm256_srli_epi16(rh, 8));
-}
+/* Add the entries of one column pair to four running sums held in local registers (w0, odd0: rows 0..15; w1, odd1:
+ * rows 16..31): tab the pair's two tables, lo / hi the nibbles of rows 0..15 / 16..31. A macro, not a function of a
+ * struct: with the accumulators of a struct gcc kept one of them on the stack (see ock_fs_sums_avx2). */
+#define OCK_FS_ADD_PAIR_AVX2(w0, odd0, w1, odd1, tab, lo, hi)                                        \
+    do {                                                                                             \
+        const __m256i rl_ = _mm256_shuffle_epi8(tab, lo), rh_ = _mm256_shuffle_epi8(tab, hi);        \
+        w0 = _mm256_add_epi16(w0, rl_);                                                              \
+        odd0 = _mm256_add_epi16(odd0, _mm256_srli_epi16(rl_, 8));                                    \
+        w1 = _mm256_add_epi16(w1, rh_);                                                              \
+        odd1 = _mm256_add_epi16(odd1, _mm256_srli_epi16(rh_, 8));                                    \
+    } while (0)
 
 /* E and O (s[0], s[1]) from running sums laid out as AVX2's: even rows, then the two lanes (even and odd columns)
  * of rows 0..15 and of rows 16..31 added side by side. */
@@ -87,12 +88,8 @@ static inline void ock_fs_sums_avx2(const uint8_t *block, const uint8_t *qlut, i
     for (int c = 0; c < cols; c += 2) {
         const __m256i v = _mm256_loadu_si256((const __m256i *)(block + (size_t)c * OCK_FS_LANE));
         const __m256i tab = _mm256_loadu_si256((const __m256i *)(qlut + (size_t)c * OCK_FS_WORDS));
-        const __m256i rl = _mm256_shuffle_epi8(tab, _mm256_and_si256(v, nib));
-        const __m256i rh = _mm256_shuffle_epi8(tab, _mm256_and_si256(_mm256_srli_epi16(v, 4), nib));
-        lo_w = _mm256_add_epi16(lo_w, rl);
-        lo_odd = _mm256_add_epi16(lo_odd, _mm256_srli_epi16(rl, 8));
-        hi_w = _mm256_add_epi16(hi_w, rh);
-        hi_odd = _mm256_add_epi16(hi_odd, _mm256_srli_epi16(rh, 8));
+        OCK_FS_ADD_PAIR_AVX2(lo_w, lo_odd, hi_w, hi_odd, tab, _mm256_and_si256(v, nib),
+                             _mm256_and_si256(_mm256_srli_epi16(v, 4), nib));
     }
     const ock_fs_acc_avx2 a = {lo_w, lo_odd, hi_w, hi_odd};
     ock_fs_acc_finish_avx2(&a, s);
@@ -112,17 +109,9 @@ static inline void ock_fs_sums2_avx2(const uint8_t *block, const uint8_t *qa, co
         const __m256i v = _mm256_loadu_si256((const __m256i *)(block + (size_t)c * OCK_FS_LANE));
         const __m256i lo = _mm256_and_si256(v, nib), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
         const __m256i ta = _mm256_loadu_si256((const __m256i *)(qa + (size_t)c * OCK_FS_WORDS));
-        const __m256i ral = _mm256_shuffle_epi8(ta, lo), rah = _mm256_shuffle_epi8(ta, hi);
-        a0 = _mm256_add_epi16(a0, ral);
-        a1 = _mm256_add_epi16(a1, _mm256_srli_epi16(ral, 8));
-        a2 = _mm256_add_epi16(a2, rah);
-        a3 = _mm256_add_epi16(a3, _mm256_srli_epi16(rah, 8));
+        OCK_FS_ADD_PAIR_AVX2(a0, a1, a2, a3, ta, lo, hi);
         const __m256i tb = _mm256_loadu_si256((const __m256i *)(qb + (size_t)c * OCK_FS_WORDS));
-        const __m256i rbl = _mm256_shuffle_epi8(tb, lo), rbh = _mm256_shuffle_epi8(tb, hi);
-        b0 = _mm256_add_epi16(b0, rbl);
-        b1 = _mm256_add_epi16(b1, _mm256_srli_epi16(rbl, 8));
-        b2 = _mm256_add_epi16(b2, rbh);
-        b3 = _mm256_add_epi16(b3, _mm256_srli_epi16(rbh, 8));
+        OCK_FS_ADD_PAIR_AVX2(b0, b1, b2, b3, tb, lo, hi);
     }
     const ock_fs_acc_avx2 a = {a0, a1, a2, a3}, b = {b0, b1, b2, b3};
     ock_fs_acc_finish_avx2(&a, sa);
