@@ -60,6 +60,21 @@ def _stored_kind(quantizer, vectors, store_vectors):
     return store_vectors
 
 
+# The types of the arguments whose checked options Index.search keeps: immutable scalars (an array could change in
+# place between two calls and still compare equal to itself).
+_KEY_TYPES = frozenset((type(None), bool, int, float, str))
+
+
+def _options_key(*arguments):
+    """A key of ``search``'s scalar arguments, their types included (k=True is not k=1), or None when one of them is
+    not an immutable scalar (those calls are checked every time)."""
+    types = tuple(map(type, arguments))
+    for t in types:
+        if t not in _KEY_TYPES and not issubclass(t, np.generic):
+            return None
+    return arguments + types
+
+
 class Index(StoredRows):
     """Compact codes of a base with their quantizer, searched exhaustively by ADC or SDC.
 
@@ -452,19 +467,13 @@ class Index(StoredRows):
             searched alone or in a batch.
         """
         self._check_open()
-        # The checked options of the last call with the same scalar arguments (their types too: k=True is not
-        # k=1): an app searching one query per call pays the checks once, not per call (~3 us of ~30). Calls with
-        # vectors or allow, or with arguments that cannot be keys, are checked every time.
-        key = None
-        if vectors is None and allow is None:
-            key = (type(k), k, type(n_probe), n_probe, type(distance), distance, type(rerank), rerank,
-                   type(n_threads), n_threads, type(metric), metric)
-            try:
-                cached = self._last_options
-                if cached is not None and cached[0] == key:
-                    return self._search(Q, cached[1])
-            except (TypeError, ValueError):  # an argument that does not compare as a key (an array): checked below
-                key = None
+        # The checked options of the last call with the same scalar arguments: an app searching one query per call
+        # pays the checks once, not per call (~3 us of ~30). Calls with vectors or allow are checked every time.
+        key = None if vectors is not None or allow is not None else _options_key(k, n_probe, distance, rerank,
+                                                                                   n_threads, metric)
+        cached = self._last_options
+        if key is not None and cached is not None and cached[0] == key:
+            return self._search(Q, cached[1])
         opts = _search_options.search_options(
             self._quantizer, self._codes.shape[0], k, n_probe=n_probe, distance=distance, rerank=rerank,
             vectors=vectors, allow=allow, n_threads=n_threads, stored_vectors=self._vectors is not None, metric=metric)

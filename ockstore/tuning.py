@@ -16,6 +16,7 @@ import time
 
 import numpy as np
 
+from ._code_blocks import CodeBlocks
 from ._rerank import exact_search
 from ._validation import MAX_K, as_vectors, check_float, check_k, resolve_n_threads
 
@@ -199,8 +200,10 @@ def _recalls(index, Q, truth, k, n_probe, grid, threads):
         block, block_truth = Q[start:start + step], truth[start:start + step]
         # the candidates a re-ranked search keeps, in the scan's order (by bound for 4-bit codes: Index._candidates)
         _, candidates = index._candidates(block, R_max, n_threads=threads, **extra)
-        if 0 in grid:  # no re-ranking: the scan's own k best (for 4-bit codes by exact ADC, not by bound)
-            _, plain = index.search(block, k, rerank=0, n_threads=threads, **extra)
+        if 0 in grid:  # no re-ranking: the scan's own k best -- the candidates' first k, except for 4-bit codes,
+            # whose candidates are ranked by bound and whose searches without re-ranking by exact ADC
+            plain = (index.search(block, k, rerank=0, n_threads=threads, **extra)[1]
+                     if isinstance(index._codes, CodeBlocks) else candidates[:, :k])
             hits[grid.index(0)] += _in_truth(plain, block_truth).sum()
         if grid[-1] == 0:
             continue
