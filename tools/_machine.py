@@ -72,3 +72,25 @@ def texmex_prefix(folder, n_queries, base_limit, learn_limit, k):
     base = np.ascontiguousarray(np.concatenate(parts))
     _, gt = exact_knn(query, base.astype(np.float32), k)
     return ds, learn, base, query, gt
+
+
+def bench_start(args, k, prefix):
+    """What the benchmarks against faiss on texmex data (bench_fastscan, bench_ivf) start with: the machine, printed
+    with the load it starts under; the threads for training (``args.threads``, else every core); the data of
+    ``args.data`` (the first ``args.queries`` queries with k true neighbours; with ``args.quick`` a base of 200K rows
+    and 25K learn rows); the work folder (``args.workdir``, else a new temporary one).
+
+    Returns (machine, threads, load_start, learn, base in its stored dtype, queries, ground truth, workdir Path)."""
+    import tempfile
+    from pathlib import Path
+
+    base_limit, learn_limit = (200_000, 25_000) if args.quick else (None, None)
+    machine = machine_info()
+    threads = machine["cores"] if args.threads is None else args.threads
+    load_start = load_average()
+    print(machine_line(machine, load_start), flush=True)
+    _, learn, base, query, gt = texmex_prefix(args.data, args.queries, base_limit, learn_limit, k)
+    print(f"data: learn {learn.shape}, base {base.shape}, queries {query.shape}", flush=True)
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix=prefix))
+    workdir.mkdir(parents=True, exist_ok=True)
+    return machine, threads, load_start, learn, base, query, gt, workdir

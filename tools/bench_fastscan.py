@@ -34,7 +34,6 @@ import json
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -45,7 +44,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 import ockstore  # noqa: E402
-from _machine import load_average, machine_info, machine_line, texmex_prefix  # noqa: E402
+from _machine import bench_start, load_average  # noqa: E402
 from _plots import plot_recall_speed  # noqa: E402
 from ockstore.evaluation import recall_at_r  # noqa: E402
 
@@ -321,19 +320,11 @@ def main(argv=None):
         args.distortion_rows = min(args.distortion_rows, 10_000)
         args.distortion_learn = args.distortion_learn or 10_000
         args.distortion_iter = args.distortion_iter or 3
-    base_limit, learn_limit = (200_000, 25_000) if args.quick else (None, None)
 
     from threadpoolctl import threadpool_limits
 
-    machine = machine_info()
-    threads = machine["cores"] if args.threads is None else args.threads
-    load_start = load_average()
-    print(machine_line(machine, load_start), flush=True)
-    _, learn, base_u8, query, gt = texmex_prefix(args.data, args.queries, base_limit, learn_limit, K_FLAT)
+    machine, threads, load_start, learn, base_u8, query, gt, workdir = bench_start(args, K_FLAT, "bench_fastscan_")
     base = np.asarray(base_u8, dtype=np.float32)
-    print(f"data: learn {learn.shape}, base {base.shape}, queries {query.shape}", flush=True)
-    workdir = args.workdir or tempfile.mkdtemp(prefix="bench_fastscan_")
-    Path(workdir).mkdir(parents=True, exist_ok=True)
 
     with threadpool_limits(limits=1):
         flat = exhaustive(learn, base, query, gt, args.repeats, threads)

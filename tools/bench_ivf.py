@@ -29,7 +29,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -40,7 +39,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 import ockstore  # noqa: E402
-from _machine import load_average, machine_info, machine_line, texmex_prefix  # noqa: E402
+from _machine import bench_start, load_average  # noqa: E402
 from _plots import plot_recall_speed  # noqa: E402
 from ockstore.evaluation import recall_at_r  # noqa: E402
 
@@ -116,21 +115,13 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.quick:
         args.lists = 256 if args.lists == 1024 else args.lists
-    base_limit, learn_limit = (200_000, 25_000) if args.quick else (None, None)
 
     import faiss
     from threadpoolctl import threadpool_limits
 
-    machine = machine_info()
-    threads = machine["cores"] if args.threads is None else args.threads
-    load_start = load_average()
-    print(machine_line(machine, load_start), flush=True)
-    _, learn, base, query, gt = texmex_prefix(args.data, args.queries, base_limit, learn_limit, K_SEARCH)
+    machine, threads, load_start, learn, base, query, gt, workdir = bench_start(args, K_SEARCH, "bench_ivf_")
     base = np.ascontiguousarray(base, dtype=np.float32)
-    print(f"data: learn {learn.shape}, base {base.shape}, queries {query.shape}", flush=True)
     L = args.lists
-    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="bench_ivf_"))
-    workdir.mkdir(parents=True, exist_ok=True)
 
     # ---- training: ours and faiss IVF-PRQ interleaved, all cores
     train = {"ours": [], "faiss IVF-PRQ": []}
@@ -164,8 +155,9 @@ def main(argv=None):
     index_path = workdir / "ivf.ock"
     ockstore.save_quantizer(quantizer_path, ivf)
     base_file = next(p for p in Path(args.data).iterdir() if "_base." in p.name)
+    base_rows = len(base) if args.quick else 0  # the child reads the same prefix of the base file (0: all of it)
     child = subprocess.run([sys.executable, "-c", BUILD_CHILD, str(quantizer_path), str(base_file), str(index_path),
-                            str(base_limit or 0), str(threads)], capture_output=True, text=True, check=True,
+                            str(base_rows), str(threads)], capture_output=True, text=True, check=True,
                            env={**os.environ, "PYTHONPATH": str(REPO)})
     build = json.loads(child.stdout.strip().splitlines()[-1])
     print(f"build (child): {build['n']:,} vectors in {build['seconds']:.1f} s, peak RSS {build['vmhwm_kb'] / 1024:.0f} "
