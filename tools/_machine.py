@@ -94,3 +94,19 @@ def bench_start(args, k, prefix):
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix=prefix))
     workdir.mkdir(parents=True, exist_ok=True)
     return machine, threads, load_start, learn, base, query, gt, workdir
+
+
+def bench_finish(report, args, markdown):
+    """What bench_fastscan and bench_ivf end with: each criterion printed PASS / FAIL, then the report written as JSON
+    (``args.json``) and as markdown (``args.out``, by ``markdown(report)``) when asked for."""
+    import json
+
+    for line in report["criteria"]:
+        print(("PASS " if line["pass"] else "FAIL ") + line["what"], flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(markdown(report))
+        print(f"wrote {args.out}")

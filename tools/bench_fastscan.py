@@ -30,7 +30,6 @@ The machine (CPU, cores) and its load average are printed; figures are ratios in
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -44,7 +43,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 import ockstore  # noqa: E402
-from _machine import bench_start, load_average  # noqa: E402
+from _machine import bench_finish, bench_start, load_average  # noqa: E402
 from _plots import plot_recall_speed  # noqa: E402
 from ockstore.evaluation import recall_at_r  # noqa: E402
 
@@ -339,16 +338,8 @@ def main(argv=None):
                         "distortion_iter": args.distortion_iter},
               "exhaustive": flat, "ivf": ivf, "ivf_build": ivf_build, "distortion": dist,
               "criteria": criteria(flat, ivf)}
-    for line in report["criteria"]:
-        print(("PASS " if line["pass"] else "FAIL ") + line["what"], flush=True)
+    bench_finish(report, args, markdown)
     print(f"load average at the end: {report['load_average_end'][0]:.2f}", flush=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=1)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(markdown(report))
-        print(f"wrote {args.out}")
     if args.plot and ivf:
         plot(report, args.plot)
         print(f"wrote {args.plot}")

@@ -39,7 +39,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 import ockstore  # noqa: E402
-from _machine import bench_start, load_average  # noqa: E402
+from _machine import bench_finish, bench_start, load_average  # noqa: E402
 from _plots import plot_recall_speed  # noqa: E402
 from ockstore.evaluation import recall_at_r  # noqa: E402
 
@@ -225,15 +225,7 @@ def main(argv=None):
                              "empty": int((sizes == 0).sum())},
               "rows": rows, "flat": flat_row, "criteria": criteria(rows, train, build, flat_row, L)}
     ours.close()
-    for line in report["criteria"]:
-        print(("PASS " if line["pass"] else "FAIL ") + line["what"], flush=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=1)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(markdown(report))
-        print(f"wrote {args.out}")
+    bench_finish(report, args, markdown)
     if args.plot:
         plot(report, args.plot)
         print(f"wrote {args.plot}")
