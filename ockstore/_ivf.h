@@ -13,6 +13,11 @@
  * held in registers across the P dimensions, so each row of a block of the centroid matrix (read from L2: 512 KB at
  * P = 128, L = 1,024) serves the whole group once loaded. One query at a time read the whole matrix per query, and
  * paid ~19 us per query for it at P = 128, L = 1,024 (AMD EPYC, Zen 4); a group of four shares that reading.
+ *
+ * The centroid matrix is stored in panels (OCK_COARSE_PANEL lists each, _simd.h; _kmeans.CoarseTables builds it):
+ * panel after panel, the P values of the panel's list j at p * width + j. A single query's block of 256 lists is then
+ * one run of 128 KB read front to back, which the hardware prefetchers follow; in the transposed matrix it was 128
+ * runs of 1 KB, 4 KB apart (PANEL_MEASURE). Panels change where values are read from, not what is summed.
  */
 
 /* Queries per group and lists per block: the group's outputs of a block take 16 of AVX-512's 32 registers (4 x 4),
@@ -34,15 +39,16 @@
 #define OCK_IVF_NARROW 4
 #endif
 
-/* Blocks of B lists from l0 on (while l0 + B <= L): G queries (q, rows of P floats) into their outputs (o, rows of
- * L floats). Plain C, for the portable level and single lists. */
+/* Blocks of B lists from l0 on (while l0 + B <= width) of a panel (ctp: its P rows of `width` floats): G queries (q,
+ * rows of P floats) into their outputs (o, rows of L floats, from the panel's first list). Plain C, for the portable
+ * level and single lists. */
 #define OCK_COARSE_BLOCKS(G, B)                                                                      \
-    for (; l0 + (B) <= L; l0 += (B)) {                                                               \
+    for (; l0 + (B) <= width; l0 += (B)) {                                                           \
         float t[G][B];                                                                               \
         for (int i = 0; i < (G); i++)                                                                \
             for (int j = 0; j < (B); j++) t[i][j] = 0.0f;                                            \
         for (int p = 0; p < P; p++) {                                                                \
-            const float *row = ct + (long)p * L + l0;                                                \
+            const float *row = ctp + (long)p * width + l0;                                           \
             for (int i = 0; i < (G); i++) {                                                          \
                 const float qp = q[(long)i * P + p];                                                 \
                 for (int j = 0; j < (B); j++) t[i][j] += qp * row[j];                                \
@@ -58,13 +64,13 @@
 /* The same with the level's vectors (NV = B / OCK_VW per query): the compiler's own vectorisation of the plain loop
  * spread AVX2's group over the lanes of SSE registers, with shuffles and spills. */
 #define OCK_COARSE_WIDE(G, B)                                                                        \
-    for (; l0 + (B) <= L; l0 += (B)) {                                                               \
+    for (; l0 + (B) <= width; l0 += (B)) {                                                           \
         enum { NV = (B) / OCK_VW };                                                                  \
         ock_vf t[G][NV];                                                                             \
         for (int i = 0; i < (G); i++)                                                                \
             for (int v = 0; v < NV; v++) t[i][v] = OCK_VZERO();                                      \
         for (int p = 0; p < P; p++) {                                                                \
-            const float *row = ct + (long)p * L + l0;                                                \
+            const float *row = ctp + (long)p * width + l0;                                           \
             ock_vf r[NV];                                                                            \
             for (int v = 0; v < NV; v++) r[v] = OCK_VLOAD(row + v * OCK_VW);                         \
             for (int i = 0; i < (G); i++) {                                                          \
@@ -77,23 +83,27 @@
     }
 #endif
 
-/* Every list for the G queries from query i0 on. A smaller group takes wider blocks (the same registers): each block
- * is a pass over the P rows of the centroid matrix, L * 4 bytes apart: at P = 128, L = 1,024 a single query took
- * 52.7 us in AVX2 blocks of 16 lists, 12.8 in blocks of 64; with AVX-512, 19.9 in blocks of 64, 9.5 in blocks of
- * 256. */
+/* Every list for the G queries from query i0 on, panel after panel. A smaller group takes wider blocks (the same
+ * registers): each block is a pass over the P rows of its panel: at P = 128, L = 1,024 a single query took 52.7 us in
+ * AVX2 blocks of 16 lists, 12.8 in blocks of 64; with AVX-512, 19.9 in blocks of 64, 9.5 in blocks of 256 (in the
+ * transposed matrix, before panels). */
 #define OCK_COARSE_GROUP(G)                                                                          \
     do {                                                                                             \
         const float *q = Q + (long)i0 * P;                                                           \
-        float *o = out + (long)i0 * L;                                                               \
-        int l0 = 0;                                                                                  \
-        OCK_COARSE_WIDE(G, OCK_IVF_BLOCK * (OCK_IVF_GROUP / (G)))                                    \
-        OCK_COARSE_WIDE(G, OCK_IVF_BLOCK)                                                            \
-        OCK_COARSE_WIDE(G, OCK_IVF_NARROW)                                                           \
-        OCK_COARSE_BLOCKS(G, 1)                                                                      \
+        for (int first = 0; first < L; first += OCK_COARSE_PANEL) {                                  \
+            const int width = L - first < OCK_COARSE_PANEL ? L - first : OCK_COARSE_PANEL;           \
+            const float *ctp = ct + (long)first * P;                                                 \
+            float *o = out + (long)i0 * L + first;                                                   \
+            int l0 = 0;                                                                              \
+            OCK_COARSE_WIDE(G, OCK_IVF_BLOCK * (OCK_IVF_GROUP / (G)))                                \
+            OCK_COARSE_WIDE(G, OCK_IVF_BLOCK)                                                        \
+            OCK_COARSE_WIDE(G, OCK_IVF_NARROW)                                                       \
+            OCK_COARSE_BLOCKS(G, 1)                                                                  \
+        }                                                                                            \
     } while (0)
 
-/* out[i * L + l] = sum_p Q[i * P + p] * ct[p * L + l] for i < nq, l < L (Q: nq queries of P float32 values; ct: the
- * centroids transposed, P rows of L float32 values; out: nq rows of L). Any nq: the groups are an implementation
+/* out[i * L + l] = sum_p Q[i * P + p] * c_l[p] for i < nq, l < L (Q: nq queries of P float32 values; ct: the
+ * centroids in panels, P * L float32 values, see above; out: nq rows of L). Any nq: the groups are an implementation
  * detail, each output's sum is the same whatever the group it is computed in. */
 OCK_TARGET static void OCK_FN(coarse_dots)(const float *Q, int nq, const float *ct, int P, int L, float *out) {
     int i0 = 0;

@@ -19,6 +19,7 @@ TABLE_L2_NORM_TERM: int
 TABLE_L2_WHOLE: int
 TABLE_NEG_DOT: int
 PROBE_L2: int
+COARSE_PANEL: int
 PROBE_IP: int
 SIMD_ENVIRONMENT_VARIABLE: str
 
@@ -89,21 +90,21 @@ def exact_search(
 def coarse_assign(X: F32, neg2_ct: F32, c_sqnorms: F32, labels: I32, distances: F32, n_threads: int) -> None: ...
 def cluster_sums(X: F32, labels: I32, sums: F64, counts: I64) -> None: ...
 def probe(
-    queries: F32, ct: F32, c_sqnorms: F32, kind: int, term_factor: float, out_lists: I32, out_terms: F32,
+    queries: F32, panels: F32, c_sqnorms: F32, kind: int, term_factor: float, out_lists: I32, out_terms: F32,
     n_threads: int = 1,
 ) -> None: ...
 
 class IvfLists:
     def __init__(
-        self, model: TableModel, ct: F32, c_sqnorms: F32, probe_kind: int, term_factor: float, codes: U8,
+        self, model: TableModel, panels: F32, c_sqnorms: F32, probe_kind: int, term_factor: float, codes: U8,
         norms_f32: F32 | None, norm_codes: U8 | None, norm_levels: F32 | None, ids: I64, list_offsets: I64,
-        norm_scales: bool = False,
+        norm_scales: bool = False, list_blocks: I64 | None = None, n_words: int = 0, scale_range: F64 | None = None,
     ) -> None: ...
 
 def ivf_search(
     lists: IvfLists, queries: F32, n_probe: int, allow: U64 | None, out_dist: F32, out_rows: I64, n_threads: int,
     rerank_rows: RerankSource | None = None, rerank: int = 0, rerank_queries: F32 | None = None,
-    out_flags: I32 | None = None,
+    out_flags: I32 | None = None, by_bound: bool = False, out_ids: bool = False,
 ) -> None: ...
 
 # Fast scan: codes of words below 16 in blocks of FASTSCAN_BLOCK rows (docs/FORMAT.md section 16; _fastscan.h).
@@ -118,11 +119,6 @@ def fastscan_scan(
     model: TableModel, queries: F32 | None, rotated: F64 | None, blocks: U8, N: int, norms_f32: F32 | None,
     norm_codes: U8 | None, norm_levels: F32 | None, ids: I64 | None, allow: U64 | None, out_dist: F32,
     out_rows: I64, n_threads: int, bound: F32 | None = None, norm_scales: bool = False, scale_range: F64 | None = None,
-) -> None: ...
-def fastscan_ivf_scan(
-    model: TableModel, queries: F32, blocks: U8, list_blocks: I64, norms_f32: F32 | None, norm_codes: U8 | None,
-    norm_levels: F32 | None, ids: I64, allow: U64 | None, list_offsets: I64, lists: I32, terms: F32, out_dist: F32,
-    out_rows: I64, n_threads: int, norm_scales: bool = False, scale_range: F64 | None = None,
 ) -> None: ...
 def fastscan_sums(
     model: TableModel, queries: F32, blocks: U8, norm_codes: U8 | None, norm_levels: F32 | None, out: U16,

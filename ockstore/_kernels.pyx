@@ -7,8 +7,9 @@
     _kernels_codec.pxi    beam encoding, decoding, code norms, normal equations, row products, the vector check
     _kernels_search.pxi   the exhaustive scan of a batch of queries (scan)
     _kernels_rerank.pxi   exact re-ranking of candidates from their stored rows (_rerank.h), and the exact search
-    _kernels_ivf.pxi      the inverted file: coarse assignment, k-means sums, probing, the scan of probed lists
     _kernels_fastscan.pxi the fast scan of 4-bit codes in blocks (_fastscan.h; its SIMD kernels in _simd.h's table)
+    _kernels_ivf.pxi      the inverted file: coarse assignment, k-means sums, probing, the search of probed lists
+                          (byte codes, or blocks read by the fast scan)
 
 The contract of every kernel:
 - It trusts its arguments (the Python layers validate and allocate): C-contiguous arrays of the documented shapes and
@@ -35,8 +36,8 @@ include "_kernels_scan.pxi"
 include "_kernels_codec.pxi"
 include "_kernels_search.pxi"
 include "_kernels_rerank.pxi"
-include "_kernels_ivf.pxi"
 include "_kernels_fastscan.pxi"
+include "_kernels_ivf.pxi"
 
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -41,6 +41,8 @@ cdef extern from "_simd.h" nogil:
     double ock_tables(const double *z, const float *words_t, const double *sqnorms, int M, int C, int K, int S,
                       int kind, int slots, double *acc, float *lut)
     void ock_coarse_dots(const float *Q, int nq, const float *ct, int P, int L, float *out)
+    enum:
+        OCK_COARSE_PANEL
     # The exact values of re-ranking (_rerank.h; the query loop is declared in _kernels_rerank.pxi).
     ctypedef struct ock_rr_value_table:
         pass

@@ -2,7 +2,8 @@
 # codes in blocks of 32 rows, two words per byte, and are scanned with 16-entry tables held in SIMD registers
 # (_fastscan.h explains the method, the layout and why the results are exactly the 8-bit scan's; the instruction-set
 # kernels, _fastscan_kernels.h, are reached through the dispatch table of _simd.h). Here: packing, checking, the
-# exhaustive scan of a batch, the inverted file's scan of probed lists, and the block sums (for tests).
+# exhaustive scan of a batch, and the block sums (for tests); the inverted file's search of lists in blocks is
+# _kernels_ivf.pxi's ivf_search, which runs one query's scan with the functions of this file.
 
 cdef extern from "_simd.h" nogil:
     enum:
@@ -453,81 +454,6 @@ def fastscan_scan(TableModel model not None,          # IN the quantizer's table
                         for j in range(m):
                             ock_fs_refine(&mine[j].c, &base, &mine[j].q)
                             ock_fs_heap_sort_into(&mine[j].c.heap, &out_dist[q0 + j, 0], &out_rows[q0 + j, 0])
-    finally:
-        _fs_scratch_free(&s)
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# The inverted file's scan of probed lists.
-
-def fastscan_ivf_scan(TableModel model not None,         # IN the fine quantizer's table arrays
-                      const float[:, ::1] queries,       # IN (nq, P)
-                      const uint8_t[:, ::1] blocks,      # IN (B, block bytes): list after list, each padded to blocks
-                      const int64_t[::1] list_blocks,    # IN (L + 1,): list l's blocks list_blocks[l] .. [l + 1] - 1
-                      const float[::1] norms_f32,        # IN (N,) float32 norm terms, or None
-                      const uint8_t[::1] norm_codes,     # IN (N,) one-byte norm codes, or None
-                      const float[::1] norm_levels,      # IN (256,) levels of the one-byte norm codes, or None
-                      const int64_t[::1] ids,            # IN (N,): the id of each row
-                      const uint64_t[::1] allow,         # IN (ceil(N / 64),) bitmap of the rows to scan, or None
-                      const int64_t[::1] list_offsets,   # IN (L + 1,): list l's rows list_offsets[l] .. [l + 1] - 1
-                      const int32_t[:, ::1] lists,       # IN (nq, n_probe): the lists each query scans
-                      const float[:, ::1] terms,         # IN (nq, n_probe): their list terms
-                      float[:, ::1] out_dist,            # OUT (nq, k) ascending
-                      int64_t[:, ::1] out_rows,          # OUT (nq, k) the rows of the results; (inf, -1) past the last
-                      int n_threads,
-                      bint norm_scales=False,            # IN the norm terms are scales multiplying the sums (cosine)
-                      const double[::1] scale_range=None,  # IN (2,) their smallest and largest, or None
-                      bint by_bound=False,               # IN rank by the quantized bounds alone: candidates to re-rank
-                      bint in_order=True):               # IN False: each query's k in the heap's order (a set: the
-                                                         #    re-ranking that follows orders them itself)
-    """The scan of probed inverted lists for codes in fast-scan blocks (the lists' candidates by ADC, which
-    ivf_index.search_block_lists then re-ranks): the byte-code scan's results for the same
-    words. Queries run in parallel, each on one thread from start to end."""
-    cdef TableSource source = model._source
-    cdef int nq = out_dist.shape[0]
-    cdef int k = out_dist.shape[1]
-    cdef int n_probe = lists.shape[1]
-    cdef int W = source.M * source.C
-    cdef Py_ssize_t N = list_offsets[list_offsets.shape[0] - 1]
-    cdef ock_fs_base base
-    cdef ock_fs_norm norm
-    cdef const ock_fs_norm *norm_ptr = NULL
-    cdef FsScratch s
-    cdef FsSlot *slot
-    cdef size_t bb = ock_fs_block_bytes(W)
-    cdef const uint8_t *bp = &blocks[0, 0] if blocks.shape[0] > 0 else NULL
-    cdef int q, j, tid
-    cdef int32_t l
-    if nq == 0 or k == 0:
-        return
-    if n_threads < 1:
-        n_threads = 1
-    source.queries = &queries[0, 0]
-    base = _fs_base(W, N, norms_f32, norm_codes, norm_levels, ids, allow, norm_scales, scale_range)
-    if base.norm_codes != NULL and not base.scales:  # scales are not part of the quantized sums
-        ock_fs_norm_init(base.norm_levels, &norm)
-        norm_ptr = &norm
-    memset(&s, 0, sizeof(s))
-    try:
-        _fs_scratch_alloc(&s, n_threads, n_threads, W, k, &source)
-        with nogil, parallel(num_threads=n_threads):
-            tid = threadid()
-            slot = s.slots + tid
-            for q in prange(nq, schedule='dynamic'):
-                _fs_prepare(slot, &source, q, s.work + tid * s.work_stride, norm_ptr)
-                _fs_start(slot, k, base.ids, INFINITY, by_bound)
-                for j in range(n_probe):
-                    l = lists[q, j]
-                    if list_offsets[l + 1] > list_offsets[l]:
-                        _fs_run(&slot.run, slot, bp + <size_t>list_blocks[l] * bb, list_offsets[l],
-                                list_offsets[l + 1] - list_offsets[l], True, terms[q, j])
-                        ock_fs_scan_run(&base, &slot.q, &slot.run, &slot.c)
-                ock_fs_refine(&slot.c, &base, &slot.q)
-                if in_order:
-                    ock_fs_heap_sort_into(&slot.c.heap, &out_dist[q, 0], &out_rows[q, 0])
-                else:
-                    memcpy(&out_dist[q, 0], slot.c.heap.d, k * sizeof(float))
-                    memcpy(&out_rows[q, 0], slot.c.heap.r, k * sizeof(int64_t))
     finally:
         _fs_scratch_free(&s)
 

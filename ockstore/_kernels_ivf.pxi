@@ -26,6 +26,10 @@ cdef enum:
     # n_probe up to which a query's best lists are kept by insertion into a sorted array (_probe_lists)
     PROBE_INSERT_MAX = 32
 
+# Lists per panel of the coarse step's centroid matrix (_ivf.h): panel after panel, each holds the P values of its
+# lists as P rows of (up to) COARSE_PANEL floats (_kmeans.CoarseTables.panels builds it).
+COARSE_PANEL = OCK_COARSE_PANEL
+
 
 # --------------------------------------------------------------------------------------------------------------------
 # Coarse assignment and k-means sums.
@@ -124,13 +128,20 @@ def cluster_sums(const float[:, ::1] X,       # IN (n, P)
 cdef struct IvfQuery:
     # What every query of an ivf_search call shares.
     TableSource tables          # the fine quantizer's model, and the queries
-    const float *ct             # (P, L) the centroids, transposed
+    const float *panels         # (P * L,) the centroids in panels (COARSE_PANEL)
     const float *c_sqnorms      # (L,)
     int L
     int probe_kind
     float term_factor
-    const uint8_t *codes        # (N, W), or NULL when N == 0
+    const uint8_t *codes        # (N, W) byte codes, or NULL when N == 0 or the lists are in fast-scan blocks
     int W
+    const uint8_t *blocks       # the lists in fast-scan blocks (K <= 16), or NULL: byte codes
+    const int64_t *list_blocks  # (L + 1,) with blocks: list l's blocks list_blocks[l] .. [l + 1] - 1
+    size_t block_bytes
+    ock_fs_base fs_base         # with blocks: the rows as the fast scan reads them (its allow set per call)
+    const ock_fs_norm *fs_norm  # with blocks: the one-byte norm codes' nibble tables, or NULL
+    bint by_bound               # with blocks: rank the candidates by their quantized bounds (re-ranked searches)
+    bint out_ids                # write ids, not rows
     NormTerms norms
     const int64_t *ids          # (N,)
     const uint64_t *allow       # bitmap of the rows to scan, or NULL
@@ -151,15 +162,18 @@ cdef class IvfLists:
 
     model : TableModel of the fine quantizer (search.QueryTables.model), kind TABLE_L2_NORM_TERM ("l2") or
         TABLE_NEG_DOT
-    ct : (P, L) float32, the centroids transposed; c_sqnorms : (L,) float32, their squared norms
+    panels : (P * L,) float32, the centroids in panels (COARSE_PANEL); c_sqnorms : (L,) float32, their squared norms
     probe_kind : PROBE_L2 or PROBE_IP; term_factor : -2 ("l2") or -1 (scores): list l's term is term_factor * q.c_l
     codes : (N, W) uint8, rows list after list; norms_f32 : (N,) float32 or None; norm_codes : (N,) uint8 or None,
         with norm_levels (256,) float32; ids : (N,) int64; list_offsets : (L + 1,) int64, from 0 to N;
     norm_scales : the norm terms scale each code's sum instead of being added (cosine: 1 / ||c_l + R z_b||)
+    list_blocks : (L + 1,) int64, or None: with it, `codes` are the lists in fast-scan blocks (B, block bytes), list l
+        in blocks list_blocks[l] .. [l + 1] - 1 (K <= 16: the fast scan reads them, _fastscan.h); n_words: W;
+        scale_range : (2,) float64 or None, the smallest and largest norm scale (cosine; found here when None)
     """
 
     cdef TableModel _model
-    cdef const float[:, ::1] _ct
+    cdef const float[::1] _panels
     cdef const float[::1] _c_sqnorms
     cdef const uint8_t[:, ::1] _codes
     cdef const float[::1] _norms_f32
@@ -167,15 +181,18 @@ cdef class IvfLists:
     cdef const float[::1] _norm_levels
     cdef const int64_t[::1] _ids
     cdef const int64_t[::1] _offsets
+    cdef const int64_t[::1] _list_blocks
+    cdef ock_fs_norm _fs_norm
     cdef IvfQuery job
 
-    def __cinit__(self, TableModel model not None, const float[:, ::1] ct not None,
+    def __cinit__(self, TableModel model not None, const float[::1] panels not None,
                   const float[::1] c_sqnorms not None, int probe_kind, float term_factor,
                   const uint8_t[:, ::1] codes not None, const float[::1] norms_f32, const uint8_t[::1] norm_codes,
                   const float[::1] norm_levels, const int64_t[::1] ids not None,
-                  const int64_t[::1] list_offsets not None, bint norm_scales=False):
+                  const int64_t[::1] list_offsets not None, bint norm_scales=False,
+                  const int64_t[::1] list_blocks=None, int n_words=0, const double[::1] scale_range=None):
         self._model = model
-        self._ct = ct
+        self._panels = panels
         self._c_sqnorms = c_sqnorms
         self._codes = codes
         self._norms_f32 = norms_f32
@@ -185,13 +202,25 @@ cdef class IvfLists:
         self._offsets = list_offsets
         memset(&self.job, 0, sizeof(IvfQuery))
         self.job.tables = model._source
-        self.job.ct = &ct[0, 0]
+        self.job.panels = &panels[0]
         self.job.c_sqnorms = &c_sqnorms[0]
-        self.job.L = ct.shape[1]
+        self.job.L = c_sqnorms.shape[0]
         self.job.probe_kind = probe_kind
         self.job.term_factor = term_factor
-        self.job.codes = &codes[0, 0] if codes.shape[0] > 0 else NULL
-        self.job.W = codes.shape[1]
+        self._list_blocks = list_blocks
+        if list_blocks is None:
+            self.job.codes = &codes[0, 0] if codes.shape[0] > 0 else NULL
+            self.job.W = codes.shape[1]
+        else:
+            self.job.W = n_words
+            self.job.blocks = &codes[0, 0] if codes.shape[0] > 0 else NULL
+            self.job.list_blocks = &list_blocks[0]
+            self.job.block_bytes = ock_fs_block_bytes(n_words)
+            self.job.fs_base = _fs_base(n_words, list_offsets[list_offsets.shape[0] - 1], norms_f32, norm_codes,
+                                        norm_levels, ids, None, norm_scales, scale_range)
+            if self.job.fs_base.norm_codes != NULL and not self.job.fs_base.scales:  # scales: not in the sums
+                ock_fs_norm_init(self.job.fs_base.norm_levels, &self._fs_norm)
+                self.job.fs_norm = &self._fs_norm
         self.job.norms = _norm_terms(norms_f32, norm_codes, norm_levels, norm_scales)
         self.job.ids = &ids[0] if ids.shape[0] > 0 else NULL
         self.job.offsets = &list_offsets[0]
@@ -204,25 +233,31 @@ def ivf_search(IvfLists lists not None,        # IN the index's arrays
                int n_probe,                     # IN lists probed per query, 1..L
                const uint64_t[::1] allow,       # IN (ceil(N / 64),) bitmap of the rows to scan, or None: all
                float[:, ::1] out_dist,          # OUT (nq, k) ascending; with re-ranking the exact values
-               int64_t[:, ::1] out_rows,        # OUT (nq, k) the rows of the results; (inf, -1) past the last
+               int64_t[:, ::1] out_rows,        # OUT (nq, k) the rows of the results (ids with out_ids); (inf, -1)
+                                                #     past the last
                int n_threads,
                RerankSource rerank_rows=None,   # IN the stored rows (part 0: these N rows) to re-rank from, or None
                int rerank=0,                    # IN with rerank_rows: candidates kept per query (>= k)
                const float[:, ::1] rerank_queries=None,  # IN (nq, P) the queries re-ranked (None: `queries`; SDC
                                                          #    scans with reconstructions, re-ranks with the queries)
-               int32_t[::1] out_flags=None):    # OUT (nq,) with rerank_rows: bad rows seen (rerank's flags)
+               int32_t[::1] out_flags=None,     # OUT (nq,) with rerank_rows: bad rows seen (rerank's flags)
+               bint by_bound=False,             # IN lists in fast-scan blocks: rank by the quantized bounds alone
+                                                #    (implied by rerank_rows: _fastscan.h "Ranking by the bound")
+               bint out_ids=False):             # IN write the results' ids instead of their rows
     """For each query: its n_probe best lists and their terms, its one table (_query_tables, the same arithmetic as
     the exhaustive scan's), then its probed lists scanned, keeping its k best (dist, id) among the allowed rows;
     writes their distances and row numbers. With rerank_rows: keeps `rerank` candidates instead, and writes the k
-    best of them by exact value (distances ascending, scores descending; _rerank.h) and their rows. Queries run in
-    groups (COARSE_GROUP: their inner products with the centroids computed together), groups in parallel, each on one
-    thread from start to end (one thread for a single query: no parallel region); a query's results depend neither
-    on its group nor on the number of threads."""
+    best of them by exact value (distances ascending, scores descending; _rerank.h) and their rows. Lists in
+    fast-scan blocks are scanned by the fast scan (_kernels_fastscan.pxi), with the same results as byte codes.
+    Queries run in groups (COARSE_GROUP: their inner products with the centroids computed together), groups in
+    parallel, each on one thread from start to end (one thread for a single query: no parallel region); a query's
+    results depend neither on its group nor on the number of threads."""
     cdef IvfQuery job = lists.job
     cdef int nq = out_dist.shape[0]
     cdef int k = out_dist.shape[1]
     cdef Py_ssize_t stride
     cdef int64_t *scratch = NULL
+    cdef FsScratch fs
     cdef int group, n_groups, g, tid
     if nq == 0 or k == 0:
         return
@@ -234,30 +269,40 @@ def ivf_search(IvfLists lists not None,        # IN the index's arrays
         n_threads = n_groups
     job.tables.queries = &queries[0, 0]
     job.allow = &allow[0] if allow is not None and allow.shape[0] > 0 else NULL
+    job.fs_base.allow = job.allow
     job.n_probe = n_probe
     job.k = k
     job.width = k
+    job.by_bound = by_bound
+    job.out_ids = out_ids
     if rerank_rows is not None:
         job.rerank = &rerank_rows.src
         job.values = ock_rerank_values()
         job.width = rerank if rerank > k else k
         job.rerank_queries = &rerank_queries[0, 0] if rerank_queries is not None else &queries[0, 0]
+        job.by_bound = True
     stride = _slice_items(_ivf_query_items(&job) + _dots_items(group, job.L))
+    memset(&fs, 0, sizeof(fs))
     try:
         scratch = <int64_t *>_alloc(<size_t>n_threads * stride * sizeof(int64_t), "ivf_search's scratch (per thread)")
+        if job.blocks != NULL:  # a fast-scan slot per thread (tables, collector, candidates)
+            _fs_scratch_alloc(&fs, n_threads, n_threads, job.W, job.width, &job.tables)
         if n_threads == 1:
             with nogil:
                 for g in range(n_groups):
-                    _ivf_group(&job, g * group, min(group, nq - g * group), scratch, &out_dist[0, 0],
-                               &out_rows[0, 0], &out_flags[0] if out_flags is not None else NULL)
+                    _ivf_group(&job, g * group, min(group, nq - g * group), scratch, fs.slots, fs.work,
+                               &out_dist[0, 0], &out_rows[0, 0], &out_flags[0] if out_flags is not None else NULL)
         else:
             with nogil, parallel(num_threads=n_threads):
                 tid = threadid()
                 for g in prange(n_groups, schedule='dynamic'):
                     _ivf_group(&job, g * group, min(group, nq - g * group), scratch + tid * stride,
+                               fs.slots + tid if fs.slots != NULL else NULL,
+                               fs.work + tid * fs.work_stride if fs.work != NULL else NULL,
                                &out_dist[0, 0], &out_rows[0, 0], &out_flags[0] if out_flags is not None else NULL)
     finally:
         free(scratch)
+        _fs_scratch_free(&fs)
 
 
 cdef inline int _coarse_group(int L, Py_ssize_t nq, int n_threads) noexcept nogil:
@@ -350,8 +395,8 @@ cdef void _probe_lists(const float *dots, const float *c_sqnorms, int L, int kin
         lists[j] = -1
 
 
-cdef void _probe_group(const float *queries, int q0, int count, const float *ct, const float *c_sqnorms, int P, int L,
-                       int kind, float term_factor, int n_probe, int64_t *scratch, int32_t *out_lists,
+cdef void _probe_group(const float *queries, int q0, int count, const float *panels, const float *c_sqnorms, int P,
+                       int L, int kind, float term_factor, int n_probe, int64_t *scratch, int32_t *out_lists,
                        float *out_terms) noexcept nogil:
     """probe's work for queries q0 .. q0+count-1, in `scratch` (_dots_items(count, L) + _probe_items(L, n_probe))."""
     cdef float *dots = <float *>scratch
@@ -360,7 +405,7 @@ cdef void _probe_group(const float *queries, int q0, int count, const float *ct,
     cdef const float *d
     cdef int i, j
     cdef Py_ssize_t row
-    ock_coarse_dots(queries + <Py_ssize_t>q0 * P, count, ct, P, L, dots)
+    ock_coarse_dots(queries + <Py_ssize_t>q0 * P, count, panels, P, L, dots)
     for i in range(count):
         d = dots + <Py_ssize_t>i * L
         _probe_lists(d, c_sqnorms, L, kind, n_probe, buffers, lists, <float *>(lists + n_probe))
@@ -371,7 +416,7 @@ cdef void _probe_group(const float *queries, int q0, int count, const float *ct,
 
 
 def probe(const float[:, ::1] queries,      # IN (nq, P)
-          const float[:, ::1] ct,           # IN (P, L): the centroids, transposed
+          const float[::1] panels,          # IN (P * L,): the centroids in panels (COARSE_PANEL)
           const float[::1] c_sqnorms,       # IN (L,): ||c_l||^2 (read for PROBE_L2)
           int kind,                         # IN PROBE_L2 or PROBE_IP
           float term_factor,                # IN the list term is term_factor * q.c_l: -2 (metric "l2"), -1 (scores)
@@ -383,7 +428,7 @@ def probe(const float[:, ::1] queries,      # IN (nq, P)
     lists and terms do not depend on the batch or the number of threads."""
     cdef int nq = queries.shape[0]
     cdef int P = queries.shape[1]
-    cdef int L = ct.shape[1]
+    cdef int L = c_sqnorms.shape[0]
     cdef int n_probe = out_lists.shape[1]
     cdef int64_t *scratch = NULL
     cdef Py_ssize_t stride
@@ -402,37 +447,37 @@ def probe(const float[:, ::1] queries,      # IN (nq, P)
         if n_threads == 1:
             with nogil:
                 for g in range(n_groups):
-                    _probe_group(&queries[0, 0], g * group, min(group, nq - g * group), &ct[0, 0], &c_sqnorms[0],
+                    _probe_group(&queries[0, 0], g * group, min(group, nq - g * group), &panels[0], &c_sqnorms[0],
                                  P, L, kind, term_factor, n_probe, scratch, &out_lists[0, 0], &out_terms[0, 0])
         else:
             with nogil, parallel(num_threads=n_threads):
                 tid = threadid()
                 for g in prange(n_groups, schedule='dynamic'):
-                    _probe_group(&queries[0, 0], g * group, min(group, nq - g * group), &ct[0, 0], &c_sqnorms[0],
+                    _probe_group(&queries[0, 0], g * group, min(group, nq - g * group), &panels[0], &c_sqnorms[0],
                                  P, L, kind, term_factor, n_probe, scratch + tid * stride, &out_lists[0, 0],
                                  &out_terms[0, 0])
     finally:
         free(scratch)
 
 
-cdef void _ivf_group(const IvfQuery *job, int q0, int count, int64_t *scratch, float *out_dist, int64_t *out_rows,
-                     int32_t *out_flags) noexcept nogil:
+cdef void _ivf_group(const IvfQuery *job, int q0, int count, int64_t *scratch, FsSlot *slot, double *fs_work,
+                     float *out_dist, int64_t *out_rows, int32_t *out_flags) noexcept nogil:
     """ivf_search's work for queries q0 .. q0+count-1 (out_*: the whole batch's outputs), in `scratch`
-    (_ivf_query_items, then _dots_items(count, L)): their inner products with the centroids together, then each
-    query's own work."""
+    (_ivf_query_items, then _dots_items(count, L)), and with fast-scan lists the thread's slot and its table work:
+    their inner products with the centroids together, then each query's own work."""
     cdef float *dots = <float *>(scratch + _ivf_query_items(job))
     cdef int i, q
-    ock_coarse_dots(job.tables.queries + <Py_ssize_t>q0 * job.tables.P, count, job.ct, job.tables.P, job.L, dots)
+    ock_coarse_dots(job.tables.queries + <Py_ssize_t>q0 * job.tables.P, count, job.panels, job.tables.P, job.L, dots)
     for i in range(count):
         q = q0 + i
-        _ivf_query(job, q, dots + <Py_ssize_t>i * job.L, scratch, out_dist + <Py_ssize_t>q * job.k,
+        _ivf_query(job, q, dots + <Py_ssize_t>i * job.L, scratch, slot, fs_work, out_dist + <Py_ssize_t>q * job.k,
                    out_rows + <Py_ssize_t>q * job.k, out_flags + q if out_flags != NULL else NULL)
 
 
-cdef void _ivf_query(const IvfQuery *job, int q, const float *dots, int64_t *scratch, float *out_dist,
-                     int64_t *out_rows, int32_t *out_flag) noexcept nogil:
+cdef void _ivf_query(const IvfQuery *job, int q, const float *dots, int64_t *scratch, FsSlot *slot, double *fs_work,
+                     float *out_dist, int64_t *out_rows, int32_t *out_flag) noexcept nogil:
     """ivf_search's work for query q after its inner products with the centroids (dots, (L,)), in `scratch`
-    (_ivf_query_items)."""
+    (_ivf_query_items; with fast-scan lists, `slot` and `fs_work` too)."""
     cdef int64_t *lists = scratch + (job.L + 1) // 2 + _topk_items(job.n_probe)
     cdef float *list_keys = <float *>(lists + job.n_probe)
     cdef float *lut = <float *>(scratch + _probe_items(job.L, job.n_probe))
@@ -445,31 +490,72 @@ cdef void _ivf_query(const IvfQuery *job, int q, const float *dots, int64_t *scr
     cdef float qconst, start_term
     cdef int j, l, flag
     _probe_lists(dots, job.c_sqnorms, job.L, job.probe_kind, job.n_probe, scratch, lists, list_keys)
-    # the table, then the lists
-    qconst = _query_tables(&job.tables, q, work, lut, SLOTS)
-    _topk_start(&t, buffers, job.width, job.ids, INFINITY)
-    for j in range(job.n_probe):
-        l = <int>lists[j]
-        if l < 0:  # fewer lists than n_probe (keys that are not numbers)
-            break
-        start_term = qconst + job.term_factor * dots[l]
-        if job.allow != NULL:
-            _scan_allowed_rows(&t, job.codes, job.W, lut, start_term, _norm_terms_from(job.norms, job.offsets[l]),
-                               job.offsets[l], job.offsets[l + 1], job.allow)
-        else:
-            _scan_rows(&t, job.codes, job.W, lut, start_term, _norm_terms_from(job.norms, job.offsets[l]),
-                       job.offsets[l], job.offsets[l + 1], NULL)
-    if job.rerank == NULL:
-        ock_topk_finish(&t, out_dist, out_rows, 1)
-        return
-    # re-ranking: the candidates in the order they came (their set is what counts), the k best by exact value
-    candidates = buffers + _topk_items(job.width)
-    candidate_dist = <float *>(candidates + job.width)
-    positions = candidates + job.width * 2
-    ock_topk_finish(&t, candidate_dist, candidates, 0)
+    if job.blocks != NULL:
+        _ivf_query_fast_scan(job, q, dots, lists, slot, fs_work)
+        if job.rerank == NULL:
+            ock_fs_heap_sort_into(&slot.c.heap, out_dist, out_rows)
+            _rows_to_ids(job, out_rows)
+            return
+        candidates = slot.c.heap.r  # the R rows of smallest bound, in the heap's order (their set is what counts)
+        positions = buffers
+    else:
+        # the table, then the lists
+        qconst = _query_tables(&job.tables, q, work, lut, SLOTS)
+        _topk_start(&t, buffers, job.width, job.ids, INFINITY)
+        for j in range(job.n_probe):
+            l = <int>lists[j]
+            if l < 0:  # fewer lists than n_probe (keys that are not numbers)
+                break
+            start_term = qconst + job.term_factor * dots[l]
+            if job.allow != NULL:
+                _scan_allowed_rows(&t, job.codes, job.W, lut, start_term, _norm_terms_from(job.norms, job.offsets[l]),
+                                   job.offsets[l], job.offsets[l + 1], job.allow)
+            else:
+                _scan_rows(&t, job.codes, job.W, lut, start_term, _norm_terms_from(job.norms, job.offsets[l]),
+                           job.offsets[l], job.offsets[l + 1], NULL)
+        if job.rerank == NULL:
+            ock_topk_finish(&t, out_dist, out_rows, 1)
+            _rows_to_ids(job, out_rows)
+            return
+        # re-ranking: the candidates in the order they came (their set is what counts)
+        candidates = buffers + _topk_items(job.width)
+        candidate_dist = <float *>(candidates + job.width)
+        positions = candidates + job.width * 2
+        ock_topk_finish(&t, candidate_dist, candidates, 0)
+    # the k best candidates by exact value: their ids (the stored rows' ids), or their rows
     flag = ock_rerank_query(job.rerank, job.rerank_queries + <Py_ssize_t>q * job.rerank.P, candidates, NULL,
                             job.width, job.k, positions + job.k, job.values, out_dist, out_rows, positions)
-    for j in range(job.k):
-        out_rows[j] = candidates[positions[j]] if positions[j] >= 0 else -1
+    if not job.out_ids:
+        for j in range(job.k):
+            out_rows[j] = candidates[positions[j]] if positions[j] >= 0 else -1
     if out_flag != NULL:
         out_flag[0] = flag
+
+
+cdef void _ivf_query_fast_scan(const IvfQuery *job, int q, const float *dots, const int64_t *lists, FsSlot *slot,
+                               double *fs_work) noexcept nogil:
+    """The scan of query q's probed lists (lists, best first, -1 past the last) in fast-scan blocks: its tables, then
+    its lists, each from its own term (its exact stage done; its job.width best in slot.c.heap, in the heap's order),
+    as _kernels_fastscan.pxi's exhaustive scan does for one run."""
+    cdef int j
+    cdef int64_t l
+    _fs_prepare(slot, &job.tables, q, fs_work, job.fs_norm)
+    _fs_start(slot, job.width, job.ids, INFINITY, job.by_bound)
+    for j in range(job.n_probe):
+        l = lists[j]
+        if l < 0:
+            break
+        if job.offsets[l + 1] > job.offsets[l]:
+            _fs_run(&slot.run, slot, job.blocks + <size_t>job.list_blocks[l] * job.block_bytes, job.offsets[l],
+                    job.offsets[l + 1] - job.offsets[l], True, job.term_factor * dots[l])
+            ock_fs_scan_run(&job.fs_base, &slot.q, &slot.run, &slot.c)
+    ock_fs_refine(&slot.c, &job.fs_base, &slot.q)
+
+
+cdef inline void _rows_to_ids(const IvfQuery *job, int64_t *out_rows) noexcept nogil:
+    """With out_ids: the k rows written replaced by their ids (-1 stays -1)."""
+    cdef int j
+    if job.out_ids:
+        for j in range(job.k):
+            if out_rows[j] >= 0:
+                out_rows[j] = job.ids[out_rows[j]]

@@ -33,17 +33,21 @@ class CoarseTables:
     """The coarse centroids in the layouts the kernels want (computed once per model).
 
     centroids   (L, P) float32
-    ct          (P, L) float32   the centroids transposed (the probe kernel reads one row of P values per list)
-    neg2_ct     (P, L) float32   -2 ct: the assignment's BLAS product then gives -2 x.c_l directly (exactly: a
-                                 power-of-two scale)
+    panels      (P * L,) float32 the centroids in panels of _kernels.COARSE_PANEL lists (what the probe kernel reads:
+                                 _ivf.h says why): panel after panel, the P values of list first + j of the panel
+                                 starting at list `first` at first * P + p * width + j (width: its lists)
+    neg2_ct     (P, L) float32   -2 times the centroids transposed: the assignment's BLAS product then gives -2 x.c_l
+                                 directly (exactly: a power-of-two scale)
     sqnorms     (L,) float32     ||c_l||^2 (summed in float64)
     """
 
     def __init__(self, centroids):
         self.centroids = np.ascontiguousarray(centroids, dtype=np.float32)
         self.n_lists, self.dim = self.centroids.shape
-        self.ct = np.ascontiguousarray(self.centroids.T)
-        self.neg2_ct = np.ascontiguousarray(-2.0 * self.ct)
+        panel = _kernels.COARSE_PANEL
+        self.panels = np.concatenate([np.ascontiguousarray(self.centroids[first:first + panel].T).reshape(-1)
+                                      for first in range(0, self.n_lists, panel)] or [np.empty(0, np.float32)])
+        self.neg2_ct = np.ascontiguousarray(-2.0 * self.centroids.T)
         c64 = self.centroids.astype(np.float64)
         self.sqnorms = np.einsum("lp,lp->l", c64, c64).astype(np.float32)
 

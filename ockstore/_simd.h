@@ -25,6 +25,10 @@
 #define OCK_LEVEL_AVX512 2
 #define OCK_N_LEVELS 3
 
+/* Lists per panel of the coarse step's centroid matrix (_ivf.h): a multiple of every level's blocks of lists (256,
+ * 64, 32 and 16). */
+#define OCK_COARSE_PANEL 256
+
 /* The re-ranking loop's level-independent part: its types, the query loop and the heap (_rerank.h). */
 #include "_rerank.h"
 
@@ -54,7 +58,8 @@ typedef struct ock_kernels {
     double (*tables)(const double *z, const float *words_t, const double *sqnorms, int M, int C, int K, int S,
                      int kind, int slots, double *acc, float *lut);
 
-    /* The coarse step of the inverted file (_ivf.h): the inner products of nq queries with every centroid. */
+    /* The coarse step of the inverted file (_ivf.h): the inner products of nq queries with every centroid (ct: the
+     * centroids in panels of OCK_COARSE_PANEL lists). */
     void (*coarse_dots)(const float *Q, int nq, const float *ct, int P, int L, float *out);
 
     /* The exact values of re-ranking (_rerank.h): one function per (row kind, metric). */

@@ -69,9 +69,10 @@ def _options_key(*arguments):
     """A key of ``search``'s scalar arguments, their types included (k=True is not k=1), or None when one of them is
     not an immutable scalar (those calls are checked every time)."""
     types = tuple(map(type, arguments))
-    for t in types:
-        if t not in _KEY_TYPES and not issubclass(t, np.generic):
-            return None
+    if not _KEY_TYPES.issuperset(types):  # (one test for the usual Python scalars; numpy's are looked at one by one)
+        for t in types:
+            if t not in _KEY_TYPES and not issubclass(t, np.generic):
+                return None
     return arguments + types
 
 
@@ -501,30 +502,36 @@ class Index(StoredRows):
             if not mask.all():
                 bitmap = _search.rows_bitmap(mask)
         # re-ranking from the stored vectors happens inside the scan; from the caller's vectors, on the candidates
-        stored = self._stored_rows() if opts.rerank is not None and opts.vectors is None else None
-        D, rows = self._scan(Q, opts, bitmap, stored)
-        if opts.rerank is not None and stored is None:
+        if opts.rerank is not None and opts.vectors is None:
+            D, I = self._scan(Q, opts, bitmap, self._stored_rows(), ids=True)
+        elif opts.rerank is not None:
+            D, rows = self._scan(Q, opts, bitmap)
             D, I = _rerank.rerank(Q, rows, self._fetch(opts.vectors), self._quantizer.metric, opts.k,
                                   n_threads=opts.n_threads)
         else:
-            I = rows
-            if self._ids is not None and N > 0:
-                I = self._ids[rows]  # row -1 (padding) takes the last id here, and gets -1 back below
-                np.putmask(I, rows < 0, -1)
-            if stored is None and self._quantizer.metric != "l2":
+            D, I = self._scan(Q, opts, bitmap, ids=True)
+            if self._quantizer.metric != "l2":
                 np.negative(D, out=D)  # the scan ranks by minus the score: scores descending, padding -inf
         if was_1d:
             return D[0], I[0]
         return D, I
 
-    def _scan(self, Q, opts, bitmap, stored=None):
+    def _scan(self, Q, opts, bitmap, stored=None, ids=False):
         """(D, rows) of the scan: the opts.width best rows of each prepared query (see ``search.search_codes``), or
-        with ``stored`` (a _rerank.StoredRows of this index's vectors) the opts.k best of them by exact value."""
+        with ``stored`` (a _rerank.StoredRows of this index's vectors) the opts.k best of them by exact value; their
+        ids instead of their rows with ``ids``."""
         if stored is None:
-            return _search.search_codes(self._query_tables(), Q, opts.width, self._code_rows(bitmap),
-                                        distance=opts.distance, n_threads=opts.n_threads, by_bound=opts.by_bound)
-        return _search.search_codes(self._query_tables(), Q, opts.k, self._code_rows(bitmap), distance=opts.distance,
-                                    n_threads=opts.n_threads, rerank=(stored, opts.rerank))
+            D, rows = _search.search_codes(self._query_tables(), Q, opts.width, self._code_rows(bitmap),
+                                           distance=opts.distance, n_threads=opts.n_threads, by_bound=opts.by_bound)
+        else:
+            D, rows = _search.search_codes(self._query_tables(), Q, opts.k, self._code_rows(bitmap),
+                                           distance=opts.distance, n_threads=opts.n_threads,
+                                           rerank=(stored, opts.rerank))
+        if ids and self._ids is not None and self._codes.shape[0] > 0:
+            found = self._ids[rows]  # row -1 (padding) takes the last id here, and gets -1 back below
+            np.putmask(found, rows < 0, -1)
+            return D, found
+        return D, rows
 
     def _stored_rows(self):
         """The _rerank.StoredRows of the stored vectors (built on first use; damage named as verify names it)."""

@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _kernels, _rerank
+from . import _kernels
 from . import search as _search
 from ._code_blocks import CodeBlocks
 from ._index_rows import check_model_for
 from ._validation import check_int, resolve_n_threads
 from .index import Index
 
-__all__ = ["IVFIndex", "search_lists", "search_block_lists", "check_list_offsets"]
+__all__ = ["IVFIndex", "search_lists", "check_list_offsets"]
 
 
 def check_list_offsets(offsets, n_lists, n_rows, name="list_offsets"):
@@ -47,8 +47,11 @@ def check_list_offsets(offsets, n_lists, n_rows, name="list_offsets"):
     return offsets
 
 
-def search_lists(lists, Q, k, n_probe, allow, *, n_threads=1, rerank=None, rerank_queries=None):
-    """The k best rows of each query among its n_probe best lists (no input validation).
+def search_lists(lists, Q, k, n_probe, allow, *, n_threads=1, rerank=None, rerank_queries=None, by_bound=False,
+                 ids=False):
+    """The k best rows of each query among its n_probe best lists (no input validation): one call of
+    ``_kernels.ivf_search`` (the coarse step, the scan of the probed lists -- byte codes, or blocks read by the fast
+    scan -- and with ``rerank`` the exact values of the candidates, query by query in the kernel).
 
     Parameters
     ----------
@@ -59,12 +62,18 @@ def search_lists(lists, Q, k, n_probe, allow, *, n_threads=1, rerank=None, reran
     allow : ndarray of shape (ceil(N / 64),), dtype uint64, or None: bitmap of the rows to scan (search.rows_bitmap)
     n_threads : int >= 1, or None (every core)
     rerank : (StoredRows, R) or None
-        Re-rank inside the scan (as ``search.search_codes``): R >= k candidates per query, the k best by exact value.
+        Re-rank inside the scan (as ``search.search_codes``): R >= k candidates per query (in fast-scan blocks the R
+        of smallest quantized bound, docs/ARCHITECTURE.md "Fast scan"), the k best by exact value.
     rerank_queries : ndarray like Q, or None
         The queries re-ranked, when the scan uses others (SDC: their reconstructions); None: Q.
+    by_bound : bool
+        Without ``rerank``, lists in fast-scan blocks: the k rows of smallest quantized bound (candidates the caller
+        re-ranks), ranked by that bound.
+    ids : bool
+        Return the results' ids instead of their rows.
 
-    Returns (D (nq, k) float32 ascending, rows (nq, k) int64; (inf, -1) past the last result); with ``rerank`` the
-    exact values (scores descending for "ip" and "cosine").
+    Returns (D (nq, k) float32 ascending, rows or ids (nq, k) int64; (inf, -1) past the last result); with
+    ``rerank`` the exact values (scores descending for "ip" and "cosine").
     """
     nq = Q.shape[0]
     D = np.empty((nq, k), dtype=np.float32)
@@ -73,55 +82,16 @@ def search_lists(lists, Q, k, n_probe, allow, *, n_threads=1, rerank=None, reran
         return D, found
     threads = 1 if nq == 1 else min(resolve_n_threads(n_threads), nq)  # a thread per query at most
     if rerank is None:
-        _kernels.ivf_search(lists, Q, n_probe, allow, D, found, threads)
+        _kernels.ivf_search(lists, Q, n_probe, allow, D, found, threads, None, 0, None, None, by_bound, ids)
         return D, found
     stored, width = rerank
     flags = np.empty(nq, dtype=np.int32)
-    _kernels.ivf_search(lists, Q, n_probe, allow, D, found, threads, stored.source, width, rerank_queries, flags)
+    _kernels.ivf_search(lists, Q, n_probe, allow, D, found, threads, stored.source, width, rerank_queries, flags,
+                        True, ids)
     if np.count_nonzero(flags):  # a bad stored row among some query's candidates: name it
         bad = flags != 0
-        _, candidates = search_lists(lists, Q[bad], width, n_probe, allow, n_threads=threads)
+        _, candidates = search_lists(lists, Q[bad], width, n_probe, allow, n_threads=threads, by_bound=True)
         stored.raise_bad(candidates)
-    return D, found
-
-
-# Queries probed per call of the fast scan of lists: bounds the (queries x n_probe) lists and terms of a batch.
-PROBE_QUERIES_PER_STEP = 8192
-
-
-def search_block_lists(tables, ivf, Q, k, rows, list_offsets, n_probe, *, n_threads=1, rerank=None,
-                       rerank_queries=None, by_bound=False):
-    """``search_lists`` for lists in fast-scan blocks (K <= 16: ``rows.codes`` a CodeBlocks, one run per list), the
-    one path of IVF fast-scan indexes: the coarse step (``ivf._probe``, the lists and terms the search kernel would
-    probe), ``_kernels.fastscan_ivf_scan`` over the probed lists, and with ``rerank`` = (StoredRows, R) the R rows
-    of each query with the smallest quantized bounds (``by_bound``) re-ranked by the compiled loop
-    (``_rerank.rerank_candidates``), the k best kept. IvfLists' one-call search scans byte codes only
-    (docs/ARCHITECTURE.md, "Fast scan"). Arguments and results as ``search_lists`` (tables: the index's
-    QueryTables; rows: its search.CodeRows); ``by_bound`` without ``rerank``: the k rows of smallest bound (candidates
-    the caller re-ranks)."""
-    nq = Q.shape[0]
-    width = k if rerank is None else max(k, rerank[1])
-    D = np.empty((nq, k), dtype=np.float32)
-    found = np.empty((nq, k), dtype=np.int64)
-    threads = max(1, min(resolve_n_threads(n_threads), nq))  # queries run in parallel: a thread per query at most
-    norm_levels = rows.norm_levels if rows.norm_codes is not None else None
-    step = PROBE_QUERIES_PER_STEP if rerank is None else max(1, _rerank.RERANK_STEP_BYTES // (8 * width))
-    for start in range(0, nq, step):
-        stop = min(nq, start + step)
-        batch = Q[start:stop]
-        lists, terms = ivf._probe(batch, n_probe, threads)
-        cand_d = np.empty((stop - start, width), dtype=np.float32)
-        cand_r = np.empty((stop - start, width), dtype=np.int64)
-        _kernels.fastscan_ivf_scan(tables.model, batch, rows.codes.blocks, rows.codes.run_blocks, rows.norms,
-                                   rows.norm_codes, norm_levels, rows.ids, rows.allow, list_offsets, lists, terms,
-                                   cand_d, cand_r, threads, rows.norm_scales, rows.scale_range,
-                                   by_bound or rerank is not None, rerank is None)
-        if rerank is None:
-            D[start:stop], found[start:stop] = cand_d, cand_r
-        else:
-            queries = Q if rerank_queries is None else rerank_queries
-            D[start:stop], found[start:stop] = _rerank.rerank_candidates(queries[start:stop], cand_r, rerank[0], k,
-                                                                          threads)
     return D, found
 
 
@@ -266,9 +236,9 @@ class IVFIndex(Index):
             tables = self._tables = _search.QueryTables(self._quantizer.quantizer, kind=kind)
         return tables
 
-    def _scan(self, Q, opts, bitmap, stored=None):
-        """The opts.width best rows of each prepared query among its opts.n_probe lists (``search_lists``), or with
-        ``stored`` the opts.k best of them by exact value. ``distance="sdc"`` replaces each query by its own
+    def _scan(self, Q, opts, bitmap, stored=None, ids=False):
+        """The opts.width best rows (``ids``: their ids) of each prepared query among its opts.n_probe lists
+        (``search_lists``), or with ``stored`` the opts.k best of them by exact value. ``distance="sdc"`` replaces each query by its own
         reconstruction c_l + R z_hat (the query encoded by the IVF) before the coarse step and the scan (re-ranking
         uses the query itself). Queries are searched in parallel, each on one thread."""
         ivf = self._quantizer
@@ -280,26 +250,28 @@ class IVFIndex(Index):
             if ivf.metric == "cosine":  # the query's reconstruction at unit length: scores estimate cosines
                 lengths = np.sqrt(np.einsum("ij,ij->i", scan_Q, scan_Q, dtype=np.float64))
                 scan_Q = np.ascontiguousarray(scan_Q / np.where(lengths > 0, lengths, 1.0)[:, None], dtype=np.float32)
-        if isinstance(self._codes, CodeBlocks):  # K <= 16: the lists in fast-scan blocks
-            return search_block_lists(self._query_tables(), ivf, scan_Q, opts.k if stored is not None else opts.width,
-                                      self._code_rows(bitmap), self._list_offsets, opts.n_probe, n_threads=threads,
-                                      rerank=None if stored is None else (stored, opts.rerank),
-                                      rerank_queries=None if scan_Q is Q else Q, by_bound=opts.by_bound)
         if stored is None:
-            return search_lists(self._ivf_lists(), scan_Q, opts.width, opts.n_probe, bitmap, n_threads=threads)
+            return search_lists(self._ivf_lists(), scan_Q, opts.width, opts.n_probe, bitmap, n_threads=threads,
+                                by_bound=opts.by_bound, ids=ids)
         return search_lists(self._ivf_lists(), scan_Q, opts.k, opts.n_probe, bitmap, n_threads=threads,
-                            rerank=(stored, opts.rerank), rerank_queries=None if scan_Q is Q else Q)
+                            rerank=(stored, opts.rerank), rerank_queries=None if scan_Q is Q else Q, ids=ids)
 
     def _ivf_lists(self):
-        """The _kernels.IvfLists of this index (built on first search, like the tables)."""
+        """The _kernels.IvfLists of this index (built on first search, like the tables): its byte codes, or (K <= 16)
+        its lists in fast-scan blocks, one run of blocks per list."""
         lists = self._lists
         if lists is None:
             rows = self._code_rows(None)
-            ct, c_sqnorms, kind, term_factor = self._quantizer._probing()
+            panels, c_sqnorms, kind, term_factor = self._quantizer._probing()
+            blocks = {}
+            codes = rows.codes
+            if isinstance(codes, CodeBlocks):
+                blocks = {"list_blocks": codes.run_blocks, "n_words": codes.n_words, "scale_range": rows.scale_range}
+                codes = codes.blocks
             lists = self._lists = _kernels.IvfLists(
-                self._query_tables().model, ct, c_sqnorms, kind, term_factor, rows.codes, rows.norms,
+                self._query_tables().model, panels, c_sqnorms, kind, term_factor, codes, rows.norms,
                 rows.norm_codes, rows.norm_levels if rows.norm_codes is not None else None, rows.ids,
-                self._list_offsets, rows.norm_scales)
+                self._list_offsets, rows.norm_scales, **blocks)
         return lists
 
     def _flat_scan_rows(self, bitmap):

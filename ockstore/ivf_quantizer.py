@@ -351,23 +351,23 @@ class IVF(Model):
     def _probe(self, Q, n_probe, n_threads=1):
         """(lists int32 (nq, n_probe), terms float32 (nq, n_probe)): the lists a search of prepared queries Q
         (float32, C-contiguous) probes, and their terms (``_probing`` says how; the search kernel runs the same
-        coarse step), on n_threads threads (an int >= 1; the results do not depend on it). The search of lists in
-        fast-scan blocks calls it (ivf_index.search_block_lists: IvfLists probes byte-code lists itself); tests and
-        tools too."""
-        ct, c_sqnorms, kind, term_factor = self._probing()
+        coarse step), on n_threads threads (an int >= 1; the results do not depend on it). Tests and tools call it
+        (a search probes inside ``_kernels.ivf_search``)."""
+        panels, c_sqnorms, kind, term_factor = self._probing()
         lists = np.empty((Q.shape[0], n_probe), dtype=np.int32)
         terms = np.empty((Q.shape[0], n_probe), dtype=np.float32)
-        _kernels.probe(Q, ct, c_sqnorms, kind, term_factor, lists, terms, n_threads)
+        _kernels.probe(Q, panels, c_sqnorms, kind, term_factor, lists, terms, n_threads)
         return lists, terms
 
     def _probing(self):
-        """(ct (P, L) float32, c_sqnorms (L,) float32, kind, term_factor): what the search kernel probes with. Each
+        """(panels (P * L,) float32: the centroids in the probe kernel's panels, c_sqnorms (L,) float32, kind,
+        term_factor): what the search kernel probes with. Each
         query scans its n_probe best lists, best first (ties: the smaller list id), ranked by ||q - c_l|| (kind
         PROBE_L2: "l2"; "cosine" too, for unit vectors the nearest centroids hold the best cosines) or by q.c_l
         (PROBE_IP: "ip"); list l's term is term_factor * q.c_l: -2 q.c_l for "l2" (the distance's), -q.c_l for "ip"
         and "cosine" (minus the score's)."""
         kind = PROBE_IP if self.metric == "ip" else PROBE_L2
-        return self._coarse.ct, self._coarse.sqnorms, kind, -2.0 if self.metric == "l2" else -1.0
+        return self._coarse.panels, self._coarse.sqnorms, kind, -2.0 if self.metric == "l2" else -1.0
 
     # ------------------------------------------------------------------------------------- what indexes ask of a model
     # The same methods as the flat quantizers' (quantizers.Quantizer): indexes, writers and collections call them,

@@ -171,8 +171,8 @@ def ivf_byte_scan(index, Q, k, n_probe, distance="adc"):
     rows = index._code_rows(None)
     if distance == "sdc":  # the queries' reconstructions (cosine: at unit length again, as IVFIndex scans them)
         Qp = np.ascontiguousarray(ivf_checks.query_vectors(index, Q, "sdc"), dtype=np.float32)
-    ct, c_sqnorms, kind, term_factor = ivf._probing()
-    lists = _kernels.IvfLists(index._query_tables().model, ct, c_sqnorms, kind, term_factor, index.codes, rows.norms,
+    panels, c_sqnorms, kind, term_factor = ivf._probing()
+    lists = _kernels.IvfLists(index._query_tables().model, panels, c_sqnorms, kind, term_factor, index.codes, rows.norms,
                               rows.norm_codes, rows.norm_levels if rows.norm_codes is not None else None, rows.ids,
                               index.list_offsets, rows.norm_scales)
     D, R = ivf_index_module.search_lists(lists, Qp, k, n_probe, None)

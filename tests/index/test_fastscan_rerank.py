@@ -123,8 +123,7 @@ def test_rerank_of_the_fast_scan_reranks_the_rows_of_smallest_bounds(kind, metri
         runs = [(0, len(index), 0)] * len(QUERIES)
     else:
         ivf, n_probe = index.quantizer, 1
-        got_d, got_r = ivf_index_module.search_block_lists(index._query_tables(), ivf, Qp, K, rows,
-                                                           index.list_offsets, n_probe, rerank=(stored, R))
+        got_d, got_r = ivf_index_module.search_lists(index._ivf_lists(), Qp, K, n_probe, None, rerank=(stored, R))
         candidates = np.stack([_search_candidates_of_list(index, Qp[q:q + 1], R, n_probe)
                                for q in range(len(QUERIES))])
         offsets, run_blocks = index.list_offsets, rows.codes.run_blocks
@@ -152,16 +151,7 @@ def test_rerank_of_the_fast_scan_reranks_the_rows_of_smallest_bounds(kind, metri
 
 def _search_candidates_of_list(index, Qp, R, n_probe):
     """The R candidates a re-ranked IVF fast scan keeps for one query (the scan ranked by bound)."""
-    rows = index._code_rows(None)
-    ivf = index.quantizer
-    lists, terms = ivf._probe(Qp, n_probe)
-    cand_d = np.empty((1, R), dtype=np.float32)
-    cand_r = np.empty((1, R), dtype=np.int64)
-    _kernels.fastscan_ivf_scan(index._query_tables().model, Qp, rows.codes.blocks, rows.codes.run_blocks, rows.norms,
-                               rows.norm_codes, rows.norm_levels if rows.norm_codes is not None else None, rows.ids,
-                               rows.allow, index.list_offsets, lists, terms, cand_d, cand_r, 1, rows.norm_scales,
-                               rows.scale_range, True)
-    return cand_r[0]
+    return ivf_index_module.search_lists(index._ivf_lists(), Qp, R, n_probe, None, by_bound=True)[1][0]
 
 
 @pytest.mark.parametrize("kind", ["flat", "ivf"])

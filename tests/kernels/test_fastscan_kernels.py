@@ -276,7 +276,7 @@ def test_flat_scan_corrupt_words_never_returned(data):
 # -------------------------------------------------------------------------------------------- the inverted file
 
 @pytest.mark.parametrize("metric,norm_encoding", [("l2", "u8"), ("l2", "f32"), ("ip", "none")])
-def test_ivf_scan_is_the_8bit_scan(data, metric, norm_encoding):
+def test_ivf_search_of_blocks_is_the_8bit_search(data, metric, norm_encoding):
     X, Q = data
     ivf = ockstore.IVF(9, ockstore.OCKM(3, 2, 4, n_codewords=16, n_iter=2, metric=metric), seed=0).fit(X)
     index = ockstore.Index.from_vectors(ivf, X[:300], norm_encoding=norm_encoding)  # some lists empty or short
@@ -294,25 +294,27 @@ def test_ivf_scan_is_the_8bit_scan(data, metric, norm_encoding):
     kind = search.TABLE_L2_NORM_TERM if metric == "l2" else search.TABLE_NEG_DOT
     tables = search.QueryTables(ivf.quantizer, kind=kind)
     rng = np.random.default_rng(2)
-    ct, c_sqnorms, probe_kind, term_factor = ivf._probing()
-    byte_lists = _kernels.IvfLists(tables.model, ct, c_sqnorms, probe_kind, term_factor, codes, f32, u8, levels, ids,
+    panels, c_sqnorms, probe_kind, term_factor = ivf._probing()
+    byte_lists = _kernels.IvfLists(tables.model, panels, c_sqnorms, probe_kind, term_factor, codes, f32, u8, levels, ids,
                                    offsets, False)  # the 8-bit scan of the same words, probing the same lists
+    block_lists = _kernels.IvfLists(tables.model, panels, c_sqnorms, probe_kind, term_factor, blocks, f32, u8, levels,
+                                    ids, offsets, False, list_blocks, codes.shape[1])
     for n_probe in (1, 4, 9):
-        lists, terms = ivf._probe(Q, n_probe)
-        lists = np.ascontiguousarray(lists, dtype=np.int32)
-        terms = np.ascontiguousarray(terms, dtype=np.float32)
         for k in (1, 8, 400):
             for allow in (None, search.rows_bitmap(rng.random(len(codes)) < 0.4)):
                 for n_threads in (1, 2):
-                    D = np.empty((len(Q), k), dtype=np.float32)
-                    R = np.empty((len(Q), k), dtype=np.int64)
-                    _kernels.fastscan_ivf_scan(tables.model, Q, blocks, list_blocks, f32, u8, levels, ids, allow,
-                                               offsets, lists, terms, D, R, n_threads)
-                    Db = np.empty((len(Q), k), dtype=np.float32)
-                    Rb = np.empty((len(Q), k), dtype=np.int64)
-                    _kernels.ivf_search(byte_lists, Q, n_probe, allow, Db, Rb, n_threads)
-                    np.testing.assert_array_equal(D, Db)
-                    np.testing.assert_array_equal(R, Rb)
+                    for out_ids in (False, True):
+                        D = np.empty((len(Q), k), dtype=np.float32)
+                        R = np.empty((len(Q), k), dtype=np.int64)
+                        _kernels.ivf_search(block_lists, Q, n_probe, allow, D, R, n_threads, out_ids=out_ids)
+                        Db = np.empty((len(Q), k), dtype=np.float32)
+                        Rb = np.empty((len(Q), k), dtype=np.int64)
+                        _kernels.ivf_search(byte_lists, Q, n_probe, allow, Db, Rb, n_threads, out_ids=out_ids)
+                        np.testing.assert_array_equal(D, Db)
+                        np.testing.assert_array_equal(R, Rb)
+                        if out_ids:  # the ids of the rows written without it
+                            _kernels.ivf_search(byte_lists, Q, n_probe, allow, Db, Rb, n_threads)
+                            np.testing.assert_array_equal(R, np.where(Rb >= 0, ids[np.maximum(Rb, 0)], -1))
 
 
 # ----------------------------------------------------------------------------------------------- SIMD levels

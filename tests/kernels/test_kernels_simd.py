@@ -21,6 +21,7 @@ import pytest
 
 import ockstore
 from ockstore import _kernels
+from ockstore._kmeans import CoarseTables
 
 LEVELS = ("portable", "avx2", "avx512")
 
@@ -85,10 +86,11 @@ def run_every_kernel():
             D, I = index.search(Q, 6, n_probe=3, n_threads=2)
             out[f"{name}.D"], out[f"{name}.I"] = D, I
         # the coarse step on its own: groups of queries (9: full groups and a last one of 1), blocks of lists of
-        # each width and single lists (L = 100); n_probe = L gives every inner product as a term
-        ct = np.ascontiguousarray(rng.standard_normal((21, 100)).astype(np.float32))
-        c_sqnorms = np.einsum("pl,pl->l", ct, ct).astype(np.float32)
-        for kind, factor, n_probe in ((_kernels.PROBE_L2, -2.0, 5), (_kernels.PROBE_IP, -1.0, 100)):
+        # each width and single lists (L = 300: a full panel and one of 44 lists); n_probe = L gives every inner
+        # product as a term
+        coarse = CoarseTables(rng.standard_normal((300, 21)).astype(np.float32))  # a panel and a narrow one
+        ct, c_sqnorms = coarse.panels, coarse.sqnorms
+        for kind, factor, n_probe in ((_kernels.PROBE_L2, -2.0, 5), (_kernels.PROBE_IP, -1.0, 300)):
             lists = np.empty((9, n_probe), dtype=np.int32)
             terms = np.empty((9, n_probe), dtype=np.float32)
             _kernels.probe(Q, ct, c_sqnorms, kind, factor, lists, terms, 2)

@@ -5,7 +5,7 @@ query probes the same lists with the same terms alone, in any batch, on any numb
 
 Oracle: the inner products in float32 by NumPy, one dimension after another (a product, then a sum, each rounded:
 what the kernel computes), the keys ||c_l||^2 - 2 q.c_l (or -q.c_l) rounded to float32, the n_probe best by (key, l).
-Shapes: P odd, L = 1, 7, 100 (not multiples of any block of lists), batches of 1, 3, 5, 17 queries (not multiples of
+Shapes: P odd, L = 1, 7, 100, 300 (not multiples of any block of lists; 300: a full panel and a narrow one), batches of 1, 3, 5, 17 queries (not multiples of
 any group), n_probe up to L on both sides of the insertion path's limit (32), and centroids repeated so that keys
 tie.
 """
@@ -15,6 +15,7 @@ import pytest
 
 import ockstore
 from ockstore import _kernels
+from ockstore._kmeans import CoarseTables
 
 LEVELS = ("portable", "avx2", "avx512")
 
@@ -54,10 +55,25 @@ def reference_probe(Q, ct, c_sqnorms, kind, term_factor, n_probe):
 
 
 def probe(Q, ct, c_sqnorms, kind, term_factor, n_probe, n_threads=1):
+    """The kernel's (lists, terms), given the centroids transposed (ct): it reads them in panels (CoarseTables)."""
     lists = np.empty((Q.shape[0], n_probe), dtype=np.int32)
     terms = np.empty((Q.shape[0], n_probe), dtype=np.float32)
-    _kernels.probe(Q, ct, c_sqnorms, kind, term_factor, lists, terms, n_threads)
+    panels = CoarseTables(ct.T).panels
+    _kernels.probe(Q, panels, c_sqnorms, kind, term_factor, lists, terms, n_threads)
     return lists, terms
+
+
+def test_panels_hold_each_list_where_the_kernel_reads_it():
+    """Panel after panel of COARSE_PANEL lists (the last one narrower), each P rows of its lists' values."""
+    P, L, width = 5, 2 * _kernels.COARSE_PANEL + 3, _kernels.COARSE_PANEL
+    C = np.arange(L * P, dtype=np.float32).reshape(L, P)
+    panels = CoarseTables(C).panels
+    assert panels.shape == (P * L,) and panels.dtype == np.float32
+    for l in (0, 1, width - 1, width, 2 * width + 2):
+        first = l // width * width
+        w = min(width, L - first)
+        for p in range(P):
+            assert panels[first * P + p * w + (l - first)] == C[l, p]
 
 
 def same_bits(a, b):
@@ -71,7 +87,7 @@ def n_probes(L):
     return sorted({1, min(3, L), min(8, L), min(33, L), L})
 
 
-@pytest.mark.parametrize("L", [1, 7, 100])
+@pytest.mark.parametrize("L", [1, 7, 100, 300])
 @pytest.mark.parametrize("kind, term_factor", KINDS)
 def test_a_batch_probes_as_each_query_alone_and_as_the_reference(L, kind, term_factor):
     P = 37
