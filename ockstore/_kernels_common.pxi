@@ -43,6 +43,23 @@ cdef extern from "_simd.h" nogil:
     void ock_coarse_dots(const float *Q, int nq, const float *ct, int P, int L, float *out)
     enum:
         OCK_COARSE_PANEL
+        OCK_COARSE_HALF_PANEL
+        OCK_COARSE_HALF_MIN_LISTS
+    # The prefilter of a query alone (_ivf.h, "A query alone").
+    ctypedef struct ock_coarse_half:
+        const uint16_t *values
+        const float *centroids
+        const double *alpha
+        const double *beta
+        double factor
+        double sqnorm_weight
+        double qnorm_limit
+        int P
+        int L
+        int kind
+    size_t ock_coarse_alone_work_bytes(int L)
+    int ock_coarse_alone(const float *q, const ock_coarse_half *h, const float *c_sqnorms, int n_probe, void *work,
+                         int *cand, float *dots)
     # The exact values of re-ranking (_rerank.h; the query loop is declared in _kernels_rerank.pxi).
     ctypedef struct ock_rr_value_table:
         pass

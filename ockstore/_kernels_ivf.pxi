@@ -29,6 +29,10 @@ cdef enum:
 # Lists per panel of the coarse step's centroid matrix (_ivf.h): panel after panel, each holds the P values of its
 # lists as P rows of (up to) COARSE_PANEL floats (_kmeans.CoarseTables.panels builds it).
 COARSE_PANEL = OCK_COARSE_PANEL
+# Lists per panel of the half-precision centroids of a query alone's prefilter (_ivf.h, "A query alone"), and the
+# fewest lists it applies to (_kmeans.CoarseTables.prefilter).
+COARSE_HALF_PANEL = OCK_COARSE_HALF_PANEL
+COARSE_HALF_MIN_LISTS = OCK_COARSE_HALF_MIN_LISTS
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -125,11 +129,83 @@ def cluster_sums(const float[:, ::1] X,       # IN (n, P)
 # candidates instead and re-ranks them from their stored rows (_rerank.h).
 
 
+cdef class CoarseHalf:
+    """The prefilter of the coarse step for a query alone (_ivf.h, "A query alone"), as typed views held for the life
+    of the object; _kmeans.CoarseTables.prefilter builds it (and says what each array holds).
+
+    centroids : (L, P) float32; values : (ceil(L / COARSE_HALF_PANEL) * COARSE_HALF_PANEL * P,) uint16, the float16
+        bits of the centroids divided by a power of two, in panels of COARSE_HALF_PANEL lists; alpha, beta : (L,)
+        float64; kind : PROBE_L2 or PROBE_IP; factor, sqnorm_weight, qnorm_limit : floats (ock_coarse_half, _simd.h)
+    """
+
+    cdef const float[:, ::1] _centroids
+    cdef const uint16_t[::1] _values
+    cdef const double[::1] _alpha
+    cdef const double[::1] _beta
+    cdef ock_coarse_half half
+
+    def __cinit__(self, const float[:, ::1] centroids not None, const uint16_t[::1] values not None,
+                  const double[::1] alpha not None, const double[::1] beta not None, int kind, double factor,
+                  double sqnorm_weight, double qnorm_limit):
+        cdef int L = centroids.shape[0]
+        cdef int P = centroids.shape[1]
+        cdef Py_ssize_t padded = (L + OCK_COARSE_HALF_PANEL - 1) // OCK_COARSE_HALF_PANEL * OCK_COARSE_HALF_PANEL
+        if L < 1 or P < 1 or values.shape[0] != padded * P or alpha.shape[0] != L or beta.shape[0] != L:
+            raise ValueError(f"CoarseHalf: arrays of {L} lists of {P} dims do not match ({values.shape[0]} values, "
+                             f"{alpha.shape[0]} and {beta.shape[0]} bound coefficients)")
+        if kind != PROBE_BY_L2 and kind != PROBE_BY_IP:
+            raise ValueError(f"CoarseHalf: kind must be PROBE_L2 or PROBE_IP, got {kind}")
+        self._centroids = centroids
+        self._values = values
+        self._alpha = alpha
+        self._beta = beta
+        self.half.values = &values[0]
+        self.half.centroids = &centroids[0, 0]
+        self.half.alpha = &alpha[0]
+        self.half.beta = &beta[0]
+        self.half.factor = factor
+        self.half.sqnorm_weight = sqnorm_weight
+        self.half.qnorm_limit = qnorm_limit
+        self.half.P = P
+        self.half.L = L
+        self.half.kind = kind
+
+    @property
+    def n_lists(self):
+        return self.half.L
+
+    @property
+    def dim(self):
+        return self.half.P
+
+    @property
+    def kind(self):
+        return self.half.kind
+
+
+cdef inline const ock_coarse_half *_coarse_half(CoarseHalf half, int P, int L, int kind) except? NULL:
+    """The C struct of `half` (None: NULL), checked against the centroids it goes with."""
+    if half is None:
+        return NULL
+    if half.half.P != P or half.half.L != L or half.half.kind != kind:
+        raise ValueError(f"the prefilter (CoarseHalf of {half.half.L} lists of {half.half.P} dims, kind "
+                         f"{half.half.kind}) is not that of these {L} lists of {P} dims, kind {kind}")
+    return &half.half
+
+
+cdef inline Py_ssize_t _alone_items(const ock_coarse_half *half, int L) noexcept nogil:
+    """8-byte items of a query alone's prefilter (ock_coarse_alone's work and its candidates), 0 without one."""
+    if half == NULL:
+        return 0
+    return (<Py_ssize_t>ock_coarse_alone_work_bytes(L) + 7) // 8 + (L + 16 + 1) // 2
+
+
 cdef struct IvfQuery:
     # What every query of an ivf_search call shares.
     TableSource tables          # the fine quantizer's model, and the queries
     const float *panels         # (P * L,) the centroids in panels (COARSE_PANEL)
     const float *c_sqnorms      # (L,)
+    const ock_coarse_half *half  # the prefilter of a query alone, or NULL
     int L
     int probe_kind
     float term_factor
@@ -170,6 +246,8 @@ cdef class IvfLists:
     list_blocks : (L + 1,) int64, or None: with it, `codes` are the lists in fast-scan blocks (B, block bytes), list l
         in blocks list_blocks[l] .. [l + 1] - 1 (K <= 16: the fast scan reads them, _fastscan.h); n_words: W;
         scale_range : (2,) float64 or None, the smallest and largest norm scale (cosine; found here when None)
+    half : CoarseHalf of the centroids for probe_kind, or None: the prefilter of a query alone (a coarse step of one
+        query reads it instead of every centroid; the lists and terms are the same)
     """
 
     cdef TableModel _model
@@ -183,6 +261,7 @@ cdef class IvfLists:
     cdef const int64_t[::1] _offsets
     cdef const int64_t[::1] _list_blocks
     cdef ock_fs_norm _fs_norm
+    cdef CoarseHalf _half
     cdef IvfQuery job
 
     def __cinit__(self, TableModel model not None, const float[::1] panels not None,
@@ -190,7 +269,8 @@ cdef class IvfLists:
                   const uint8_t[:, ::1] codes not None, const float[::1] norms_f32, const uint8_t[::1] norm_codes,
                   const float[::1] norm_levels, const int64_t[::1] ids not None,
                   const int64_t[::1] list_offsets not None, bint norm_scales=False,
-                  const int64_t[::1] list_blocks=None, int n_words=0, const double[::1] scale_range=None):
+                  const int64_t[::1] list_blocks=None, int n_words=0, const double[::1] scale_range=None,
+                  CoarseHalf half=None):
         self._model = model
         self._panels = panels
         self._c_sqnorms = c_sqnorms
@@ -207,6 +287,8 @@ cdef class IvfLists:
         self.job.L = c_sqnorms.shape[0]
         self.job.probe_kind = probe_kind
         self.job.term_factor = term_factor
+        self._half = half
+        self.job.half = _coarse_half(half, model._source.P, self.job.L, probe_kind)
         self._list_blocks = list_blocks
         if list_blocks is None:
             self.job.codes = &codes[0, 0] if codes.shape[0] > 0 else NULL
@@ -281,7 +363,7 @@ def ivf_search(IvfLists lists not None,        # IN the index's arrays
         job.width = rerank if rerank > k else k
         job.rerank_queries = &rerank_queries[0, 0] if rerank_queries is not None else &queries[0, 0]
         job.by_bound = True
-    stride = _slice_items(_ivf_query_items(&job) + _dots_items(group, job.L))
+    stride = _slice_items(_ivf_query_items(&job) + _dots_items(group, job.L) + _alone_items(job.half, job.L))
     memset(&fs, 0, sizeof(fs))
     try:
         scratch = <int64_t *>_alloc(<size_t>n_threads * stride * sizeof(int64_t), "ivf_search's scratch (per thread)")
@@ -395,24 +477,91 @@ cdef void _probe_lists(const float *dots, const float *c_sqnorms, int L, int kin
         lists[j] = -1
 
 
+cdef bint _probe_candidates(const float *dots, const float *c_sqnorms, const int *cand, int n, int kind, int n_probe,
+                            int64_t *scratch, int64_t *lists, float *list_keys) noexcept nogil:
+    """_probe_lists's choice for a query alone among its candidate lists (ock_coarse_alone: increasing, n >= n_probe,
+    holding its n_probe best; their inner products in dots): the same lists and keys from the same keys, in
+    `scratch` (_probe_items(L, n_probe)); False when a candidate's key is not a finite number (the caller then takes
+    the full step, which ranks such keys its own way)."""
+    cdef float *keys = <float *>scratch
+    cdef int64_t *buffers = scratch + (n + 1) // 2
+    cdef TopK t
+    cdef int i, j, l, held = 0
+    cdef float key
+    for i in range(n):
+        l = cand[i]
+        if kind == PROBE_BY_L2:
+            keys[i] = c_sqnorms[l] - 2 * dots[l]
+        else:
+            keys[i] = -dots[l]
+        if not (keys[i] - keys[i] == 0):  # inf or NaN
+            return False
+    if n_probe > PROBE_INSERT_MAX:
+        _topk_start(&t, buffers, n_probe, NULL, INFINITY)
+        for i in range(n):
+            ock_topk_offer(&t, keys[i], cand[i])
+        ock_topk_finish(&t, list_keys, lists, 1)
+        return True
+    for i in range(n):  # insertion, as _probe_lists
+        key = keys[i]
+        if held == n_probe and not (key < list_keys[n_probe - 1]):
+            continue
+        j = held if held < n_probe else n_probe - 1
+        while j > 0 and list_keys[j - 1] > key:
+            list_keys[j] = list_keys[j - 1]
+            lists[j] = lists[j - 1]
+            j -= 1
+        list_keys[j] = key
+        lists[j] = cand[i]
+        if held < n_probe:
+            held += 1
+    return held == n_probe
+
+
+cdef int _probe_alone(const float *q, const ock_coarse_half *half, const float *c_sqnorms, int L, int kind,
+                      int n_probe, float *dots, int64_t *alone, int64_t *scratch, int64_t *lists,
+                      float *list_keys) noexcept nogil:
+    """The coarse step of query q alone through the prefilter `half` (_ivf.h, "A query alone"): its lists and keys
+    as _probe_lists chooses them, and the inner products dots[l] of (at least) those lists, as coarse_dots computes
+    them; returns the number of lists whose inner products it computed, or 0: the prefilter did not apply, the
+    caller takes the full step. alone: _alone_items(half, L) 8-byte items; scratch: _probe_items(L, n_probe)."""
+    cdef int *cand = <int *>alone
+    cdef int n
+    if half == NULL:
+        return 0
+    n = ock_coarse_alone(q, half, c_sqnorms, n_probe, alone + (L + 16 + 1) // 2, cand, dots)
+    if n <= 0 or not _probe_candidates(dots, c_sqnorms, cand, n, kind, n_probe, scratch, lists, list_keys):
+        return 0
+    return n
+
+
 cdef void _probe_group(const float *queries, int q0, int count, const float *panels, const float *c_sqnorms, int P,
-                       int L, int kind, float term_factor, int n_probe, int64_t *scratch, int32_t *out_lists,
-                       float *out_terms) noexcept nogil:
-    """probe's work for queries q0 .. q0+count-1, in `scratch` (_dots_items(count, L) + _probe_items(L, n_probe))."""
+                       int L, int kind, float term_factor, int n_probe, const ock_coarse_half *half,
+                       int64_t *scratch, int32_t *out_lists, float *out_terms, int32_t *out_refined) noexcept nogil:
+    """probe's work for queries q0 .. q0+count-1, in `scratch` (_dots_items(count, L) + _probe_items(L, n_probe) +
+    _alone_items(half, L)): a group of one query through the prefilter `half` when it applies."""
     cdef float *dots = <float *>scratch
     cdef int64_t *buffers = scratch + _dots_items(count, L)
     cdef int64_t *lists = buffers + (L + 1) // 2 + _topk_items(n_probe)
+    cdef int64_t *alone = buffers + _probe_items(L, n_probe)
     cdef const float *d
-    cdef int i, j
+    cdef int i, j, refined = 0
     cdef Py_ssize_t row
-    ock_coarse_dots(queries + <Py_ssize_t>q0 * P, count, panels, P, L, dots)
+    if count == 1:
+        refined = _probe_alone(queries + <Py_ssize_t>q0 * P, half, c_sqnorms, L, kind, n_probe, dots, alone, buffers,
+                               lists, <float *>(lists + n_probe))
+    if refined == 0:
+        ock_coarse_dots(queries + <Py_ssize_t>q0 * P, count, panels, P, L, dots)
     for i in range(count):
         d = dots + <Py_ssize_t>i * L
-        _probe_lists(d, c_sqnorms, L, kind, n_probe, buffers, lists, <float *>(lists + n_probe))
+        if refined == 0:
+            _probe_lists(d, c_sqnorms, L, kind, n_probe, buffers, lists, <float *>(lists + n_probe))
         row = <Py_ssize_t>(q0 + i) * n_probe
         for j in range(n_probe):
             out_lists[row + j] = <int32_t>lists[j]
             out_terms[row + j] = term_factor * d[lists[j]] if lists[j] >= 0 else INFINITY
+        if out_refined != NULL:
+            out_refined[q0 + i] = refined if refined > 0 else L
 
 
 def probe(const float[:, ::1] queries,      # IN (nq, P)
@@ -422,10 +571,13 @@ def probe(const float[:, ::1] queries,      # IN (nq, P)
           float term_factor,                # IN the list term is term_factor * q.c_l: -2 (metric "l2"), -1 (scores)
           int32_t[:, ::1] out_lists,        # OUT (nq, n_probe): the lists to scan, best first (ties: smaller l)
           float[:, ::1] out_terms,          # OUT (nq, n_probe): their list terms
-          int n_threads=1):
+          int n_threads=1,
+          CoarseHalf half=None,             # IN the prefilter of a query alone (for `kind`), or None
+          int32_t[::1] out_refined=None):   # OUT (nq,): lists whose inner product was computed (L: the full step)
     """The coarse step of ivf_search on its own (the fast scan of IVF lists probes with it; its tests check the lists
-    a query probes): the same functions, queries in the same groups (COARSE_GROUP), groups in parallel. A query's
-    lists and terms do not depend on the batch or the number of threads."""
+    a query probes): the same functions, queries in the same groups (COARSE_GROUP), groups in parallel, a group of
+    one query through the prefilter `half` when given. A query's lists and terms depend neither on the batch nor on
+    the number of threads, nor on `half`."""
     cdef int nq = queries.shape[0]
     cdef int P = queries.shape[1]
     cdef int L = c_sqnorms.shape[0]
@@ -433,6 +585,12 @@ def probe(const float[:, ::1] queries,      # IN (nq, P)
     cdef int64_t *scratch = NULL
     cdef Py_ssize_t stride
     cdef int group, n_groups, g, tid
+    cdef const ock_coarse_half *prefilter = _coarse_half(half, P, L, kind)
+    cdef int32_t *refined = NULL
+    if out_refined is not None:
+        if out_refined.shape[0] != nq:
+            raise ValueError(f"out_refined must hold {nq} counts, got {out_refined.shape[0]}")
+        refined = &out_refined[0] if nq > 0 else NULL
     if nq == 0 or n_probe == 0:
         return
     if n_threads < 1:
@@ -441,21 +599,22 @@ def probe(const float[:, ::1] queries,      # IN (nq, P)
     n_groups = (nq + group - 1) // group
     if n_threads > n_groups:
         n_threads = n_groups
-    stride = _slice_items(_dots_items(group, L) + _probe_items(L, n_probe))
+    stride = _slice_items(_dots_items(group, L) + _probe_items(L, n_probe) + _alone_items(prefilter, L))
     try:
         scratch = <int64_t *>_alloc(<size_t>n_threads * stride * sizeof(int64_t), "probe's scratch (per thread)")
         if n_threads == 1:
             with nogil:
                 for g in range(n_groups):
                     _probe_group(&queries[0, 0], g * group, min(group, nq - g * group), &panels[0], &c_sqnorms[0],
-                                 P, L, kind, term_factor, n_probe, scratch, &out_lists[0, 0], &out_terms[0, 0])
+                                 P, L, kind, term_factor, n_probe, prefilter, scratch, &out_lists[0, 0],
+                                 &out_terms[0, 0], refined)
         else:
             with nogil, parallel(num_threads=n_threads):
                 tid = threadid()
                 for g in prange(n_groups, schedule='dynamic'):
                     _probe_group(&queries[0, 0], g * group, min(group, nq - g * group), &panels[0], &c_sqnorms[0],
-                                 P, L, kind, term_factor, n_probe, scratch + tid * stride, &out_lists[0, 0],
-                                 &out_terms[0, 0])
+                                 P, L, kind, term_factor, n_probe, prefilter, scratch + tid * stride,
+                                 &out_lists[0, 0], &out_terms[0, 0], refined)
     finally:
         free(scratch)
 
@@ -463,23 +622,35 @@ def probe(const float[:, ::1] queries,      # IN (nq, P)
 cdef void _ivf_group(const IvfQuery *job, int q0, int count, int64_t *scratch, FsSlot *slot, double *fs_work,
                      float *out_dist, int64_t *out_rows, int32_t *out_flags) noexcept nogil:
     """ivf_search's work for queries q0 .. q0+count-1 (out_*: the whole batch's outputs), in `scratch`
-    (_ivf_query_items, then _dots_items(count, L)), and with fast-scan lists the thread's slot and its table work:
-    their inner products with the centroids together, then each query's own work."""
+    (_ivf_query_items, then _dots_items(count, L), then _alone_items(job.half, L)), and with fast-scan lists the
+    thread's slot and its table work: their inner products with the centroids together (a group of one query through
+    the prefilter job.half when it applies), then each query's lists and its own work."""
     cdef float *dots = <float *>(scratch + _ivf_query_items(job))
+    cdef int64_t *lists = scratch + (job.L + 1) // 2 + _topk_items(job.n_probe)
+    cdef float *list_keys = <float *>(lists + job.n_probe)
     cdef int i, q
-    ock_coarse_dots(job.tables.queries + <Py_ssize_t>q0 * job.tables.P, count, job.panels, job.tables.P, job.L, dots)
+    cdef int P = job.tables.P
+    if count == 1 and _probe_alone(job.tables.queries + <Py_ssize_t>q0 * P, job.half, job.c_sqnorms, job.L,
+                                   job.probe_kind, job.n_probe, dots, <int64_t *>dots + _dots_items(1, job.L),
+                                   scratch, lists, list_keys) > 0:
+        _ivf_query(job, q0, dots, scratch, slot, fs_work, out_dist + <Py_ssize_t>q0 * job.k,
+                   out_rows + <Py_ssize_t>q0 * job.k, out_flags + q0 if out_flags != NULL else NULL)
+        return
+    ock_coarse_dots(job.tables.queries + <Py_ssize_t>q0 * P, count, job.panels, P, job.L, dots)
     for i in range(count):
         q = q0 + i
+        _probe_lists(dots + <Py_ssize_t>i * job.L, job.c_sqnorms, job.L, job.probe_kind, job.n_probe, scratch, lists,
+                     list_keys)
         _ivf_query(job, q, dots + <Py_ssize_t>i * job.L, scratch, slot, fs_work, out_dist + <Py_ssize_t>q * job.k,
                    out_rows + <Py_ssize_t>q * job.k, out_flags + q if out_flags != NULL else NULL)
 
 
 cdef void _ivf_query(const IvfQuery *job, int q, const float *dots, int64_t *scratch, FsSlot *slot, double *fs_work,
                      float *out_dist, int64_t *out_rows, int32_t *out_flag) noexcept nogil:
-    """ivf_search's work for query q after its inner products with the centroids (dots, (L,)), in `scratch`
-    (_ivf_query_items; with fast-scan lists, `slot` and `fs_work` too)."""
+    """ivf_search's work for query q once its lists are chosen (in `scratch`, where _probe_lists writes them) with
+    their inner products (dots[l] for each list l it probes), in `scratch` (_ivf_query_items; with fast-scan lists,
+    `slot` and `fs_work` too)."""
     cdef int64_t *lists = scratch + (job.L + 1) // 2 + _topk_items(job.n_probe)
-    cdef float *list_keys = <float *>(lists + job.n_probe)
     cdef float *lut = <float *>(scratch + _probe_items(job.L, job.n_probe))
     cdef double *work = <double *>(<int64_t *>lut + (job.lut_items + 1) // 2)
     cdef int64_t *buffers = <int64_t *>(work + job.work_items)
@@ -489,7 +660,6 @@ cdef void _ivf_query(const IvfQuery *job, int q, const float *dots, int64_t *scr
     cdef TopK t
     cdef float qconst, start_term
     cdef int j, l, flag
-    _probe_lists(dots, job.c_sqnorms, job.L, job.probe_kind, job.n_probe, scratch, lists, list_keys)
     if job.blocks != NULL:
         _ivf_query_fast_scan(job, q, dots, lists, slot, fs_work)
         if job.rerank == NULL:

@@ -7,6 +7,8 @@ No input validation here: callers pass C-contiguous float32 rows without NaN/inf
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from . import _kernels
@@ -39,6 +41,8 @@ class CoarseTables:
     neg2_ct     (P, L) float32   -2 times the centroids transposed: the assignment's BLAS product then gives -2 x.c_l
                                  directly (exactly: a power-of-two scale)
     sqnorms     (L,) float32     ||c_l||^2 (summed in float64)
+
+    ``prefilter(kind)`` gives the coarse step of a query alone its half-precision copy (built on first use).
     """
 
     def __init__(self, centroids):
@@ -50,6 +54,55 @@ class CoarseTables:
         self.neg2_ct = np.ascontiguousarray(-2.0 * self.centroids.T)
         c64 = self.centroids.astype(np.float64)
         self.sqnorms = np.einsum("lp,lp->l", c64, c64).astype(np.float32)
+        self._prefilters = {}
+
+    def prefilter(self, kind):
+        """The prefilter of the coarse step for a query alone, for probing by `kind` (PROBE_L2, PROBE_IP): a
+        _kernels.CoarseHalf, or None where it does not apply (fewer than COARSE_HALF_MIN_LISTS lists, centroids that
+        are not finite or whose squared norms come near float32's largest value).
+
+        _ivf.h ("A query alone") derives what is computed here, in float64: the float16 values h_l of c_l / s (s the
+        power of two that puts max |c| in [2^14, 2^15)), in panels of COARSE_HALF_PANEL lists, and the coefficients
+        of each list's bound on |key - approximate key|, twice the derived ones."""
+        if kind not in self._prefilters:
+            self._prefilters[kind] = self._build_prefilter(kind)
+        return self._prefilters[kind]
+
+    def _build_prefilter(self, kind):
+        L, P = self.n_lists, self.dim
+        C = self.centroids.astype(np.float64)
+        if L < _kernels.COARSE_HALF_MIN_LISTS or not np.isfinite(C).all() or not (self.sqnorms.max() <= 2.0 ** 120):
+            return None
+        largest = float(np.abs(C).max())
+        scale = math.ldexp(1.0, math.frexp(largest)[1] - 15) if largest > 0 else 1.0  # largest / scale < 2^15
+        H = (C / scale).astype(np.float16)  # C / scale: exact (a power of two)
+        H64 = H.astype(np.float64)
+        error = np.sqrt(np.einsum("lp,lp->l", C - scale * H64, C - scale * H64))  # e_l = ||c_l - s h_l||
+        c_norm = np.sqrt(np.einsum("lp,lp->l", C, C))
+        h_norm = np.sqrt(np.einsum("lp,lp->l", H64, H64))
+        u = 2.0 ** -24
+        gamma = (P + 1) * u / (1 - (P + 1) * u)
+        underflow = (P + 8) * 2.0 ** -149 * (1 + scale)  # P products' underflows, of each sum (2^-150 each), doubled
+        spread = c_norm + scale * h_norm + error
+        if kind == PROBE_L2:
+            alpha = 2 * error + (2 * gamma + 8 * u) * spread
+            beta = np.full(L, 2 * underflow)
+            factor, sqnorm_weight = -2.0 * scale, 2 * 4 * u
+        else:
+            alpha = error + (gamma + 4 * u) * spread
+            beta = np.full(L, underflow)
+            factor, sqnorm_weight = -scale, 0.0
+        alpha = 2 * alpha * (1 + 2.0 ** -20)  # twice the bound, and the float64 rounding of its computation
+        beta = 2 * beta
+        largest_norm = max(float(c_norm.max()), float(h_norm.max()))
+        qnorm_limit = 2.0 ** 120 / largest_norm if largest_norm > 0 else math.inf
+        panel = _kernels.COARSE_HALF_PANEL
+        padded = -(-L // panel) * panel
+        H_padded = np.zeros((padded, P), dtype=np.float16)
+        H_padded[:L] = H
+        values = np.ascontiguousarray(H_padded.reshape(padded // panel, panel, P).transpose(0, 2, 1)).reshape(-1)
+        return _kernels.CoarseHalf(self.centroids, values.view(np.uint16), alpha, beta, kind, factor, sqnorm_weight,
+                                   qnorm_limit)
 
     def assign(self, X, n_threads):
         """(labels int32 (n,), squared distances float32 (n,)): the nearest centroid of each row (ties: the smaller

@@ -16,6 +16,8 @@
 #ifndef OCKSTORE_SIMD_H
 #define OCKSTORE_SIMD_H
 
+#include <stddef.h>
+
 #include "_fastscan.h"
 
 /* The levels, in order: a CPU that runs one runs every lower one. Macros (not an enum) so that the level bodies can
@@ -28,6 +30,32 @@
 /* Lists per panel of the coarse step's centroid matrix (_ivf.h): a multiple of every level's blocks of lists (256,
  * 64, 32 and 16). */
 #define OCK_COARSE_PANEL 256
+
+/* The prefilter of the coarse step for a query alone (_ivf.h, "A query alone"): the centroids in half precision, in
+ * panels of OCK_COARSE_HALF_PANEL lists (the last one padded with zeros), and what the bounds of the keys need.
+ * Built by _kmeans.CoarseTables.prefilter; the kernel applies it to at least OCK_COARSE_HALF_MIN_LISTS lists. */
+#define OCK_COARSE_HALF_PANEL 64
+#define OCK_COARSE_HALF_MIN_LISTS 32
+typedef struct ock_coarse_half {
+    const uint16_t *values;  /* float16 bits of c_l / scale: panel after panel, the P values of the panel's list j at
+                                p * OCK_COARSE_HALF_PANEL + j */
+    const float *centroids;  /* (L, P) the centroids, row after row (the exact inner products of the candidates) */
+    const double *alpha;     /* (L,) list l's bound on |key - approximate key| is alpha[l] ||q|| + beta[l] */
+    const double *beta;      /*      + sqnorm_weight |c_sqnorms[l]| (_ivf.h derives it) */
+    double factor;           /* approximate key: c_sqnorms[l] - 2 scale d_l (PROBE_L2) or -scale d_l (PROBE_IP), with
+                                d_l the float32 inner product of q with the list's half values: factor = -2 scale or
+                                -scale */
+    double sqnorm_weight;
+    double qnorm_limit;      /* a query with ||q|| above it takes the full step (no float32 sum can overflow below) */
+    int P, L;
+    int kind;                /* 0: PROBE_L2 (c_sqnorms[l] - 2 q.c_l), 1: PROBE_IP (-q.c_l) */
+} ock_coarse_half;
+
+/* Bytes of ock_coarse_alone's work area for L lists. */
+static inline size_t ock_coarse_alone_work_bytes(int L) {
+    const size_t padded = (size_t)(L + OCK_COARSE_HALF_PANEL - 1) / OCK_COARSE_HALF_PANEL * OCK_COARSE_HALF_PANEL;
+    return padded * sizeof(float) + 3 * (size_t)L * sizeof(double);
+}
 
 /* The re-ranking loop's level-independent part: its types, the query loop and the heap (_rerank.h). */
 #include "_rerank.h"
@@ -61,6 +89,10 @@ typedef struct ock_kernels {
     /* The coarse step of the inverted file (_ivf.h): the inner products of nq queries with every centroid (ct: the
      * centroids in panels of OCK_COARSE_PANEL lists). */
     void (*coarse_dots)(const float *Q, int nq, const float *ct, int P, int L, float *out);
+    /* The coarse step's candidates for a query alone and their exact inner products (NULL at the portable level:
+     * every query takes coarse_dots). */
+    int (*coarse_alone)(const float *q, const ock_coarse_half *h, const float *c_sqnorms, int n_probe, void *work,
+                        int *cand, float *dots);
 
     /* The exact values of re-ranking (_rerank.h): one function per (row kind, metric). */
     const ock_rr_value_table *rerank_values;
@@ -138,6 +170,14 @@ static inline double ock_tables(const double *z, const float *words_t, const dou
 }
 static inline void ock_coarse_dots(const float *Q, int nq, const float *ct, int P, int L, float *out) {
     OCK_CALL(coarse_dots)(Q, nq, ct, P, L, out);
+}
+/* The candidate lists of query q alone (h: the prefilter of its P x L centroids), in increasing order, in cand (L + 16
+ * ints), and their exact inner products dots[cand[i]], as coarse_dots computes them; returns their number, or -1 when
+ * the prefilter does not apply (this level has none, n_probe > L / 2, too few lists, values out of its range): the
+ * caller then takes coarse_dots for every list. work: ock_coarse_alone_work_bytes(L), 8-byte aligned. */
+static inline int ock_coarse_alone(const float *q, const ock_coarse_half *h, const float *c_sqnorms, int n_probe,
+                                   void *work, int *cand, float *dots) {
+    return OCK_CALL(coarse_alone) != NULL ? OCK_CALL(coarse_alone)(q, h, c_sqnorms, n_probe, work, cand, dots) : -1;
 }
 static inline const ock_rr_value_table *ock_rerank_values(void) { return OCK_CALL(rerank_values); }
 

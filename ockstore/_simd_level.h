@@ -71,6 +71,11 @@ static const ock_kernels OCK_FN(ock_kernels) = {
     OCK_FN(rotate),
     OCK_FN(tables),
     OCK_FN(coarse_dots),
+#if OCK_LEVEL == OCK_LEVEL_PORTABLE
+    NULL,
+#else
+    OCK_FN(coarse_alone),
+#endif
     &OCK_FN(rerank_values),
     OCK_FN(ock_fs_scan_run),
     OCK_FN(ock_fs_scan_run2),

@@ -271,7 +271,7 @@ class IVFIndex(Index):
             lists = self._lists = _kernels.IvfLists(
                 self._query_tables().model, panels, c_sqnorms, kind, term_factor, codes, rows.norms,
                 rows.norm_codes, rows.norm_levels if rows.norm_codes is not None else None, rows.ids,
-                self._list_offsets, rows.norm_scales, **blocks)
+                self._list_offsets, rows.norm_scales, half=self._quantizer._probing_alone(), **blocks)
         return lists
 
     def _flat_scan_rows(self, bitmap):

@@ -356,7 +356,7 @@ class IVF(Model):
         panels, c_sqnorms, kind, term_factor = self._probing()
         lists = np.empty((Q.shape[0], n_probe), dtype=np.int32)
         terms = np.empty((Q.shape[0], n_probe), dtype=np.float32)
-        _kernels.probe(Q, panels, c_sqnorms, kind, term_factor, lists, terms, n_threads)
+        _kernels.probe(Q, panels, c_sqnorms, kind, term_factor, lists, terms, n_threads, self._probing_alone())
         return lists, terms
 
     def _probing(self):
@@ -368,6 +368,12 @@ class IVF(Model):
         and "cosine" (minus the score's)."""
         kind = PROBE_IP if self.metric == "ip" else PROBE_L2
         return self._coarse.panels, self._coarse.sqnorms, kind, -2.0 if self.metric == "l2" else -1.0
+
+    def _probing_alone(self):
+        """The prefilter a query probing alone reads instead of every centroid (a _kernels.CoarseHalf for
+        ``_probing``'s kind, or None): the same lists and terms, at about half the memory traffic (_ivf.h, "A query
+        alone")."""
+        return self._coarse.prefilter(PROBE_IP if self.metric == "ip" else PROBE_L2)
 
     # ------------------------------------------------------------------------------------- what indexes ask of a model
     # The same methods as the flat quantizers' (quantizers.Quantizer): indexes, writers and collections call them,

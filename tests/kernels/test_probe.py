@@ -54,12 +54,15 @@ def reference_probe(Q, ct, c_sqnorms, kind, term_factor, n_probe):
     return order.reshape(Q.shape[0], n_probe), terms.reshape(Q.shape[0], n_probe)
 
 
-def probe(Q, ct, c_sqnorms, kind, term_factor, n_probe, n_threads=1):
-    """The kernel's (lists, terms), given the centroids transposed (ct): it reads them in panels (CoarseTables)."""
+def probe(Q, ct, c_sqnorms, kind, term_factor, n_probe, n_threads=1, prefilter=True, refined=None):
+    """The kernel's (lists, terms), given the centroids transposed (ct): it reads them in panels (CoarseTables), and
+    a query alone its prefilter (CoarseTables.prefilter) unless `prefilter` is False. `refined`: an int32 array of
+    the queries' counts of exact inner products (probe's out_refined), or None."""
     lists = np.empty((Q.shape[0], n_probe), dtype=np.int32)
     terms = np.empty((Q.shape[0], n_probe), dtype=np.float32)
-    panels = CoarseTables(ct.T).panels
-    _kernels.probe(Q, panels, c_sqnorms, kind, term_factor, lists, terms, n_threads)
+    tables = CoarseTables(ct.T)
+    half = tables.prefilter(kind) if prefilter else None
+    _kernels.probe(Q, tables.panels, c_sqnorms, kind, term_factor, lists, terms, n_threads, half, refined)
     return lists, terms
 
 
@@ -154,8 +157,9 @@ def ivf_index():
 @pytest.mark.parametrize("rerank", [0, 30])
 def test_ivf_search_is_the_same_for_any_threads_and_batch_split(ivf_index, rerank):
     """ivf_search's groups of queries: the results of a batch on 1 or 2 threads equal those of any split of it, and
-    of each query alone."""
+    of each query alone (which probes through the prefilter)."""
     index, Q = ivf_index
+    assert index.quantizer._probing_alone() is not None
 
     def search(queries, n_threads):
         return index.search(queries, 10, n_probe=7, rerank=rerank, n_threads=n_threads)
@@ -171,3 +175,112 @@ def test_ivf_search_is_the_same_for_any_threads_and_batch_split(ivf_index, reran
     for i in range(Q.shape[0]):  # one query, as a vector
         d, r = search(Q[i], 2)
         assert same_bits(d, D[i]) and same_bits(r, I[i])
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# A query alone (_ivf.h, "A query alone"): its lists are chosen through the centroids in float16 and proven bounds,
+# then the exact inner products of the candidates; the lists and terms are those of the full step, bit for bit.
+
+def alone_cases():
+    """(name, C (L, P) float32, queries (nq, P) float32): the shapes and values the prefilter's bounds must hold for."""
+    rng = np.random.default_rng(7)
+    cases = []
+    C = (rng.standard_normal((300, 37)) * rng.uniform(0.5, 2.0, size=(300, 1))).astype(np.float32)
+    cases.append(("L=300, P odd", C, queries(9, 37, seed=1)))
+    D = C.copy()
+    for l in range(2, 300, 3):  # exact ties: every third centroid a copy of an earlier one
+        D[l] = D[l // 3]
+    cases.append(("repeated centroids", D, queries(9, 37, seed=2)))
+    # near-ties: centroids one float32 ulp apart in one dimension, and queries close to some of them
+    base = rng.standard_normal((100, 16)).astype(np.float32)
+    E = np.repeat(base, 3, axis=0)
+    E[1::3, 0] = np.nextafter(E[1::3, 0], np.float32(np.inf))
+    E[2::3, 5] = np.nextafter(E[2::3, 5], np.float32(-np.inf))
+    Q = np.concatenate([E[:30:4] + np.float32(1e-7), queries(5, 16, seed=3)]).astype(np.float32)
+    cases.append(("centroids one ulp apart", E, Q))
+    # the global scale: tiny and huge magnitudes (the queries of the same scale and of unit scale)
+    for magnitude in (1e-30, 1e14):
+        F = (rng.standard_normal((257, 24)) * magnitude).astype(np.float32)
+        Q = np.concatenate([queries(4, 24, seed=4) * np.float32(magnitude), queries(3, 24, seed=5)]).astype(np.float32)
+        cases.append((f"magnitude {magnitude:g}", F, Q))
+    # sift-like: non-negative integers, L a multiple of the panels
+    G = rng.integers(0, 120, size=(512, 32)).astype(np.float32)
+    cases.append(("integers", G, rng.integers(0, 200, size=(9, 32)).astype(np.float32)))
+    return cases
+
+
+ALONE_CASES = alone_cases()
+
+
+@pytest.mark.parametrize("case", range(len(ALONE_CASES)), ids=[c[0] for c in ALONE_CASES])
+@pytest.mark.parametrize("kind, term_factor", KINDS)
+def test_a_query_alone_probes_as_the_reference_through_the_prefilter(case, kind, term_factor):
+    """Each query alone, through the prefilter, probes the reference's lists with its terms, at every level and for
+    n_probe 1, 8, 33 and L (the last one without the prefilter), as it does in a batch; and the prefilter is used
+    (fewer exact inner products than lists) for some query of each case wherever it applies (not where every key
+    ties: the tiny queries of magnitude 1e-30, whose inner products all underflow to 0)."""
+    _, C, Q = ALONE_CASES[case]
+    ct = np.ascontiguousarray(C.T)
+    c_sqnorms = np.einsum("lp,lp->l", C.astype(np.float64), C.astype(np.float64)).astype(np.float32)
+    L = C.shape[0]
+    previous = _kernels.simd_level()
+    try:
+        for level in runnable_levels():
+            _kernels._set_simd_level(level)
+            for n_probe in (1, 8, 33, L):
+                want = reference_probe(Q, ct, c_sqnorms, kind, term_factor, n_probe)
+                batch = probe(Q, ct, c_sqnorms, kind, term_factor, n_probe)
+                assert same_bits(batch[0], want[0]) and same_bits(batch[1], want[1]), (level, n_probe)
+                refined = np.zeros(Q.shape[0], dtype=np.int32)
+                for i in range(Q.shape[0]):
+                    alone = probe(Q[i:i + 1], ct, c_sqnorms, kind, term_factor, n_probe, refined=refined[i:i + 1])
+                    assert same_bits(alone[0], want[0][i:i + 1]) and same_bits(alone[1], want[1][i:i + 1]), \
+                        (level, n_probe, i)
+                if level == "portable" or 2 * n_probe > L:
+                    assert (refined == L).all()  # no prefilter: every inner product
+                else:
+                    assert (refined >= n_probe).all() and refined.min() < L, (level, n_probe, refined)
+    finally:
+        _kernels._set_simd_level(previous)
+
+
+def test_the_prefilter_refines_few_lists_and_falls_back_where_it_cannot_apply():
+    """On well-spread centroids a query alone computes the exact inner products of little more than its n_probe
+    lists; values out of the bounds' range (a huge query, a NaN) and too few lists take the full step, with the
+    reference's lists."""
+    best = runnable_levels()[-1]
+    if best == "portable":
+        pytest.skip("the portable level has no prefilter")
+    previous = _kernels._set_simd_level(best)
+    try:
+        P, L = 32, 512
+        ct, c_sqnorms = centroids(P, L, seed=9, copies=False)
+        Q = queries(20, P, seed=10)
+        refined = np.zeros(20, dtype=np.int32)
+        for i in range(20):
+            probe(Q[i:i + 1], ct, c_sqnorms, _kernels.PROBE_L2, -2.0, 8, refined=refined[i:i + 1])
+        assert 8 <= refined.min() and refined.mean() < 8 * 1.5, refined
+        huge = [Q[:1] * np.float32(m) for m in (1e34, 1e38)]  # sums near float32's range; sums that overflow
+        for q in huge + [np.where(np.arange(P) == 3, np.nan, Q[0]).astype(np.float32)[None]]:
+            got = np.zeros(1, dtype=np.int32)
+            lists, terms = probe(q, ct, c_sqnorms, _kernels.PROBE_L2, -2.0, 8, refined=got)
+            assert got[0] == L
+            full = probe(q, ct, c_sqnorms, _kernels.PROBE_L2, -2.0, 8, prefilter=False)
+            assert same_bits(lists, full[0]) and same_bits(terms, full[1])
+        small = centroids(P, _kernels.COARSE_HALF_MIN_LISTS - 1, seed=11)
+        assert CoarseTables(small[0].T).prefilter(_kernels.PROBE_L2) is None
+    finally:
+        _kernels._set_simd_level(previous)
+
+
+def test_a_prefilter_of_other_centroids_is_refused():
+    ct, c_sqnorms = centroids(8, 100, seed=12)
+    other = CoarseTables(centroids(8, 99, seed=13)[0].T).prefilter(_kernels.PROBE_L2)
+    lists = np.empty((1, 4), dtype=np.int32)
+    terms = np.empty((1, 4), dtype=np.float32)
+    with pytest.raises(ValueError, match="prefilter"):
+        _kernels.probe(queries(1, 8, seed=1), CoarseTables(ct.T).panels, c_sqnorms, _kernels.PROBE_L2, -2.0, lists,
+                       terms, 1, other)
+    with pytest.raises(ValueError, match="prefilter"):  # another kind
+        _kernels.probe(queries(1, 8, seed=1), CoarseTables(ct.T).panels, c_sqnorms, _kernels.PROBE_IP, -1.0, lists,
+                       terms, 1, CoarseTables(ct.T).prefilter(_kernels.PROBE_L2))
