@@ -56,6 +56,12 @@ class CoarseTables:
         self.sqnorms = np.einsum("lp,lp->l", c64, c64).astype(np.float32)
         self._prefilters = {}
 
+    def __getstate__(self):
+        """Pickled (a quantizer pickles: distributed builds ship it) without the prefilters, built again on use."""
+        state = self.__dict__.copy()
+        state["_prefilters"] = {}
+        return state
+
     def prefilter(self, kind):
         """The prefilter of the coarse step for a query alone, for probing by `kind` (PROBE_L2, PROBE_IP): a
         _kernels.CoarseHalf, or None where it does not apply (fewer than COARSE_HALF_MIN_LISTS lists, centroids that

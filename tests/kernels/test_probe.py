@@ -10,6 +10,8 @@ any group), n_probe up to L on both sides of the insertion path's limit (32), an
 tie.
 """
 
+import pickle
+
 import numpy as np
 import pytest
 
@@ -152,6 +154,16 @@ def ivf_index():
     ivf = ockstore.IVF(40, ockstore.OCKM(3, 2, 4, n_iter=2, seed=1), n_iter=4).fit(X)
     index = ockstore.IVFIndex.from_vectors(ivf, X, store_vectors="float32")
     return index, (rng.standard_normal((23, 19)) + 1.5).astype(np.float32)
+
+
+def test_an_ivf_pickles_after_probing_alone(ivf_index):
+    """The prefilter (a compiled object) is built on use and left out of pickles; the copy probes alike."""
+    index, Q = ivf_index
+    ivf = index.quantizer
+    want = ivf._probe(Q[:1], 5)
+    copy = pickle.loads(pickle.dumps(ivf))
+    got = copy._probe(Q[:1], 5)
+    assert same_bits(got[0], want[0]) and same_bits(got[1], want[1])
 
 
 @pytest.mark.parametrize("rerank", [0, 30])
