@@ -277,29 +277,48 @@ OCK_HALF_TARGET static double OCK_FN(near_kth)(const double *values, int m, int 
     return top;
 }
 
-/* dots[cand[i]] for i < n: each summed over p = 0..P-1 in order from 0, a product then a sum, as coarse_dots does;
- * eight lists at a time (independent sums: the additions' latency overlaps). */
+/* dots[cand[i]] for i < n: each summed over p = 0..P-1 in order from 0, a product then a sum, as coarse_dots does.
+ * Eight candidates at a time, one per lane: their rows are read 8 values at a time and transposed in registers (the
+ * same sums: each lane adds its own products in order): a probe alone at n_probe 32 (33 candidates, P = 128) took
+ * 0.4 us less than with eight scalar sums side by side. A last group of fewer repeats its last candidate in the
+ * spare lanes. */
 OCK_HALF_TARGET static void OCK_FN(coarse_dots_of)(const float *q, const float *C, int P, const int *cand, int n,
                                                    float *dots) {
-    int i = 0;
-    for (; i + 8 <= n; i += 8) {
+    for (int i = 0; i < n; i += 8) {
         const float *c[8];
-        float t[8];
-        for (int j = 0; j < 8; j++) {
-            c[j] = C + (long)cand[i + j] * P;
-            t[j] = 0.0f;
+        for (int j = 0; j < 8; j++) c[j] = C + (long)cand[i + j < n ? i + j : n - 1] * P;
+        __m256 t = _mm256_setzero_ps();
+        int p = 0;
+        for (; p + 8 <= P; p += 8) {
+            const __m256 a0 = _mm256_unpacklo_ps(_mm256_loadu_ps(c[0] + p), _mm256_loadu_ps(c[1] + p));
+            const __m256 a1 = _mm256_unpackhi_ps(_mm256_loadu_ps(c[0] + p), _mm256_loadu_ps(c[1] + p));
+            const __m256 a2 = _mm256_unpacklo_ps(_mm256_loadu_ps(c[2] + p), _mm256_loadu_ps(c[3] + p));
+            const __m256 a3 = _mm256_unpackhi_ps(_mm256_loadu_ps(c[2] + p), _mm256_loadu_ps(c[3] + p));
+            const __m256 a4 = _mm256_unpacklo_ps(_mm256_loadu_ps(c[4] + p), _mm256_loadu_ps(c[5] + p));
+            const __m256 a5 = _mm256_unpackhi_ps(_mm256_loadu_ps(c[4] + p), _mm256_loadu_ps(c[5] + p));
+            const __m256 a6 = _mm256_unpacklo_ps(_mm256_loadu_ps(c[6] + p), _mm256_loadu_ps(c[7] + p));
+            const __m256 a7 = _mm256_unpackhi_ps(_mm256_loadu_ps(c[6] + p), _mm256_loadu_ps(c[7] + p));
+            const __m256 b0 = _mm256_shuffle_ps(a0, a2, 0x44), b1 = _mm256_shuffle_ps(a0, a2, 0xee);
+            const __m256 b2 = _mm256_shuffle_ps(a1, a3, 0x44), b3 = _mm256_shuffle_ps(a1, a3, 0xee);
+            const __m256 b4 = _mm256_shuffle_ps(a4, a6, 0x44), b5 = _mm256_shuffle_ps(a4, a6, 0xee);
+            const __m256 b6 = _mm256_shuffle_ps(a5, a7, 0x44), b7 = _mm256_shuffle_ps(a5, a7, 0xee);
+            /* column k: the 8 candidates' values at p + k */
+            const __m256 column[8] = {
+                _mm256_permute2f128_ps(b0, b4, 0x20), _mm256_permute2f128_ps(b1, b5, 0x20),
+                _mm256_permute2f128_ps(b2, b6, 0x20), _mm256_permute2f128_ps(b3, b7, 0x20),
+                _mm256_permute2f128_ps(b0, b4, 0x31), _mm256_permute2f128_ps(b1, b5, 0x31),
+                _mm256_permute2f128_ps(b2, b6, 0x31), _mm256_permute2f128_ps(b3, b7, 0x31),
+            };
+            for (int k = 0; k < 8; k++) t = _mm256_add_ps(t, _mm256_mul_ps(_mm256_set1_ps(q[p + k]), column[k]));
         }
-        for (int p = 0; p < P; p++) {
-            const float qp = q[p];
-            for (int j = 0; j < 8; j++) t[j] += qp * c[j][p];
+        for (; p < P; p++) {
+            const __m256 column = _mm256_setr_ps(c[0][p], c[1][p], c[2][p], c[3][p], c[4][p], c[5][p], c[6][p],
+                                                 c[7][p]);
+            t = _mm256_add_ps(t, _mm256_mul_ps(_mm256_set1_ps(q[p]), column));
         }
-        for (int j = 0; j < 8; j++) dots[cand[i + j]] = t[j];
-    }
-    for (; i < n; i++) {
-        const float *c = C + (long)cand[i] * P;
-        float t = 0.0f;
-        for (int p = 0; p < P; p++) t += q[p] * c[p];
-        dots[cand[i]] = t;
+        float sums[8];
+        _mm256_storeu_ps(sums, t);
+        for (int j = 0; j < 8 && i + j < n; j++) dots[cand[i + j]] = sums[j];
     }
 }
 
