@@ -170,18 +170,6 @@ cdef class CoarseHalf:
         self.half.L = L
         self.half.kind = kind
 
-    @property
-    def n_lists(self):
-        return self.half.L
-
-    @property
-    def dim(self):
-        return self.half.P
-
-    @property
-    def kind(self):
-        return self.half.kind
-
 
 cdef inline const ock_coarse_half *_coarse_half(CoarseHalf half, int P, int L, int kind) except? NULL:
     """The C struct of `half` (None: NULL), checked against the centroids it goes with."""
