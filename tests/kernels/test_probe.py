@@ -272,7 +272,8 @@ def test_the_prefilter_refines_few_lists_and_falls_back_where_it_cannot_apply():
         for i in range(20):
             probe(Q[i:i + 1], ct, c_sqnorms, _kernels.PROBE_L2, -2.0, 8, refined=refined[i:i + 1])
         assert 8 <= refined.min() and refined.mean() < 8 * 1.5, refined
-        huge = [Q[:1] * np.float32(m) for m in (1e34, 1e37)]  # sums near float32's range; inner products and keys that overflow
+        # sums near float32's range; inner products and keys that overflow
+        huge = [Q[:1] * np.float32(m) for m in (1e34, 1e37)]
         for q in huge + [np.where(np.arange(P) == 3, np.nan, Q[0]).astype(np.float32)[None]]:
             got = np.zeros(1, dtype=np.int32)
             lists, terms = probe(q, ct, c_sqnorms, _kernels.PROBE_L2, -2.0, 8, refined=got)
