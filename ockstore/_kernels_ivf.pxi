@@ -351,7 +351,7 @@ def ivf_search(IvfLists lists not None,        # IN the index's arrays
         job.width = rerank if rerank > k else k
         job.rerank_queries = &rerank_queries[0, 0] if rerank_queries is not None else &queries[0, 0]
         job.by_bound = True
-    stride = _slice_items(_ivf_query_items(&job) + _dots_items(group, job.L) + _alone_items(job.half, job.L))
+    stride = _slice_items(_ivf_query_items(&job) + _dots_items(group, job.L))
     memset(&fs, 0, sizeof(fs))
     try:
         scratch = <int64_t *>_alloc(<size_t>n_threads * stride * sizeof(int64_t), "ivf_search's scratch (per thread)")
@@ -398,13 +398,14 @@ cdef inline Py_ssize_t _probe_items(int L, int n_probe) noexcept nogil:
 
 
 cdef inline Py_ssize_t _ivf_query_items(const IvfQuery *job) noexcept nogil:
-    """8-byte items of one query's scratch after its inner products: probing, its table, the table kernel's work, its
-    collector, and with re-ranking the candidates and the re-ranking loop's own scratch."""
+    """8-byte items of one query's scratch: probing, its table, the table kernel's work, its collector, with
+    re-ranking the candidates and the re-ranking loop's own scratch, and last, with a prefilter, the prefilter's work
+    (_alone_items: used while the query alone probes, before anything after the lists is)."""
     cdef Py_ssize_t items = (_probe_items(job.L, job.n_probe) + (job.lut_items + 1) // 2 + job.work_items
                              + _topk_items(job.width))
     if job.rerank != NULL:
         items += job.width * 2 + job.k + (<Py_ssize_t>ock_rr_scratch_bytes(job.rerank.P, job.k) + 7) // 8 + 8
-    return items
+    return items + _alone_items(job.half, job.L)
 
 
 cdef void _probe_lists(const float *dots, const float *c_sqnorms, int L, int kind, int n_probe, int64_t *scratch,
@@ -610,17 +611,17 @@ def probe(const float[:, ::1] queries,      # IN (nq, P)
 cdef void _ivf_group(const IvfQuery *job, int q0, int count, int64_t *scratch, FsSlot *slot, double *fs_work,
                      float *out_dist, int64_t *out_rows, int32_t *out_flags) noexcept nogil:
     """ivf_search's work for queries q0 .. q0+count-1 (out_*: the whole batch's outputs), in `scratch`
-    (_ivf_query_items, then _dots_items(count, L), then _alone_items(job.half, L)), and with fast-scan lists the
-    thread's slot and its table work: their inner products with the centroids together (a group of one query through
-    the prefilter job.half when it applies), then each query's lists and its own work."""
+    (_ivf_query_items, then _dots_items(count, L)), and with fast-scan lists the thread's slot and its table work:
+    their inner products with the centroids together (a group of one query through the prefilter job.half when it
+    applies, its work in the last _alone_items of the query's scratch), then each query's lists and its own work."""
     cdef float *dots = <float *>(scratch + _ivf_query_items(job))
     cdef int64_t *lists = scratch + (job.L + 1) // 2 + _topk_items(job.n_probe)
     cdef float *list_keys = <float *>(lists + job.n_probe)
     cdef int i, q
     cdef int P = job.tables.P
     if count == 1 and _probe_alone(job.tables.queries + <Py_ssize_t>q0 * P, job.half, job.c_sqnorms, job.L,
-                                   job.probe_kind, job.n_probe, dots, <int64_t *>dots + _dots_items(1, job.L),
-                                   scratch, lists, list_keys) > 0:
+                                   job.probe_kind, job.n_probe, dots,
+                                   <int64_t *>dots - _alone_items(job.half, job.L), scratch, lists, list_keys) > 0:
         _ivf_query(job, q0, dots, scratch, slot, fs_work, out_dist + <Py_ssize_t>q0 * job.k,
                    out_rows + <Py_ssize_t>q0 * job.k, out_flags + q0 if out_flags != NULL else NULL)
         return
