@@ -164,7 +164,7 @@ class Index(StoredRows):
                              if norm_encoding == "u8" else None)
         self._tables = None  # the QueryTables, built on first search: opening a file stays cheap
         self._stored = None  # the _rerank.StoredRows of the vectors, built by the first search that re-ranks them
-        self._last_options = None  # (arguments, SearchOptions) of the last search: see search
+        self._last_options = None  # (arguments, SearchOptions, runner) of the last search: see search
         self._norm_scales = None  # cosine: 1 / ||x_hat|| per row ("f32") or per level ("u8"), built on first search
         self._resource = _resource
         self._file = None  # the storage.MappedFile of an index opened by open_index
@@ -221,6 +221,7 @@ class Index(StoredRows):
     # -------------------------------------------------------------------------------------------------- lifecycle
     def _release_arrays(self):
         self._codes = self._norms = self._norm_levels = self._tables = self._norm_scales = self._stored = None
+        self._last_options = None  # its runner holds views of the arrays
 
     def __repr__(self):
         if self._closed:
@@ -474,13 +475,14 @@ class Index(StoredRows):
                                                                                    n_threads, metric)
         cached = self._last_options
         if key is not None and cached is not None and cached[0] == key:
-            return self._search(Q, cached[1])
+            return self._search(Q, cached[1], cached[2])
         opts = _search_options.search_options(
             self._quantizer, self._codes.shape[0], k, n_probe=n_probe, distance=distance, rerank=rerank,
             vectors=vectors, allow=allow, n_threads=n_threads, stored_vectors=self._vectors is not None, metric=metric)
-        if key is not None:
-            self._last_options = (key, opts)
-        return self._search(Q, opts)
+        if key is None:
+            return self._search(Q, opts)
+        self._last_options = (key, opts, self._scan_runner(opts))
+        return self._search(Q, opts, self._last_options[2])
 
     def _candidates(self, Q, k, **options):
         """``search(Q, k, rerank=0, **options)`` for a caller that re-ranks the results itself (a collection's
@@ -491,18 +493,20 @@ class Index(StoredRows):
             self._quantizer, self._codes.shape[0], k, rerank=0, stored_vectors=self._vectors is not None, **options)
         return self._search(Q, dataclasses.replace(opts, by_bound=True))
 
-    def _search(self, Q, opts):
-        """``search`` with its options checked (``_search_options.SearchOptions``)."""
-        N = self._codes.shape[0]
+    def _search(self, Q, opts, run=None):
+        """``search`` with its options checked (``_search_options.SearchOptions``); ``run``: their ``_scan_runner``,
+        or None."""
         Q, was_1d = as_vectors(Q, "Q", self._quantizer.dim)
         Q = self._quantizer._prepare(Q, "Q")
         bitmap = None
         if opts.allow is not None:
-            mask = _search_options.allow_bitmap(opts.allow, N, self._ids, self._ids_lookup)
+            mask = _search_options.allow_bitmap(opts.allow, self._codes.shape[0], self._ids, self._ids_lookup)
             if not mask.all():
                 bitmap = _search.rows_bitmap(mask)
         # re-ranking from the stored vectors happens inside the scan; from the caller's vectors, on the candidates
-        if opts.rerank is not None and opts.vectors is None:
+        if run is not None:
+            D, I = run(Q)
+        elif opts.rerank is not None and opts.vectors is None:
             D, I = self._scan(Q, opts, bitmap, self._stored_rows(), ids=True)
         elif opts.rerank is not None:
             D, rows = self._scan(Q, opts, bitmap)
@@ -515,6 +519,13 @@ class Index(StoredRows):
         if was_1d:
             return D[0], I[0]
         return D, I
+
+    def _scan_runner(self, opts):
+        """None, or a function of prepared queries returning ``_search``'s (D, I) for ``opts`` with this index's
+        arguments bound once (``search`` keeps it with the options: a query per call then skips ``_search``'s steps):
+        an inverted file's scan of its lists (``IVFIndex._scan_runner``). A flat index's exhaustive scan costs too much
+        for its steps to count."""
+        return None
 
     def _scan(self, Q, opts, bitmap, stored=None, ids=False):
         """(D, rows) of the scan: the opts.width best rows of each prepared query (see ``search.search_codes``), or

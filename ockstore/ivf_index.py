@@ -14,6 +14,8 @@ row belongs to (for copying rows into a writer), and what info() says of the mod
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from . import _kernels
@@ -238,23 +240,38 @@ class IVFIndex(Index):
 
     def _scan(self, Q, opts, bitmap, stored=None, ids=False):
         """The opts.width best rows (``ids``: their ids) of each prepared query among its opts.n_probe lists
-        (``search_lists``), or with ``stored`` the opts.k best of them by exact value. ``distance="sdc"`` replaces each query by its own
-        reconstruction c_l + R z_hat (the query encoded by the IVF) before the coarse step and the scan (re-ranking
-        uses the query itself). Queries are searched in parallel, each on one thread."""
+        (``search_lists``), or with ``stored`` the opts.k best of them by exact value. ``distance="sdc"`` replaces
+        each query by its own reconstruction c_l + R z_hat (the query encoded by the IVF) before the coarse step and
+        the scan (re-ranking uses the query itself). Queries are searched in parallel, each on one thread."""
         ivf = self._quantizer
-        threads = 1 if Q.shape[0] == 1 else resolve_n_threads(opts.n_threads)  # None: every core
         scan_Q = Q
         if opts.distance == "sdc":
+            threads = 1 if Q.shape[0] == 1 else resolve_n_threads(opts.n_threads)  # None: every core
             lists, codes = ivf._encode_prepared(Q, threads)
             scan_Q = np.ascontiguousarray(ivf._reconstruct(lists, codes, threads))
             if ivf.metric == "cosine":  # the query's reconstruction at unit length: scores estimate cosines
                 lengths = np.sqrt(np.einsum("ij,ij->i", scan_Q, scan_Q, dtype=np.float64))
                 scan_Q = np.ascontiguousarray(scan_Q / np.where(lengths > 0, lengths, 1.0)[:, None], dtype=np.float32)
+        return self._list_search(opts, bitmap, stored, ids)(scan_Q, rerank_queries=None if scan_Q is Q else Q)
+
+    def _list_search(self, opts, bitmap, stored, ids):
+        """``search_lists`` over this index's lists with ``opts``, the row bitmap, the stored rows to re-rank from (or
+        None) and ``ids`` bound: a function of the queries scanned (and ``rerank_queries``)."""
         if stored is None:
-            return search_lists(self._ivf_lists(), scan_Q, opts.width, opts.n_probe, bitmap, n_threads=threads,
-                                by_bound=opts.by_bound, ids=ids)
-        return search_lists(self._ivf_lists(), scan_Q, opts.k, opts.n_probe, bitmap, n_threads=threads,
-                            rerank=(stored, opts.rerank), rerank_queries=None if scan_Q is Q else Q, ids=ids)
+            return functools.partial(search_lists, self._ivf_lists(), k=opts.width, n_probe=opts.n_probe,
+                                     allow=bitmap, n_threads=opts.n_threads, by_bound=opts.by_bound, ids=ids)
+        return functools.partial(search_lists, self._ivf_lists(), k=opts.k, n_probe=opts.n_probe, allow=bitmap,
+                                 n_threads=opts.n_threads, rerank=(stored, opts.rerank), ids=ids)
+
+    def _scan_runner(self, opts):
+        """The scan of the lists with ``opts`` bound, for ``search`` to keep (``Index._scan_runner``): where
+        ``_search`` would do nothing but call it (no allow, no caller's vectors, ADC; scores from the codes are
+        negated by ``_search``, so only for "l2" without re-ranking)."""
+        if opts.allow is not None or opts.vectors is not None or opts.distance != "adc":
+            return None
+        if opts.rerank is not None:
+            return self._list_search(opts, None, self._stored_rows(), True)
+        return self._list_search(opts, None, None, True) if self._quantizer.metric == "l2" else None
 
     def _ivf_lists(self):
         """The _kernels.IvfLists of this index (built on first search, like the tables): its byte codes, or (K <= 16)

@@ -481,3 +481,32 @@ def test_repeated_searches_check_every_new_argument(indexes, data):
     fresh = Index(index.quantizer, index.codes, index.norms, index.ids, index.norm_encoding, vectors=index.vectors)
     for got, want in zip(fresh.search(Q[0], 5, rerank=20), first):
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("n_codewords", [256, 16], ids=["bytes", "fastscan"])
+@pytest.mark.parametrize("metric", ["l2", "ip"])
+def test_one_query_per_call_through_the_kept_scan_equals_the_batch(tmp_path, data, metric, n_codewords):
+    """An inverted file keeps, with the checked options, its scan with the arguments bound (``_scan_runner``: no
+    allow, no caller's vectors, ADC; for scores from the codes, which _search negates, none): a query per call
+    through it gets the batch's results, with and without re-ranking, and closing the file drops it (it holds views
+    of the mapped arrays)."""
+    _, base, Q, ids = data
+    ivf = ockstore.IVF(6, ockstore.OCKM(2, 2, 4, n_codewords=n_codewords, metric=metric, n_iter=1, seed=3),
+                       n_iter=3).fit(base)
+    path = tmp_path / "ivf.ock"
+    ockstore.build_index(path, ivf, base, ids, store_vectors="float32")
+    with ockstore.open_index(path) as index:
+        for rerank in (0, 25):
+            options = {"n_probe": 3, "rerank": rerank}
+            D, I = index.search(Q, 5, **options)
+            for i in range(len(Q)):
+                d, got = index.search(Q[i], 5, **options)
+                np.testing.assert_array_equal(d, D[i])
+                np.testing.assert_array_equal(got, I[i])
+            kept = index._last_options[2]
+            assert (kept is None) == (metric != "l2" and rerank == 0)
+            for got, want in zip((D, I), index._search(Q, index._last_options[1])):  # the steps it skips
+                np.testing.assert_array_equal(got, want)
+        with pytest.raises(ValueError, match="rerank"):  # other arguments are checked again
+            index.search(Q[0], 5, n_probe=3, rerank=3)
+    assert index._last_options is None
