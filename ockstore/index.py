@@ -164,7 +164,7 @@ class Index(StoredRows):
                              if norm_encoding == "u8" else None)
         self._tables = None  # the QueryTables, built on first search: opening a file stays cheap
         self._stored = None  # the _rerank.StoredRows of the vectors, built by the first search that re-ranks them
-        self._last_options = None  # (arguments, SearchOptions, runner) of the last search: see search
+        self._last_options = None  # (arguments, SearchOptions, run, one) of the last search: see search
         self._norm_scales = None  # cosine: 1 / ||x_hat|| per row ("f32") or per level ("u8"), built on first search
         self._resource = _resource
         self._file = None  # the storage.MappedFile of an index opened by open_index
@@ -221,7 +221,7 @@ class Index(StoredRows):
     # -------------------------------------------------------------------------------------------------- lifecycle
     def _release_arrays(self):
         self._codes = self._norms = self._norm_levels = self._tables = self._norm_scales = self._stored = None
-        self._last_options = None  # its runner holds views of the arrays
+        self._last_options = None  # its runners hold views of the arrays
 
     def __repr__(self):
         if self._closed:
@@ -474,15 +474,19 @@ class Index(StoredRows):
         key = None if vectors is not None or allow is not None else _options_key(k, n_probe, distance, rerank,
                                                                                    n_threads, metric)
         cached = self._last_options
-        if key is not None and cached is not None and cached[0] == key:
-            return self._search(Q, cached[1], cached[2])
-        opts = _search_options.search_options(
-            self._quantizer, self._codes.shape[0], k, n_probe=n_probe, distance=distance, rerank=rerank,
-            vectors=vectors, allow=allow, n_threads=n_threads, stored_vectors=self._vectors is not None, metric=metric)
-        if key is None:
-            return self._search(Q, opts)
-        self._last_options = (key, opts, self._scan_runner(opts))
-        return self._search(Q, opts, self._last_options[2])
+        if key is None or cached is None or cached[0] != key:
+            opts = _search_options.search_options(
+                self._quantizer, self._codes.shape[0], k, n_probe=n_probe, distance=distance, rerank=rerank,
+                vectors=vectors, allow=allow, n_threads=n_threads, stored_vectors=self._vectors is not None,
+                metric=metric)
+            if key is None:
+                return self._search(Q, opts)
+            self._last_options = cached = (key, opts, *self._scan_runners(opts))
+        if cached[3] is not None:  # one query: the compiled path, when it can take Q as it is (else None)
+            found = cached[3].search(Q)
+            if found is not None:
+                return found
+        return self._search(Q, cached[1], cached[2])
 
     def _candidates(self, Q, k, **options):
         """``search(Q, k, rerank=0, **options)`` for a caller that re-ranks the results itself (a collection's
@@ -520,12 +524,13 @@ class Index(StoredRows):
             return D[0], I[0]
         return D, I
 
-    def _scan_runner(self, opts):
-        """None, or a function of prepared queries returning ``_search``'s (D, I) for ``opts`` with this index's
-        arguments bound once (``search`` keeps it with the options: a query per call then skips ``_search``'s steps):
-        an inverted file's scan of its lists (``IVFIndex._scan_runner``). A flat index's exhaustive scan costs too much
-        for its steps to count."""
-        return None
+    def _scan_runners(self, opts):
+        """(run, one): what ``search`` keeps with ``opts`` so that a query per call skips ``_search``'s steps, or
+        (None, None). run: a function of prepared queries returning ``_search``'s (D, I) with this index's arguments
+        bound once; one: an object whose ``search(q)`` returns a 1-D query's results, or None for any query it does
+        not take as it is (``_kernels.IvfOneQuery``). An inverted file's (``IVFIndex._scan_runners``); a flat index's
+        exhaustive scan costs too much for these steps to count."""
+        return None, None
 
     def _scan(self, Q, opts, bitmap, stored=None, ids=False):
         """(D, rows) of the scan: the opts.width best rows of each prepared query (see ``search.search_codes``), or

@@ -22,7 +22,7 @@ from . import _kernels
 from . import search as _search
 from ._code_blocks import CodeBlocks
 from ._index_rows import check_model_for
-from ._validation import check_int, resolve_n_threads
+from ._validation import MAX_ABS_VALUE, check_int, resolve_n_threads
 from .index import Index
 
 __all__ = ["IVFIndex", "search_lists", "check_list_offsets"]
@@ -263,15 +263,22 @@ class IVFIndex(Index):
         return functools.partial(search_lists, self._ivf_lists(), k=opts.k, n_probe=opts.n_probe, allow=bitmap,
                                  n_threads=opts.n_threads, rerank=(stored, opts.rerank), ids=ids)
 
-    def _scan_runner(self, opts):
-        """The scan of the lists with ``opts`` bound, for ``search`` to keep (``Index._scan_runner``): where
-        ``_search`` would do nothing but call it (no allow, no caller's vectors, ADC; scores from the codes are
-        negated by ``_search``, so only for "l2" without re-ranking)."""
+    def _scan_runners(self, opts):
+        """The scan of the lists with ``opts`` bound, and the compiled search of one query with them
+        (``Index._scan_runners``): where ``_search`` would do nothing but call the scan (no allow, no caller's vectors,
+        ADC; scores from the codes are negated by ``_search``, so only for "l2" without re-ranking); the one-query
+        search where queries need no preparing (not "cosine", whose queries are normalised first)."""
         if opts.allow is not None or opts.vectors is not None or opts.distance != "adc":
-            return None
-        if opts.rerank is not None:
-            return self._list_search(opts, None, self._stored_rows(), True)
-        return self._list_search(opts, None, None, True) if self._quantizer.metric == "l2" else None
+            return None, None
+        stored = None if opts.rerank is None else self._stored_rows()
+        if stored is None and self._quantizer.metric != "l2":
+            return None, None
+        run = self._list_search(opts, None, stored, True)
+        if self._quantizer.metric == "cosine":
+            return run, None
+        one = _kernels.IvfOneQuery(self._ivf_lists(), opts.k, opts.n_probe, None if stored is None else stored.source,
+                                   0 if stored is None else opts.rerank, MAX_ABS_VALUE, np.empty, np.float32, np.int64)
+        return run, one
 
     def _ivf_lists(self):
         """The _kernels.IvfLists of this index (built on first search, like the tables): its byte codes, or (K <= 16)
