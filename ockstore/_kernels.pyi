@@ -107,6 +107,13 @@ def ivf_search(
     out_flags: I32 | None = None, by_bound: bool = False, out_ids: bool = False,
 ) -> None: ...
 
+class IvfOneQuery:
+    def __init__(
+        self, lists: IvfLists, k: int, n_probe: int, rerank_rows: RerankSource | None, rerank: int, max_value: float,
+        empty: object, float32: object, int64: object,
+    ) -> None: ...
+    def search(self, q: object) -> tuple[F32, I64] | None: ...
+
 # Fast scan: codes of words below 16 in blocks of FASTSCAN_BLOCK rows (docs/FORMAT.md section 16; _fastscan.h).
 FASTSCAN_BLOCK: int
 U16 = npt.NDArray[np.uint16]

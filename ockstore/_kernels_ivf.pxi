@@ -718,3 +718,107 @@ cdef inline void _rows_to_ids(const IvfQuery *job, int64_t *out_rows) noexcept n
         for j in range(job.k):
             if out_rows[j] >= 0:
                 out_rows[j] = job.ids[out_rows[j]]
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# One query per call.
+
+cdef class IvfOneQuery:
+    """ivf_search of one query with everything else bound: an index's lists, k, n_probe, and the stored rows to
+    re-rank from with R (or None). Index.search keeps it with the checked options of its last call, for an app that
+    searches a query per call: that call then costs the kernel's work and little more (the general path's Python
+    steps took about as long again in cache misses as they took themselves, ~9 us per query in all).
+
+    search(q) takes only what needs no check beyond its values -- a C-contiguous float32 vector of P values whose
+    magnitudes are at most max_value (NaN and inf fail that test) -- and returns (distances (k,) float32, ids (k,)
+    int64) as ivf_search(out_ids=True) writes them. For anything else, or when a stored row among the candidates is
+    bad, it returns None: validation stays in Python, where the caller's general path checks the query, names the
+    problem or searches it. The results are ivf_search's: the same functions on the same values."""
+
+    cdef IvfLists lists
+    cdef RerankSource rerank_rows
+    cdef IvfQuery job
+    cdef float max_value
+    cdef object empty, float32, int64
+    cdef int64_t *scratch        # the scratch of one query, kept: a call that finds it in use allocates its own
+    cdef FsScratch fs
+    cdef bint busy
+
+    def __cinit__(self, IvfLists lists not None, int k, int n_probe, RerankSource rerank_rows, int rerank,
+                  float max_value, empty, float32, int64):
+        self.scratch = NULL
+        memset(&self.fs, 0, sizeof(self.fs))
+        self.lists = lists
+        self.rerank_rows = rerank_rows
+        self.max_value = max_value
+        self.empty, self.float32, self.int64 = empty, float32, int64
+        self.job = lists.job
+        self.job.n_probe = n_probe
+        self.job.k = k
+        self.job.width = k
+        self.job.out_ids = True
+        if rerank_rows is not None:
+            self.job.rerank = &rerank_rows.src
+            self.job.values = ock_rerank_values()
+            self.job.width = rerank if rerank > k else k
+            self.job.by_bound = True
+        self.scratch = self._allocate(&self.fs)
+
+    cdef int64_t *_allocate(self, FsScratch *fs) except NULL:
+        """A query's scratch (and with fast-scan lists its slot in fs), as ivf_search allocates for one thread."""
+        cdef int64_t *scratch = <int64_t *>_alloc(
+            <size_t>_slice_items(_ivf_query_items(&self.job) + _dots_items(1, self.job.L)) * sizeof(int64_t),
+            "the scratch of a search of one query")
+        if self.job.blocks != NULL:
+            try:
+                _fs_scratch_alloc(fs, 1, 1, self.job.W, self.job.width, &self.job.tables)
+            except MemoryError:
+                free(scratch)
+                _fs_scratch_free(fs)
+                raise
+        return scratch
+
+    def __dealloc__(self):
+        free(self.scratch)
+        _fs_scratch_free(&self.fs)
+
+    def search(self, q):
+        cdef const float[::1] values
+        cdef IvfQuery job
+        cdef int64_t *scratch
+        cdef FsScratch own
+        cdef FsScratch *fs
+        cdef float[::1] out_dist
+        cdef int64_t[::1] out_ids
+        cdef int32_t flag = 0
+        cdef bint mine
+        try:
+            values = q
+        except (TypeError, ValueError, BufferError):
+            return None
+        if values.shape[0] != self.job.tables.P or not ock_max_abs(&values[0], values.shape[0]) <= self.max_value:
+            return None
+        D = self.empty(self.job.k, self.float32)
+        I = self.empty(self.job.k, self.int64)
+        out_dist = D
+        out_ids = I
+        job = self.job
+        job.tables.queries = &values[0]
+        job.rerank_queries = &values[0]
+        mine = not self.busy
+        if mine:
+            self.busy = True
+            scratch, fs = self.scratch, &self.fs
+        else:  # another thread is searching with this object (each call holds the GIL until here)
+            memset(&own, 0, sizeof(own))
+            scratch, fs = self._allocate(&own), &own
+        try:
+            with nogil:
+                _ivf_group(&job, 0, 1, scratch, fs.slots, fs.work, &out_dist[0], &out_ids[0], &flag)
+        finally:
+            if mine:
+                self.busy = False
+            else:
+                free(scratch)
+                _fs_scratch_free(&own)
+        return None if flag != 0 else (D, I)

@@ -164,7 +164,7 @@ class Index(StoredRows):
                              if norm_encoding == "u8" else None)
         self._tables = None  # the QueryTables, built on first search: opening a file stays cheap
         self._stored = None  # the _rerank.StoredRows of the vectors, built by the first search that re-ranks them
-        self._last_options = None  # (arguments, SearchOptions) of the last search: see search
+        self._last_options = None  # (arguments, SearchOptions, run, one) of the last search: see search
         self._norm_scales = None  # cosine: 1 / ||x_hat|| per row ("f32") or per level ("u8"), built on first search
         self._resource = _resource
         self._file = None  # the storage.MappedFile of an index opened by open_index
@@ -221,6 +221,7 @@ class Index(StoredRows):
     # -------------------------------------------------------------------------------------------------- lifecycle
     def _release_arrays(self):
         self._codes = self._norms = self._norm_levels = self._tables = self._norm_scales = self._stored = None
+        self._last_options = None  # its runners hold views of the arrays
 
     def __repr__(self):
         if self._closed:
@@ -473,14 +474,19 @@ class Index(StoredRows):
         key = None if vectors is not None or allow is not None else _options_key(k, n_probe, distance, rerank,
                                                                                    n_threads, metric)
         cached = self._last_options
-        if key is not None and cached is not None and cached[0] == key:
-            return self._search(Q, cached[1])
-        opts = _search_options.search_options(
-            self._quantizer, self._codes.shape[0], k, n_probe=n_probe, distance=distance, rerank=rerank,
-            vectors=vectors, allow=allow, n_threads=n_threads, stored_vectors=self._vectors is not None, metric=metric)
-        if key is not None:
-            self._last_options = (key, opts)
-        return self._search(Q, opts)
+        if key is None or cached is None or cached[0] != key:
+            opts = _search_options.search_options(
+                self._quantizer, self._codes.shape[0], k, n_probe=n_probe, distance=distance, rerank=rerank,
+                vectors=vectors, allow=allow, n_threads=n_threads, stored_vectors=self._vectors is not None,
+                metric=metric)
+            if key is None:
+                return self._search(Q, opts)
+            self._last_options = cached = (key, opts, *self._scan_runners(opts))
+        if cached[3] is not None:  # one query: the compiled path, when it can take Q as it is (else None)
+            found = cached[3].search(Q)
+            if found is not None:
+                return found
+        return self._search(Q, cached[1], cached[2])
 
     def _candidates(self, Q, k, **options):
         """``search(Q, k, rerank=0, **options)`` for a caller that re-ranks the results itself (a collection's
@@ -491,18 +497,20 @@ class Index(StoredRows):
             self._quantizer, self._codes.shape[0], k, rerank=0, stored_vectors=self._vectors is not None, **options)
         return self._search(Q, dataclasses.replace(opts, by_bound=True))
 
-    def _search(self, Q, opts):
-        """``search`` with its options checked (``_search_options.SearchOptions``)."""
-        N = self._codes.shape[0]
+    def _search(self, Q, opts, run=None):
+        """``search`` with its options checked (``_search_options.SearchOptions``); ``run``: their ``_scan_runner``,
+        or None."""
         Q, was_1d = as_vectors(Q, "Q", self._quantizer.dim)
         Q = self._quantizer._prepare(Q, "Q")
         bitmap = None
         if opts.allow is not None:
-            mask = _search_options.allow_bitmap(opts.allow, N, self._ids, self._ids_lookup)
+            mask = _search_options.allow_bitmap(opts.allow, self._codes.shape[0], self._ids, self._ids_lookup)
             if not mask.all():
                 bitmap = _search.rows_bitmap(mask)
         # re-ranking from the stored vectors happens inside the scan; from the caller's vectors, on the candidates
-        if opts.rerank is not None and opts.vectors is None:
+        if run is not None:
+            D, I = run(Q)
+        elif opts.rerank is not None and opts.vectors is None:
             D, I = self._scan(Q, opts, bitmap, self._stored_rows(), ids=True)
         elif opts.rerank is not None:
             D, rows = self._scan(Q, opts, bitmap)
@@ -515,6 +523,14 @@ class Index(StoredRows):
         if was_1d:
             return D[0], I[0]
         return D, I
+
+    def _scan_runners(self, opts):
+        """(run, one): what ``search`` keeps with ``opts`` so that a query per call skips ``_search``'s steps, or
+        (None, None). run: a function of prepared queries returning ``_search``'s (D, I) with this index's arguments
+        bound once; one: an object whose ``search(q)`` returns a 1-D query's results, or None for any query it does
+        not take as it is (``_kernels.IvfOneQuery``). An inverted file's (``IVFIndex._scan_runners``); a flat index's
+        exhaustive scan costs too much for these steps to count."""
+        return None, None
 
     def _scan(self, Q, opts, bitmap, stored=None, ids=False):
         """(D, rows) of the scan: the opts.width best rows of each prepared query (see ``search.search_codes``), or

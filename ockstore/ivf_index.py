@@ -14,13 +14,15 @@ row belongs to (for copying rows into a writer), and what info() says of the mod
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from . import _kernels
 from . import search as _search
 from ._code_blocks import CodeBlocks
 from ._index_rows import check_model_for
-from ._validation import check_int, resolve_n_threads
+from ._validation import MAX_ABS_VALUE, check_int, resolve_n_threads
 from .index import Index
 
 __all__ = ["IVFIndex", "search_lists", "check_list_offsets"]
@@ -238,23 +240,45 @@ class IVFIndex(Index):
 
     def _scan(self, Q, opts, bitmap, stored=None, ids=False):
         """The opts.width best rows (``ids``: their ids) of each prepared query among its opts.n_probe lists
-        (``search_lists``), or with ``stored`` the opts.k best of them by exact value. ``distance="sdc"`` replaces each query by its own
-        reconstruction c_l + R z_hat (the query encoded by the IVF) before the coarse step and the scan (re-ranking
-        uses the query itself). Queries are searched in parallel, each on one thread."""
+        (``search_lists``), or with ``stored`` the opts.k best of them by exact value. ``distance="sdc"`` replaces
+        each query by its own reconstruction c_l + R z_hat (the query encoded by the IVF) before the coarse step and
+        the scan (re-ranking uses the query itself). Queries are searched in parallel, each on one thread."""
         ivf = self._quantizer
-        threads = 1 if Q.shape[0] == 1 else resolve_n_threads(opts.n_threads)  # None: every core
         scan_Q = Q
         if opts.distance == "sdc":
+            threads = 1 if Q.shape[0] == 1 else resolve_n_threads(opts.n_threads)  # None: every core
             lists, codes = ivf._encode_prepared(Q, threads)
             scan_Q = np.ascontiguousarray(ivf._reconstruct(lists, codes, threads))
             if ivf.metric == "cosine":  # the query's reconstruction at unit length: scores estimate cosines
                 lengths = np.sqrt(np.einsum("ij,ij->i", scan_Q, scan_Q, dtype=np.float64))
                 scan_Q = np.ascontiguousarray(scan_Q / np.where(lengths > 0, lengths, 1.0)[:, None], dtype=np.float32)
+        return self._list_search(opts, bitmap, stored, ids)(scan_Q, rerank_queries=None if scan_Q is Q else Q)
+
+    def _list_search(self, opts, bitmap, stored, ids):
+        """``search_lists`` over this index's lists with ``opts``, the row bitmap, the stored rows to re-rank from (or
+        None) and ``ids`` bound: a function of the queries scanned (and ``rerank_queries``)."""
         if stored is None:
-            return search_lists(self._ivf_lists(), scan_Q, opts.width, opts.n_probe, bitmap, n_threads=threads,
-                                by_bound=opts.by_bound, ids=ids)
-        return search_lists(self._ivf_lists(), scan_Q, opts.k, opts.n_probe, bitmap, n_threads=threads,
-                            rerank=(stored, opts.rerank), rerank_queries=None if scan_Q is Q else Q, ids=ids)
+            return functools.partial(search_lists, self._ivf_lists(), k=opts.width, n_probe=opts.n_probe,
+                                     allow=bitmap, n_threads=opts.n_threads, by_bound=opts.by_bound, ids=ids)
+        return functools.partial(search_lists, self._ivf_lists(), k=opts.k, n_probe=opts.n_probe, allow=bitmap,
+                                 n_threads=opts.n_threads, rerank=(stored, opts.rerank), ids=ids)
+
+    def _scan_runners(self, opts):
+        """The scan of the lists with ``opts`` bound, and the compiled search of one query with them
+        (``Index._scan_runners``): where ``_search`` would do nothing but call the scan (no allow, no caller's vectors,
+        ADC; scores from the codes are negated by ``_search``, so only for "l2" without re-ranking); the one-query
+        search where queries need no preparing (not "cosine", whose queries are normalised first)."""
+        if opts.allow is not None or opts.vectors is not None or opts.distance != "adc":
+            return None, None
+        stored = None if opts.rerank is None else self._stored_rows()
+        if stored is None and self._quantizer.metric != "l2":
+            return None, None
+        run = self._list_search(opts, None, stored, True)
+        if self._quantizer.metric == "cosine":
+            return run, None
+        one = _kernels.IvfOneQuery(self._ivf_lists(), opts.k, opts.n_probe, None if stored is None else stored.source,
+                                   0 if stored is None else opts.rerank, MAX_ABS_VALUE, np.empty, np.float32, np.int64)
+        return run, one
 
     def _ivf_lists(self):
         """The _kernels.IvfLists of this index (built on first search, like the tables): its byte codes, or (K <= 16)

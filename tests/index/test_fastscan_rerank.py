@@ -193,3 +193,6 @@ def test_a_bad_stored_row_among_the_candidates_is_named(kind):
     ids = np.arange(len(good)) if good.ids is None else np.asarray(good.ids)
     with pytest.raises(ockstore.errors.FormatError, match="row 5 holds NaN"):
         index.search(BASE[ids[5]][None, :], K, **every_list(index))
+    for _ in range(2):  # one query per call (the second through the kept compiled search of an inverted file)
+        with pytest.raises(ockstore.errors.FormatError, match="row 5 holds NaN"):
+            index.search(np.ascontiguousarray(BASE[ids[5]], dtype=np.float32), K, **every_list(index))

@@ -145,13 +145,13 @@ def test_every_level_probes_the_same_lists_with_the_same_terms(level):
         _kernels._set_simd_level(previous)
 
 
-@pytest.fixture(scope="module")
-def ivf_index():
-    """An IVF of byte codes (K = 256: the search kernel ivf_search, which probes itself) over seeded data, its
-    vectors stored for re-ranking, and 23 queries."""
+@pytest.fixture(scope="module", params=[256, 16], ids=["bytes", "fastscan"])
+def ivf_index(request):
+    """An IVF over seeded data, its vectors stored for re-ranking, and 23 queries: byte codes (K = 256) or codes in
+    fast-scan blocks (K = 16); the search kernel ivf_search, which probes itself, scans both."""
     rng = np.random.default_rng(11)
     X = (rng.standard_normal((3000, 19)) + rng.integers(0, 4, size=(3000, 1))).astype(np.float32)
-    ivf = ockstore.IVF(40, ockstore.OCKM(3, 2, 4, n_iter=2, seed=1), n_iter=4).fit(X)
+    ivf = ockstore.IVF(40, ockstore.OCKM(3, 2, 4, n_codewords=request.param, n_iter=2, seed=1), n_iter=4).fit(X)
     index = ockstore.IVFIndex.from_vectors(ivf, X, store_vectors="float32")
     return index, (rng.standard_normal((23, 19)) + 1.5).astype(np.float32)
 
@@ -169,7 +169,8 @@ def test_an_ivf_pickles_after_probing_alone(ivf_index):
 @pytest.mark.parametrize("rerank", [0, 30])
 def test_ivf_search_is_the_same_for_any_threads_and_batch_split(ivf_index, rerank):
     """ivf_search's groups of queries: the results of a batch on 1 or 2 threads equal those of any split of it, and
-    of each query alone (which probes through the prefilter)."""
+    of each query alone (byte codes and fast-scan blocks, with and without re-ranking; a query alone probes through
+    the prefilter)."""
     index, Q = ivf_index
     assert index.quantizer._probing_alone() is not None
 
