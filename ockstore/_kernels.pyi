@@ -89,9 +89,18 @@ def exact_search(
 # The inverted file.
 def coarse_assign(X: F32, neg2_ct: F32, c_sqnorms: F32, labels: I32, distances: F32, n_threads: int) -> None: ...
 def cluster_sums(X: F32, labels: I32, sums: F64, counts: I64) -> None: ...
+COARSE_HALF_PANEL: int
+COARSE_HALF_MIN_LISTS: int
+
+class CoarseHalf:
+    def __init__(
+        self, centroids: F32, values: npt.NDArray[np.uint16], alpha: F64, beta: F64, kind: int, factor: float,
+        sqnorm_weight: float, qnorm_limit: float,
+    ) -> None: ...
+
 def probe(
     queries: F32, panels: F32, c_sqnorms: F32, kind: int, term_factor: float, out_lists: I32, out_terms: F32,
-    n_threads: int = 1,
+    n_threads: int = 1, half: CoarseHalf | None = None, out_refined: I32 | None = None,
 ) -> None: ...
 
 class IvfLists:
@@ -99,6 +108,7 @@ class IvfLists:
         self, model: TableModel, panels: F32, c_sqnorms: F32, probe_kind: int, term_factor: float, codes: U8,
         norms_f32: F32 | None, norm_codes: U8 | None, norm_levels: F32 | None, ids: I64, list_offsets: I64,
         norm_scales: bool = False, list_blocks: I64 | None = None, n_words: int = 0, scale_range: F64 | None = None,
+        half: CoarseHalf | None = None,
     ) -> None: ...
 
 def ivf_search(
