@@ -46,6 +46,7 @@ def normal_equations(
     codes: U8, Z: F32, n_codebooks: int, n_codewords: int, gram: F64, rhs: F64, n_threads: int,
 ) -> None: ...
 def max_abs(values: F32) -> float: ...
+def row_sqnorms(rows: F32, out: F64) -> None: ...
 
 # Search.
 class TableModel:
@@ -120,7 +121,7 @@ def ivf_search(
 class IvfOneQuery:
     def __init__(
         self, lists: IvfLists, k: int, n_probe: int, rerank_rows: RerankSource | None, rerank: int, max_value: float,
-        empty: object, float32: object, int64: object,
+        normalize: bool, empty: object, float32: object, int64: object,
     ) -> None: ...
     def search(self, q: object) -> tuple[F32, I64] | None: ...
 

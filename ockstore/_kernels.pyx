@@ -25,7 +25,7 @@ The contract of every kernel:
 import os
 
 from cython.parallel cimport parallel, prange, threadid
-from libc.math cimport INFINITY, nextafterf
+from libc.math cimport INFINITY, nextafterf, sqrt
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint64_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy, memset

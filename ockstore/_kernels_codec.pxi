@@ -540,3 +540,31 @@ def max_abs(const float[::1] values):   # IN (n,)
         with nogil:
             largest = ock_max_abs(&values[0], n)
     return largest
+
+
+cdef double _sqnorm64(const float *x, Py_ssize_t n) noexcept nogil:
+    """sum_p x_p^2 in float64, in four running sums (p mod 4) added in a fixed order: the one definition of the
+    squared norm by which "cosine" normalises a vector (normalize_rows, and IvfOneQuery for a query alone), so that a
+    vector is normalised to the same float32 values on every path."""
+    cdef double s0 = 0, s1 = 0, s2 = 0, s3 = 0
+    cdef Py_ssize_t p = 0
+    while p + 4 <= n:
+        s0 = s0 + <double>x[p] * x[p]
+        s1 = s1 + <double>x[p + 1] * x[p + 1]
+        s2 = s2 + <double>x[p + 2] * x[p + 2]
+        s3 = s3 + <double>x[p + 3] * x[p + 3]
+        p += 4
+    while p < n:
+        s0 = s0 + <double>x[p] * x[p]
+        p += 1
+    return (s0 + s1) + (s2 + s3)
+
+
+def row_sqnorms(const float[:, ::1] rows,   # IN (n, P)
+                double[::1] out):           # OUT (n,): each row's squared norm in float64 (_sqnorm64)
+    """The squared norms by which metric "cosine" normalises rows (_validation.normalize_rows)."""
+    cdef Py_ssize_t i
+    cdef Py_ssize_t P = rows.shape[1]
+    with nogil:
+        for i in range(rows.shape[0]):
+            out[i] = _sqnorm64(&rows[i, 0], P)

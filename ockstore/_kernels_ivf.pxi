@@ -730,27 +730,31 @@ cdef class IvfOneQuery:
     steps took about as long again in cache misses as they took themselves, ~9 us per query in all).
 
     search(q) takes only what needs no check beyond its values -- a C-contiguous float32 vector of P values whose
-    magnitudes are at most max_value (NaN and inf fail that test) -- and returns (distances (k,) float32, ids (k,)
-    int64) as ivf_search(out_ids=True) writes them. For anything else, or when a stored row among the candidates is
-    bad, it returns None: validation stays in Python, where the caller's general path checks the query, names the
-    problem or searches it. The results are ivf_search's: the same functions on the same values."""
+    magnitudes are at most max_value (NaN and inf fail that test), not zero with `normalize` -- and returns
+    (distances (k,) float32, ids (k,) int64) as ivf_search(out_ids=True) writes them. With `normalize` (metric
+    "cosine") it searches q / ||q||, computed as _validation.normalize_rows computes it (the float64 norm of
+    _sqnorm64, each value divided in float64 and rounded once). For anything else, or when a stored row among the
+    candidates is bad, it returns None: validation stays in Python, where the caller's general path checks the query,
+    names the problem or searches it. The results are ivf_search's: the same functions on the same values."""
 
     cdef IvfLists lists
     cdef RerankSource rerank_rows
     cdef IvfQuery job
     cdef float max_value
+    cdef bint normalize
     cdef object empty, float32, int64
     cdef int64_t *scratch        # the scratch of one query, kept: a call that finds it in use allocates its own
     cdef FsScratch fs
     cdef bint busy
 
     def __cinit__(self, IvfLists lists not None, int k, int n_probe, RerankSource rerank_rows, int rerank,
-                  float max_value, empty, float32, int64):
+                  float max_value, bint normalize, empty, float32, int64):
         self.scratch = NULL
         memset(&self.fs, 0, sizeof(self.fs))
         self.lists = lists
         self.rerank_rows = rerank_rows
         self.max_value = max_value
+        self.normalize = normalize
         self.empty, self.float32, self.int64 = empty, float32, int64
         self.job = lists.job
         self.job.n_probe = n_probe
@@ -765,10 +769,11 @@ cdef class IvfOneQuery:
         self.scratch = self._allocate(&self.fs)
 
     cdef int64_t *_allocate(self, FsScratch *fs) except NULL:
-        """A query's scratch (and with fast-scan lists its slot in fs), as ivf_search allocates for one thread."""
+        """A query's scratch as ivf_search allocates it for one thread, then room for the query at unit length (P
+        floats: _unit_query); with fast-scan lists its slot in fs."""
         cdef int64_t *scratch = <int64_t *>_alloc(
-            <size_t>_slice_items(_ivf_query_items(&self.job) + _dots_items(1, self.job.L)) * sizeof(int64_t),
-            "the scratch of a search of one query")
+            <size_t>(_slice_items(_ivf_query_items(&self.job) + _dots_items(1, self.job.L))
+                     + (self.job.tables.P + 1) // 2) * sizeof(int64_t), "the scratch of a search of one query")
         if self.job.blocks != NULL:
             try:
                 _fs_scratch_alloc(fs, 1, 1, self.job.W, self.job.width, &self.job.tables)
@@ -792,19 +797,23 @@ cdef class IvfOneQuery:
         cdef int64_t[::1] out_ids
         cdef int32_t flag = 0
         cdef bint mine
+        cdef const float *query
+        cdef double norm = 0
         try:
             values = q
         except (TypeError, ValueError, BufferError):
             return None
         if values.shape[0] != self.job.tables.P or not ock_max_abs(&values[0], values.shape[0]) <= self.max_value:
             return None
+        if self.normalize:
+            norm = sqrt(_sqnorm64(&values[0], values.shape[0]))
+            if not norm > 0:  # a zero vector: the general path names it
+                return None
         D = self.empty(self.job.k, self.float32)
         I = self.empty(self.job.k, self.int64)
         out_dist = D
         out_ids = I
         job = self.job
-        job.tables.queries = &values[0]
-        job.rerank_queries = &values[0]
         mine = not self.busy
         if mine:
             self.busy = True
@@ -812,6 +821,12 @@ cdef class IvfOneQuery:
         else:  # another thread is searching with this object (each call holds the GIL until here)
             memset(&own, 0, sizeof(own))
             scratch, fs = self._allocate(&own), &own
+        query = &values[0]
+        if self.normalize:
+            query = _unit_query(&values[0], norm, job.tables.P, <float *>(
+                scratch + _slice_items(_ivf_query_items(&job) + _dots_items(1, job.L))))
+        job.tables.queries = query
+        job.rerank_queries = query
         try:
             with nogil:
                 _ivf_group(&job, 0, 1, scratch, fs.slots, fs.work, &out_dist[0], &out_ids[0], &flag)
@@ -822,3 +837,12 @@ cdef class IvfOneQuery:
                 free(scratch)
                 _fs_scratch_free(&own)
         return None if flag != 0 else (D, I)
+
+
+cdef const float *_unit_query(const float *q, double norm, int P, float *out) noexcept nogil:
+    """q / norm written to out, each value divided in float64 and rounded once (as NumPy divides float32 rows by
+    float64 norms into float32 in _validation.normalize_rows)."""
+    cdef int p
+    for p in range(P):
+        out[p] = <float>(<double>q[p] / norm)
+    return out

@@ -92,8 +92,16 @@ def rows_beyond_limits(rows):
 
 def normalize_rows(rows, name, first_row=0):
     """Checked float32 rows scaled to unit length (a new array), for metric "cosine"; ValueError naming the first
-    zero row (``first_row`` is the number of rows[0] in the caller's array). Norms are computed in float64."""
-    norms = np.sqrt(np.einsum("ij,ij->i", rows, rows, dtype=np.float64))
+    zero row (``first_row`` is the number of rows[0] in the caller's array). Norms are computed in float64, by the
+    kernel a query searched alone is normalised with too (``_kernels.row_sqnorms``), so a vector is normalised to the
+    same values on every path."""
+    rows = np.ascontiguousarray(rows, dtype=np.float32)
+    norms = np.empty(rows.shape[0], dtype=np.float64)
+    if rows.shape[1]:
+        _kernels.row_sqnorms(rows, norms)
+    else:
+        norms[:] = 0.0
+    np.sqrt(norms, out=norms)
     if np.count_nonzero(norms) < norms.shape[0]:  # (a single-query search calls this: a cheaper test than any())
         row = first_row + int(np.argmax(norms == 0.0))
         raise ValueError(f"{name} row {row} is a zero vector: metric 'cosine' cannot normalise it (cosine "

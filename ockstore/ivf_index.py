@@ -267,17 +267,16 @@ class IVFIndex(Index):
         """The scan of the lists with ``opts`` bound, and the compiled search of one query with them
         (``Index._scan_runners``): where ``_search`` would do nothing but call the scan (no allow, no caller's vectors,
         ADC; scores from the codes are negated by ``_search``, so only for "l2" without re-ranking); the one-query
-        search where queries need no preparing (not "cosine", whose queries are normalised first)."""
+        search normalises a "cosine" query itself, as ``_prepare`` does."""
         if opts.allow is not None or opts.vectors is not None or opts.distance != "adc":
             return None, None
         stored = None if opts.rerank is None else self._stored_rows()
         if stored is None and self._quantizer.metric != "l2":
             return None, None
         run = self._list_search(opts, None, stored, True)
-        if self._quantizer.metric == "cosine":
-            return run, None
         one = _kernels.IvfOneQuery(self._ivf_lists(), opts.k, opts.n_probe, None if stored is None else stored.source,
-                                   0 if stored is None else opts.rerank, MAX_ABS_VALUE, np.empty, np.float32, np.int64)
+                                   0 if stored is None else opts.rerank, MAX_ABS_VALUE,
+                                   self._quantizer.metric == "cosine", np.empty, np.float32, np.int64)
         return run, one
 
     def _ivf_lists(self):

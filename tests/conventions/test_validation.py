@@ -365,3 +365,25 @@ def test_max_abs_kernel_equals_numpy(n):
         z = -np.abs(x)  # signs do not matter, -0.0 included
         z[0] = -0.0
         assert _kernels.max_abs(z) == float(np.abs(z).max())
+
+
+def test_normalize_rows_divides_by_the_float64_norm():
+    """Metric "cosine" normalises by the float64 norm (the kernel _kernels.row_sqnorms, which a query searched alone
+    is normalised with too): each value divided in float64 and rounded once; within float64 rounding of the norm of
+    NumPy's sum, for lengths around the kernel's four running sums, with values of very different magnitudes; a zero
+    row is named."""
+    from ockstore._validation import normalize_rows
+    rng = np.random.default_rng(5)
+    for P in (1, 3, 4, 5, 127, 384):
+        rows = (rng.standard_normal((7, P)) * 10.0 ** rng.integers(-6, 7, size=(7, 1))).astype(np.float32)
+        got = normalize_rows(rows, "X")
+        norms = np.sqrt((rows.astype(np.float64) ** 2).sum(axis=1))
+        want = (rows.astype(np.float64) / norms[:, None]).astype(np.float32)
+        assert got.dtype == np.float32 and got.shape == rows.shape
+        np.testing.assert_allclose(got, want, rtol=2e-7, atol=0)
+        np.testing.assert_allclose(np.linalg.norm(got.astype(np.float64), axis=1), 1.0, rtol=1e-6)
+    rows = rng.standard_normal((4, 9)).astype(np.float32)
+    rows[2] = 0
+    with pytest.raises(ValueError, match="X row 2 is a zero vector"):
+        normalize_rows(rows, "X")
+    assert normalize_rows(np.zeros((0, 9), np.float32), "X").shape == (0, 9)

@@ -488,10 +488,10 @@ def test_repeated_searches_check_every_new_argument(indexes, data):
 def test_one_query_per_call_through_the_kept_scan_equals_the_batch(tmp_path, data, metric, n_codewords):
     """An inverted file keeps, with the checked options, its scan with the arguments bound and a compiled search of
     one query (``_scan_runners``: no allow, no caller's vectors, ADC; none where _search negates scores from the
-    codes; no compiled one for "cosine", whose queries are normalised first): a query per call through them gets
-    the batch's results and the general path's, with and without re-ranking; a query the compiled search does not
-    take as it is (float64, a list, NaN, a 2-D batch) goes the general way; closing the file drops them (they hold
-    views of the mapped arrays)."""
+    codes; for "cosine" the compiled search normalises the query as _prepare does): a query per call through them
+    gets the batch's results and the general path's, with and without re-ranking; a query the compiled search does
+    not take as it is (float64, a list, NaN, zero under cosine, a 2-D batch) goes the general way; closing the file
+    drops them (they hold views of the mapped arrays)."""
     _, base, Q, ids = data
     ivf = ockstore.IVF(6, ockstore.OCKM(2, 2, 4, n_codewords=n_codewords, metric=metric, n_iter=1, seed=3),
                        n_iter=3).fit(base)
@@ -503,7 +503,7 @@ def test_one_query_per_call_through_the_kept_scan_equals_the_batch(tmp_path, dat
             D, I = index.search(Q, 5, **options)
             _, opts, run, one = index._last_options
             assert (run is None) == (metric != "l2" and rerank == 0)
-            assert (one is None) == (run is None or metric == "cosine")
+            assert (one is None) == (run is None)
             for got, want in zip((D, I), index._search(Q, opts)):  # the steps they skip
                 np.testing.assert_array_equal(got, want)
             for i in range(len(Q)):
@@ -518,6 +518,9 @@ def test_one_query_per_call_through_the_kept_scan_equals_the_batch(tmp_path, dat
             bad[1] = np.nan
             with pytest.raises(ValueError, match="NaN"):
                 index.search(bad, 5, **options)
+            if metric == "cosine":
+                with pytest.raises(ValueError, match="zero vector"):
+                    index.search(np.zeros_like(Q[0]), 5, **options)
         with pytest.raises(ValueError, match="rerank"):  # other arguments are checked again
             index.search(Q[0], 5, n_probe=3, rerank=3)
     assert index._last_options is None
