@@ -5,7 +5,8 @@
    beside it, the time NumPy takes to gather and compare the same rows (a floor of the work, same run);
 2. one query per call against a batch: sift IVF, n_probe 32, rerank 200, per-query time of 1-D calls over the
    per-query time of one batch of the same queries (process CPU time, the two interleaved ``--repeats`` times, the
-   smallest of each), for the 8-bit IVF above and a 4-bit one (IVF{L} OCKM(8, 2, 10, n_codewords=16): fast scan);
+   smallest of each), for the 8-bit IVF above, a 4-bit one (IVF{L} OCKM(8, 2, 10, n_codewords=16): fast scan) and
+   minilm's cosine IVF OCKM(4, 2, 10) with float16 vectors;
 3. sq8 against float16 on minilm (flat, cosine, rerank 200): 10-recall@10 of each and the bytes each stores per vector;
 4. ``ockstore.tune(target_recall=0.95)`` on held-out queries (sift IVF; the benchmark's tune_queries with their ground
    truth), then 10-recall@10 of the setting it picks on the timed queries (the goal: >= 0.94).
@@ -183,6 +184,15 @@ def main():
                 figures[f"minilm_{name}_stored_bytes_per_vector"] = int(index.vectors.nbytes // len(index))
             figures["minilm_sq8_minus_float16_recall10at10"] = (figures["minilm_sq8_rerank200_recall10at10"]
                                                                 - figures["minilm_float16_rerank200_recall10at10"])
+        Lm = minilm.n_lists
+        model_ivf = fitted(args.cache, minilm, f"ivf{Lm}-ockm4x2", lambda t: ockstore.IVF(
+            Lm, ockstore.OCKM(4, 2, 10, metric="cosine", n_threads=t), n_threads=t), args.build_threads)
+        with ockstore.open_index(str(built(args.cache, minilm, f"ivf{Lm}-ockm4x2", model_ivf, "float16",
+                                           args.build_threads))) as index_m:
+            single, batch = single_over_batch(index_m, Qm, args.single_repeats, options)
+            figures["minilm_cosine_ivf_one_query_per_call_over_batch_nprobe32_rerank200"] = single / batch
+            figures["minilm_cosine_ivf_one_query_us"], figures["minilm_cosine_ivf_batch_us_per_query"] = (
+                single * 1e6, batch * 1e6)
     figures["load_after"] = load_average()
     for key, value in figures.items():
         print(f"{key:58s} {value:.4g}" if isinstance(value, float) else f"{key:58s} {value}")
