@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import math
 import statistics
 from pathlib import Path
@@ -209,8 +211,11 @@ def plot(result, path, machine, load_start, load_end):
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(13, 5.5))
-    peers_colors = iter(["#7f7f7f", "#8c564b", "#bcbd22", "#17becf", "#9467bd", "#e377c2", "#2ca02c"])
-    ours_colors = iter(["#d62728", "#1f77b4", "#ff7f0e", "#000000", "#2ca02c", "#9467bd"])
+    # ockstore's lines are bold and solid, the peers' thin and dashed: the two palettes may share colours, and
+    # cycle when a run has more systems than colours (minilm: eight ockstore indexes)
+    peers_colors = itertools.cycle(["#7f7f7f", "#8c564b", "#bcbd22", "#17becf", "#9467bd", "#e377c2", "#2ca02c"])
+    ours_colors = itertools.cycle(["#d62728", "#1f77b4", "#ff7f0e", "#000000", "#2ca02c", "#9467bd", "#e377c2",
+                                   "#8c564b", "#17becf", "#bcbd22"])
     colors = {sid: next(ours_colors) if s["ours"] else next(peers_colors) for sid, s in result["systems"].items()}
     for ax, key, title in ((axes[0], "recall10", "10-recall@10"), (axes[1], "recall1", "recall@1")):
         for sid, s in result["systems"].items():
