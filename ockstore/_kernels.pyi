@@ -121,7 +121,7 @@ def ivf_search(
 class IvfOneQuery:
     def __init__(
         self, lists: IvfLists, k: int, n_probe: int, rerank_rows: RerankSource | None, rerank: int, max_value: float,
-        normalize: bool, empty: object, float32: object, int64: object,
+        normalize: bool,
     ) -> None: ...
     def search(self, q: object) -> tuple[F32, I64] | None: ...
 

@@ -24,6 +24,8 @@ The contract of every kernel:
 
 import os
 
+import numpy as _np  # the arrays IvfOneQuery returns (Python objects: no NumPy C API)
+
 from cython.parallel cimport parallel, prange, threadid
 from libc.math cimport INFINITY, nextafterf, sqrt
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint64_t

@@ -417,15 +417,10 @@ cdef void _probe_lists(const float *dots, const float *c_sqnorms, int L, int kin
     scratch: _probe_items(L, n_probe) 8-byte items.
 
     Only the keys not above a bound enter: the largest of the minima of n_probe disjoint runs of lists, which the
-    n_probe best cannot exceed (n_probe keys are not above it). On sift with 1,024 lists, 23 lists enter on average
-    at n_probe 8 (54 at 16, 121 at 32), so a small n_probe keeps its best in a sorted array by insertion (no collector
-    to fill and compact: that took as long as the inner products); a larger n_probe uses the collector (TopK), which
-    keeps the same lists."""
+    n_probe best cannot exceed (n_probe keys are not above it)."""
     cdef float *keys = <float *>scratch
-    cdef int64_t *buffers = scratch + (L + 1) // 2
-    cdef TopK t
-    cdef int l, r, j, held = 0, run = L // n_probe
-    cdef float key, least, bound = -INFINITY
+    cdef int l, r, run = L // n_probe
+    cdef float least, bound = -INFINITY
     if kind == PROBE_BY_L2:
         for l in range(L):
             keys[l] = c_sqnorms[l] - 2 * dots[l]
@@ -439,19 +434,34 @@ cdef void _probe_lists(const float *dots, const float *c_sqnorms, int L, int kin
             break
         if least > bound:
             bound = least
+    _keep_best(keys, NULL, L, n_probe, bound, scratch + (L + 1) // 2, lists, list_keys)
+
+
+cdef void _keep_best(const float *keys, const int *ids, int n, int n_probe, float bound, int64_t *buffers,
+                     int64_t *lists, float *list_keys) noexcept nogil:
+    """The n_probe best of keys[0..n-1], best first, ties to the smaller list (the list of key i: ids[i], or i when
+    ids is NULL; increasing with i), keys above `bound` left out (keys equal to it enter), +inf and NaN never: lists
+    (n_probe,) and their keys, padded with (+inf, -1). buffers: _topk_items(n_probe) 8-byte items.
+
+    On sift with 1,024 lists, 23 lists are within the bound on average at n_probe 8 (54 at 16, 121 at 32), so a small
+    n_probe keeps its best in a sorted array by insertion (no collector to fill and compact: that took as long as the
+    inner products); a larger n_probe uses the collector (TopK), which keeps the same lists."""
+    cdef TopK t
+    cdef int i, j, held = 0
+    cdef float key
     if n_probe > PROBE_INSERT_MAX:
         _topk_start(&t, buffers, n_probe, NULL, INFINITY)
         if bound < t.threshold:
             t.threshold = bound  # inclusive: keys equal to the bound enter
-        for l in range(L):
-            ock_topk_offer(&t, keys[l], l)
+        for i in range(n):
+            ock_topk_offer(&t, keys[i], ids[i] if ids != NULL else i)
         ock_topk_finish(&t, list_keys, lists, 1)
         return
-    # insertion: lists come in increasing l, so a key equal to one held goes after it (ties: the smaller l first)
+    # insertion: lists come in increasing order, so a key equal to one held goes after it (ties: the smaller first)
     if bound > 3.4028234663852886e+38:
         bound = 3.4028234663852886e+38  # as the collector: +inf never enters
-    for l in range(L):
-        key = keys[l]
+    for i in range(n):
+        key = keys[i]
         if not (key <= bound) or (held == n_probe and not (key < list_keys[n_probe - 1])):
             continue
         j = held if held < n_probe else n_probe - 1
@@ -460,7 +470,7 @@ cdef void _probe_lists(const float *dots, const float *c_sqnorms, int L, int kin
             lists[j] = lists[j - 1]
             j -= 1
         list_keys[j] = key
-        lists[j] = l
+        lists[j] = ids[i] if ids != NULL else i
         if held < n_probe:
             held += 1
     for j in range(held, n_probe):
@@ -475,10 +485,7 @@ cdef bint _probe_candidates(const float *dots, const float *c_sqnorms, const int
     `scratch` (_probe_items(L, n_probe)); False when a candidate's key is not a finite number (the caller then takes
     the full step, which ranks such keys its own way)."""
     cdef float *keys = <float *>scratch
-    cdef int64_t *buffers = scratch + (n + 1) // 2
-    cdef TopK t
-    cdef int i, j, l, held = 0
-    cdef float key
+    cdef int i, l
     for i in range(n):
         l = cand[i]
         if kind == PROBE_BY_L2:
@@ -487,26 +494,8 @@ cdef bint _probe_candidates(const float *dots, const float *c_sqnorms, const int
             keys[i] = -dots[l]
         if not (keys[i] - keys[i] == 0):  # inf or NaN
             return False
-    if n_probe > PROBE_INSERT_MAX:
-        _topk_start(&t, buffers, n_probe, NULL, INFINITY)
-        for i in range(n):
-            ock_topk_offer(&t, keys[i], cand[i])
-        ock_topk_finish(&t, list_keys, lists, 1)
-        return True
-    for i in range(n):  # insertion, as _probe_lists
-        key = keys[i]
-        if held == n_probe and not (key < list_keys[n_probe - 1]):
-            continue
-        j = held if held < n_probe else n_probe - 1
-        while j > 0 and list_keys[j - 1] > key:
-            list_keys[j] = list_keys[j - 1]
-            lists[j] = lists[j - 1]
-            j -= 1
-        list_keys[j] = key
-        lists[j] = cand[i]
-        if held < n_probe:
-            held += 1
-    return held == n_probe
+    _keep_best(keys, cand, n, n_probe, INFINITY, scratch + (n + 1) // 2, lists, list_keys)
+    return lists[n_probe - 1] >= 0
 
 
 cdef int _probe_alone(const float *q, const ock_coarse_half *half, const float *c_sqnorms, int L, int kind,
@@ -744,20 +733,19 @@ cdef class IvfOneQuery:
     cdef IvfQuery job
     cdef float max_value
     cdef bint normalize
-    cdef object empty, float32, int64
+    cdef Py_ssize_t unit_items   # where the query at unit length goes in the scratch (8-byte items from its start)
     cdef int64_t *scratch        # the scratch of one query, kept: a call that finds it in use allocates its own
     cdef FsScratch fs
     cdef bint busy
 
     def __cinit__(self, IvfLists lists not None, int k, int n_probe, RerankSource rerank_rows, int rerank,
-                  float max_value, bint normalize, empty, float32, int64):
+                  float max_value, bint normalize):
         self.scratch = NULL
         memset(&self.fs, 0, sizeof(self.fs))
         self.lists = lists
         self.rerank_rows = rerank_rows
         self.max_value = max_value
         self.normalize = normalize
-        self.empty, self.float32, self.int64 = empty, float32, int64
         self.job = lists.job
         self.job.n_probe = n_probe
         self.job.k = k
@@ -768,14 +756,14 @@ cdef class IvfOneQuery:
             self.job.values = ock_rerank_values()
             self.job.width = rerank if rerank > k else k
             self.job.by_bound = True
+        self.unit_items = _slice_items(_ivf_query_items(&self.job) + _dots_items(1, self.job.L))
         self.scratch = self._allocate(&self.fs)
 
     cdef int64_t *_allocate(self, FsScratch *fs) except NULL:
         """A query's scratch as ivf_search allocates it for one thread, then room for the query at unit length (P
         floats: _unit_query); with fast-scan lists its slot in fs."""
-        cdef int64_t *scratch = <int64_t *>_alloc(
-            <size_t>(_slice_items(_ivf_query_items(&self.job) + _dots_items(1, self.job.L))
-                     + (self.job.tables.P + 1) // 2) * sizeof(int64_t), "the scratch of a search of one query")
+        cdef int64_t *scratch = <int64_t *>_alloc(<size_t>(self.unit_items + (self.job.tables.P + 1) // 2)
+                                                  * sizeof(int64_t), "the scratch of a search of one query")
         if self.job.blocks != NULL:
             try:
                 _fs_scratch_alloc(fs, 1, 1, self.job.W, self.job.width, &self.job.tables)
@@ -811,8 +799,8 @@ cdef class IvfOneQuery:
             norm = sqrt(_sqnorm64(&values[0], values.shape[0]))
             if not norm > 0:  # a zero vector: the general path names it
                 return None
-        D = self.empty(self.job.k, self.float32)
-        I = self.empty(self.job.k, self.int64)
+        D = _np.empty(self.job.k, _np.float32)
+        I = _np.empty(self.job.k, _np.int64)
         out_dist = D
         out_ids = I
         job = self.job
@@ -825,8 +813,7 @@ cdef class IvfOneQuery:
             scratch, fs = self._allocate(&own), &own
         query = &values[0]
         if self.normalize:
-            query = _unit_query(&values[0], norm, job.tables.P, <float *>(
-                scratch + _slice_items(_ivf_query_items(&job) + _dots_items(1, job.L))))
+            query = _unit_query(&values[0], norm, job.tables.P, <float *>(scratch + self.unit_items))
         job.tables.queries = query
         job.rerank_queries = query
         try:

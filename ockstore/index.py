@@ -13,6 +13,7 @@ between the kinds is a few hooks here (``_scan``, ``_from_encoded``, ``_row_list
 from __future__ import annotations
 
 import dataclasses
+import typing
 
 import numpy as np
 
@@ -63,6 +64,16 @@ def _stored_kind(quantizer, vectors, store_vectors):
 # The types of the arguments whose checked options Index.search keeps: immutable scalars (an array could change in
 # place between two calls and still compare equal to itself).
 _KEY_TYPES = frozenset((type(None), bool, int, float, str))
+
+
+class _KeptOptions(typing.NamedTuple):
+    """What Index.search keeps of its last call with immutable scalar arguments: the key of those arguments
+    (``_options_key``), their checked options, and ``Index._scan_runners``'s (run, one) for them."""
+
+    key: tuple
+    opts: _search_options.SearchOptions
+    run: object
+    one: object
 
 
 def _options_key(*arguments):
@@ -164,7 +175,7 @@ class Index(StoredRows):
                              if norm_encoding == "u8" else None)
         self._tables = None  # the QueryTables, built on first search: opening a file stays cheap
         self._stored = None  # the _rerank.StoredRows of the vectors, built by the first search that re-ranks them
-        self._last_options = None  # (arguments, SearchOptions, run, one) of the last search: see search
+        self._last_options = None  # the _KeptOptions of the last search: see search
         self._norm_scales = None  # cosine: 1 / ||x_hat|| per row ("f32") or per level ("u8"), built on first search
         self._resource = _resource
         self._file = None  # the storage.MappedFile of an index opened by open_index
@@ -473,20 +484,20 @@ class Index(StoredRows):
         # pays the checks once, not per call (~3 us of ~30). Calls with vectors or allow are checked every time.
         key = None if vectors is not None or allow is not None else _options_key(k, n_probe, distance, rerank,
                                                                                    n_threads, metric)
-        cached = self._last_options
-        if key is None or cached is None or cached[0] != key:
+        kept = self._last_options
+        if key is None or kept is None or kept.key != key:
             opts = _search_options.search_options(
                 self._quantizer, self._codes.shape[0], k, n_probe=n_probe, distance=distance, rerank=rerank,
                 vectors=vectors, allow=allow, n_threads=n_threads, stored_vectors=self._vectors is not None,
                 metric=metric)
             if key is None:
                 return self._search(Q, opts)
-            self._last_options = cached = (key, opts, *self._scan_runners(opts))
-        if cached[3] is not None:  # one query: the compiled path, when it can take Q as it is (else None)
-            found = cached[3].search(Q)
+            self._last_options = kept = _KeptOptions(key, opts, *self._scan_runners(opts))
+        if kept.one is not None:  # one query: the compiled path, when it can take Q as it is (else None)
+            found = kept.one.search(Q)
             if found is not None:
                 return found
-        return self._search(Q, cached[1], cached[2])
+        return self._search(Q, kept.opts, kept.run)
 
     def _candidates(self, Q, k, **options):
         """``search(Q, k, rerank=0, **options)`` for a caller that re-ranks the results itself (a collection's
@@ -498,8 +509,8 @@ class Index(StoredRows):
         return self._search(Q, dataclasses.replace(opts, by_bound=True))
 
     def _search(self, Q, opts, run=None):
-        """``search`` with its options checked (``_search_options.SearchOptions``); ``run``: their ``_scan_runner``,
-        or None."""
+        """``search`` with its options checked (``_search_options.SearchOptions``); ``run``: the scan
+        ``_scan_runners`` bound for them, or None."""
         Q, was_1d = as_vectors(Q, "Q", self._quantizer.dim)
         Q = self._quantizer._prepare(Q, "Q")
         bitmap = None

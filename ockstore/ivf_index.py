@@ -276,7 +276,7 @@ class IVFIndex(Index):
         run = self._list_search(opts, None, stored, True)
         one = _kernels.IvfOneQuery(self._ivf_lists(), opts.k, opts.n_probe, None if stored is None else stored.source,
                                    0 if stored is None else opts.rerank, MAX_ABS_VALUE,
-                                   self._quantizer.metric == "cosine", np.empty, np.float32, np.int64)
+                                   self._quantizer.metric == "cosine")
         return run, one
 
     def _ivf_lists(self):
