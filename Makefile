@@ -13,12 +13,12 @@ $(BIN)/python:
 	$(BIN)/python -m pip install -q --upgrade pip
 
 # Builds the Cython extension in place (editable install) with the test extras.
-$(STAMP): $(BIN)/python pyproject.toml setup.py $(wildcard ockstore/*.pyx ockstore/*.pxi ockstore/*.h) ockstore/_simd.c
+$(STAMP): $(BIN)/python pyproject.toml setup.py $(wildcard ockstore/*.pyx ockstore/kernels/*.pxi ockstore/kernels/*.h) ockstore/kernels/simd.c
 	$(BIN)/python -m pip install -q -e '.[test]'
 	touch $(STAMP)
 
 # The package alone (the demo needs nothing else); a later `make test` adds the test extras.
-$(VENV)/.installed-base: $(BIN)/python pyproject.toml setup.py $(wildcard ockstore/*.pyx ockstore/*.pxd ockstore/*.h)
+$(VENV)/.installed-base: $(BIN)/python pyproject.toml setup.py $(wildcard ockstore/*.pyx ockstore/kernels/*.pxi ockstore/kernels/*.h ockstore/kernels/*.c)
 	$(BIN)/python -m pip install -q -e .
 	touch $(VENV)/.installed-base
 
@@ -100,7 +100,7 @@ test-clang:
 	$(CLANG)/venv/bin/python tools/test_installed.py $(CLANG)/venv/bin/python -q -m "not slow"
 
 # Compile-only checks of the kernels' C for other platforms with zig's clang, -Werror, naming each target:
-# - ockstore/_simd.c, the translation unit that instantiates every SIMD kernel at every level the target has and
+# - ockstore/kernels/simd.c, the translation unit that instantiates every SIMD kernel at every level the target has and
 #   fills the dispatch tables (an unused kernel would be a -Wunused-function error), with -Wall -Wextra and the flags
 #   setup.py gives it (SIMD_FLAGS), for every target;
 # - the Cython-generated ockstore/_kernels.c (made by the build, with the project's directives) with -Wall, against
@@ -109,7 +109,7 @@ test-clang:
 #   (it includes <sys/select.h>, absent on Windows, and sets SIZEOF_LONG to 8 where Windows has 4); that check needs
 #   Windows' own Python headers.
 # No -fopenmp: zig ships no OpenMP headers, and the kernels build without OpenMP (it is optional). No warning is
-# silenced: none of -Wall -Wextra fires on _simd.c, none of -Wall on the Cython C.
+# silenced: none of -Wall -Wextra fires on kernels/simd.c, none of -Wall on the Cython C.
 CROSS_TARGETS := aarch64-linux-gnu x86_64-macos aarch64-macos x86_64-windows-gnu
 CROSS_CYTHON_TARGETS := aarch64-linux-gnu x86_64-macos aarch64-macos
 ZIGCC := $(BIN)/python -m ziglang cc
@@ -119,8 +119,8 @@ cross-check: $(STAMP) $(VENV)/.zig
 	@pyinc=$$($(BIN)/python -c "import sysconfig; print(sysconfig.get_paths()['include'])"); \
 	npinc=$$($(BIN)/python -c "import numpy; print(numpy.get_include())"); \
 	for t in $(CROSS_TARGETS); do \
-		echo "cross-check $$t: ockstore/_simd.c"; \
-		$(ZIGCC) -target $$t $(SIMD_FLAGS) -Wall -Wextra -Werror -c ockstore/_simd.c -o build/cross/simd-$$t.o || exit 1; \
+		echo "cross-check $$t: ockstore/kernels/simd.c"; \
+		$(ZIGCC) -target $$t $(SIMD_FLAGS) -Wall -Wextra -Werror -c ockstore/kernels/simd.c -o build/cross/simd-$$t.o || exit 1; \
 	done; \
 	for t in $(CROSS_CYTHON_TARGETS); do \
 		echo "cross-check $$t: ockstore/_kernels.c (Cython)"; \

@@ -1,4 +1,4 @@
-"""Build the compiled extension ockstore._kernels (ockstore/_kernels.pyx and the SIMD kernels of ockstore/_simd.c), with
+"""Build the compiled extension ockstore._kernels (ockstore/_kernels.pyx and the SIMD kernels of ockstore/kernels/simd.c), with
 OpenMP when the compiler supports it. Needs a C compiler that takes gcc's options: gcc or clang (MinGW on Windows).
 
 Environment overrides:
@@ -35,16 +35,16 @@ def _compiler_accepts(compiler_cmd, flags):
         return result.returncode == 0
 
 
-# The flags of the SIMD kernels' translation unit, on top of the extension's (ockstore/_simd.c says why; `make
+# The flags of the SIMD kernels' translation unit, on top of the extension's (ockstore/kernels/simd.c says why; `make
 # cross-check` passes the same): no fused multiply-add the source does not write, so every SIMD level rounds alike,
 # and no wrapping signed arithmetic, which keeps compilers from vectorising counted loops.
 SIMD_FLAGS = ["-ffp-contract=off", "-fno-wrapv"]
-SIMD_SOURCE = "ockstore/_simd.c"
+SIMD_SOURCE = "ockstore/kernels/simd.c"
 
 
 class BuildExt(build_ext):
     def build_extension(self, ext):
-        # _simd.c is compiled on its own, with SIMD_FLAGS (setuptools gives every source of an extension the same
+        # kernels/simd.c is compiled on its own, with SIMD_FLAGS (setuptools gives every source of an extension the same
         # flags), and linked into the extension.
         ext.extra_objects = self.compiler.compile(
             [SIMD_SOURCE], output_dir=self.build_temp, include_dirs=ext.include_dirs,
@@ -73,7 +73,7 @@ class BuildExt(build_ext):
 
 # The compiled kernels, one extension: the codec (encoding, decoding, training products), search (the scan with
 # top-k) and the inverted file (coarse assignment, probing, the scan of probed lists), their parts included by
-# _kernels.pyx; the SIMD kernels of every level (_simd.c) linked in.
+# _kernels.pyx; the SIMD kernels of every level (kernels/simd.c) linked in.
 extensions = [
     Extension(
         "ockstore._kernels",
@@ -81,7 +81,7 @@ extensions = [
         include_dirs=[np.get_include(), "ockstore"],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_2_0_API_VERSION")],
         # The C sources the kernels include: editing one rebuilds them (cythonize tracks the .pxi files itself).
-        depends=sorted(glob.glob("ockstore/*.h")) + [SIMD_SOURCE],
+        depends=sorted(glob.glob("ockstore/kernels/*.h")) + [SIMD_SOURCE],
     )
 ]
 

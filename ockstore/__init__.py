@@ -21,12 +21,12 @@ from .errors import CollectionLockedError, FormatError, NotFittedError
 from .index import Index
 from .indexfile.reader import file_info, load_quantizer, open_index
 from .indexfile.writer import IndexWriter, build_index, save_quantizer
-from .ivf_quantizer import IVF
+from .quantizers.ivf import IVF
 from .ivf_index import IVFIndex
-from .quantizers import CKM, ECKM, OCKM, PQ, Quantizer
+from .quantizers.cartesian import CKM, ECKM, OCKM, PQ, Quantizer
 from .indexfile import kinds as _index_kinds  # noqa: F401  (registers the kinds of index: flat, inverted file)
 from .collection import Collection, CollectionWarning, create_collection, open_collection
-from .tuning import tune
+from .search.tune import tune
 from . import datasets, evaluation, paths
 
 __all__ = [

@@ -12,16 +12,16 @@ encode the same vectors into the same bytes.
                              one)
     vectors (n, P) float16, float32 or uint8: the vectors themselves, as given, when the index stores them for
             exact re-ranking (``store_vectors``); for "sq8", uint8 codes through the model's value ranges
-            (``ockstore._sq8``)
+            (``ockstore.quantizers.sq8``)
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from . import _kinds
-from ._norm_levels import scalar_encode
-from ._sq8 import sq8_encode
+from . import _registry
+from .quantizers.norm_levels import scalar_encode
+from .quantizers.sq8 import sq8_encode
 from ._validation import check_choice, to_float32_rows
 from .errors import NotFittedError
 
@@ -53,7 +53,7 @@ BUILD_CHUNK = 65536
 def check_fitted_model(model, name="quantizer"):
     """``model`` when it is a fitted model of a known kind (PQ, CKM, ECKM, OCKM, IVF: what index files are made with);
     TypeError or NotFittedError naming ``name`` otherwise."""
-    _kinds.of_model(model, name)
+    _registry.of_model(model, name)
     if not model.is_fitted:
         raise NotFittedError(f"{name}: this {type(model).__name__} is not fitted yet: call fit(X) first")
     model._check_fitted()  # an IVF also checks that its fine quantizer was not refitted since
@@ -65,9 +65,9 @@ def check_model_for(cls, model, name="quantizer"):
     IndexWriter) takes a PQ, CKM, ECKM or OCKM, an IVFIndex (IVFIndexWriter) an IVF, and subclasses take what their
     base takes. TypeError naming ``name`` otherwise, saying which class the model makes (``Index.from_vectors``,
     ``IndexWriter`` and ``build_index`` choose it from the model); NotFittedError for an unfitted model."""
-    kind = _kinds.of_model(model, name)
-    if _kinds.of_class(cls) is not kind:
-        made = kind.writer_class if any(issubclass(cls, k.writer_class) for k in _kinds.kinds()) else kind.index_class
+    kind = _registry.of_model(model, name)
+    if _registry.of_class(cls) is not kind:
+        made = kind.writer_class if any(issubclass(cls, k.writer_class) for k in _registry.kinds()) else kind.index_class
         raise TypeError(f"{name}: a {type(model).__name__} makes {made.__name__} objects, not {cls.__name__}: build "
                         "with Index.from_vectors, IndexWriter or build_index, which choose the class from the model")
     return check_fitted_model(model, name)

@@ -61,7 +61,7 @@ def scan(
     rerank: int = 0, rerank_queries: F32 | None = None, out_flags: I32 | None = None, norm_scales: bool = False,
 ) -> None: ...
 
-# Exact re-ranking (_rerank.h).
+# Exact re-ranking (kernels/rerank.h).
 RERANK_FLOAT32: int
 RERANK_FLOAT16: int
 RERANK_UINT8: int
@@ -125,7 +125,7 @@ class IvfOneQuery:
     ) -> None: ...
     def search(self, q: object) -> tuple[F32, I64] | None: ...
 
-# Fast scan: codes of words below 16 in blocks of FASTSCAN_BLOCK rows (docs/FORMAT.md section 16; _fastscan.h).
+# Fast scan: codes of words below 16 in blocks of FASTSCAN_BLOCK rows (docs/FORMAT.md section 16; kernels/fastscan.h).
 FASTSCAN_BLOCK: int
 U16 = npt.NDArray[np.uint16]
 

@@ -1,14 +1,14 @@
 """ockstore's compiled kernels: one extension module, its parts included below (docs/ARCHITECTURE.md, "Layers" and
 "Kernels and SIMD levels").
 
-    _kernels_common.pxi   what several parts need: the C kernels of every SIMD level (_simd.h), shared constants,
+    kernels/common.pxi   what several parts need: the C kernels of every SIMD level (kernels/simd.h), shared constants,
                           scratch memory, the BLAS wrapper, the query tables' source (TableModel)
-    _kernels_scan.pxi     the one ADC scan loop of byte codes, its collectors (heap, TopK) and the order of results
-    _kernels_codec.pxi    beam encoding, decoding, code norms, normal equations, row products, the vector check
-    _kernels_search.pxi   the exhaustive scan of a batch of queries (scan)
-    _kernels_rerank.pxi   exact re-ranking of candidates from their stored rows (_rerank.h), and the exact search
-    _kernels_fastscan.pxi the fast scan of 4-bit codes in blocks (_fastscan.h; its SIMD kernels in _simd.h's table)
-    _kernels_ivf.pxi      the inverted file: coarse assignment, k-means sums, probing, the search of probed lists
+    kernels/scan.pxi     the one ADC scan loop of byte codes, its collectors (heap, TopK) and the order of results
+    kernels/codec.pxi    beam encoding, decoding, code norms, normal equations, row products, the vector check
+    kernels/flat.pxi   the exhaustive scan of a batch of queries (scan)
+    kernels/rerank.pxi   exact re-ranking of candidates from their stored rows (kernels/rerank.h), and the exact search
+    kernels/fastscan.pxi the fast scan of 4-bit codes in blocks (kernels/fastscan.h; its SIMD kernels in kernels/simd.h's table)
+    kernels/ivf.pxi      the inverted file: coarse assignment, k-means sums, probing, the search of probed lists
                           (byte codes, or blocks read by the fast scan)
 
 The contract of every kernel:
@@ -33,13 +33,13 @@ from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy, memset
 from scipy.linalg.cython_blas cimport sgemm
 
-include "_kernels_common.pxi"
-include "_kernels_scan.pxi"
-include "_kernels_codec.pxi"
-include "_kernels_search.pxi"
-include "_kernels_rerank.pxi"
-include "_kernels_fastscan.pxi"
-include "_kernels_ivf.pxi"
+include "kernels/common.pxi"
+include "kernels/scan.pxi"
+include "kernels/codec.pxi"
+include "kernels/flat.pxi"
+include "kernels/rerank.pxi"
+include "kernels/fastscan.pxi"
+include "kernels/ivf.pxi"
 
 
 # --------------------------------------------------------------------------------------------------------------------

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _rerank, _search_options, storage
+from .search import rerank as _rerank, options as _search_options
+from . import storage
 from ._closable import Closable
 from ._validation import as_ids
 

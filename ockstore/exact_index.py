@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _rerank, _search_options, storage
+from .search import rerank as _rerank, options as _search_options
+from . import storage
 from ._blas import blas_threads
 from ._index_rows import STORED_VECTOR_DTYPES
 from ._stored_rows import StoredRows

@@ -2,7 +2,7 @@
 
 An index holds the arrays of ``ockstore._index_rows`` (codes, norm terms) and the ids of its vectors. The arrays may be
 read-only (views of a read-only memory map): an index never writes into them and never copies them. Files are written
-by the writer of the model's kind (``Index.save`` finds it in ``ockstore._kinds``) and opened by ``open_index``, which
+by the writer of the model's kind (``Index.save`` finds it in ``ockstore._registry``) and opened by ``open_index``, which
 hands the mapped arrays to the index class of the file's kind (docs/ARCHITECTURE.md, "Kinds of index").
 
 This is the flat index, and the base of its variants (``ivf_index.IVFIndex``): it never imports them. What differs
@@ -17,10 +17,11 @@ import typing
 
 import numpy as np
 
-from . import _kinds, _rerank, _search_options
-from . import search as _search
+from . import _registry
+from .search import rerank as _rerank, options as _search_options
+from .search import scan as _search
 from . import storage
-from ._code_blocks import FASTSCAN_MAX_WORDS, CodeBlocks, uses_blocks
+from .search.codes import FASTSCAN_MAX_WORDS, CodeBlocks, uses_blocks
 from ._index_rows import (
     BUILD_CHUNK, NORM_ENCODINGS, STORED_VECTOR_DTYPES, check_model_for, check_store_vectors, encode_all,
     norm_scales, resolve_norm_encoding,
@@ -209,12 +210,12 @@ class Index(StoredRows):
         n_threads : int or None
             Threads for encoding; None means all cores.
 
-        The index class is the one of the model's kind (``ockstore._kinds``): with an IVF as ``quantizer`` the result is
+        The index class is the one of the model's kind (``ockstore._registry``): with an IVF as ``quantizer`` the result is
         an inverted-file index (``ockstore.ivf_index.IVFIndex``): rows are stored list after list, and
         ``norm_encoding`` "none" is refused for metric "l2".
         """
         if cls is Index:  # the flat class stands for every kind: the model decides
-            cls = _kinds.of_model(quantizer).index_class
+            cls = _registry.of_model(quantizer).index_class
         quantizer = check_model_for(cls, quantizer)
         norm_encoding = resolve_norm_encoding(quantizer, norm_encoding)
         store_vectors = check_store_vectors(store_vectors, quantizer)
@@ -273,7 +274,7 @@ class Index(StoredRows):
     @property
     def vectors(self):
         """(N, P) stored vectors as stored (float16, float32 or uint8; for "sq8" their uint8 codes, decoded by
-        ``ockstore._sq8.sq8_decode`` with ``quantizer.value_ranges``; possibly a read-only view), or None."""
+        ``ockstore.quantizers.sq8.sq8_decode`` with ``quantizer.value_ranges``; possibly a read-only view), or None."""
         self._check_open()
         return self._vectors
 
@@ -343,7 +344,7 @@ class Index(StoredRows):
             from, {} for an index built in memory).
         """
         self._check_open()
-        writer_class = _kinds.of_model(self._quantizer).writer_class  # the file layer is above this module
+        writer_class = _registry.of_model(self._quantizer).writer_class  # the file layer is above this module
         with writer_class(path, self._quantizer, norm_encoding=self._norm_encoding, store_vectors=self.store_vectors,
                           metadata=self._metadata if metadata is None else metadata) as writer:
             N = len(self)

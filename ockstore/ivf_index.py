@@ -19,8 +19,8 @@ import functools
 import numpy as np
 
 from . import _kernels
-from . import search as _search
-from ._code_blocks import CodeBlocks
+from .search import scan as _search
+from .search.codes import CodeBlocks
 from ._index_rows import check_model_for
 from ._validation import MAX_ABS_VALUE, check_int, resolve_n_threads
 from .index import Index

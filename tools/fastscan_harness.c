@@ -1,4 +1,4 @@
-/* Checks and a microbenchmark of the fast-scan kernels (ockstore/_fastscan.h, _fastscan_kernels.h), in C alone.
+/* Checks and a microbenchmark of the fast-scan kernels (ockstore/kernels/fastscan.h, kernels/fastscan_simd.h), in C alone.
  *
  *     cc -O2 -o /tmp/fastscan_harness tools/fastscan_harness.c -lm && /tmp/fastscan_harness check
  *     cc -O3 -o /tmp/fastscan_harness tools/fastscan_harness.c -lm && /tmp/fastscan_harness bench [N] [W] [queries]
@@ -22,9 +22,9 @@
 static long long exact_count = 0;
 #define OCK_FS_COUNT exact_count
 #include <math.h>
-#include "../ockstore/_fastscan_kernels.h"
+#include "../ockstore/kernels/fastscan_simd.h"
 
-/* The levels, as the package's dispatch table orders them (_simd.h); here chosen by the harness itself. */
+/* The levels, as the package's dispatch table orders them (kernels/simd.h); here chosen by the harness itself. */
 enum { OCK_FS_PORTABLE = 0, OCK_FS_AVX2 = 1, OCK_FS_AVX512 = 2 };
 
 typedef void (*ock_fs_scan_run_fn)(const ock_fs_base *, const ock_fs_query *, const ock_fs_run *, ock_fs_collector *);

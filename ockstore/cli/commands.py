@@ -14,7 +14,7 @@ import numpy as np
 
 import ockstore
 from ockstore import evaluation, vecfiles
-from ockstore._search_options import default_rerank
+from ..search.options import default_rerank
 from ockstore.errors import FormatError
 
 from .collections import COMMANDS as COLLECTION_COMMANDS, build_distributed

@@ -11,7 +11,7 @@ import os
 import sys
 import textwrap
 
-from ockstore.quantizers import METHODS, PARAMETERS
+from ..quantizers.cartesian import METHODS, PARAMETERS
 
 __all__ = ["VECTOR_FILES", "ID_FILES", "STORE_VECTORS", "DEFAULT_CHUNK", "QUANTIZER_OPTIONS", "Formatter", "wrap",
            "method_defaults", "param_type", "int_type", "positive", "add_command", "add_threads", "add_metadata",

@@ -25,10 +25,10 @@ import numpy as np
 
 from .. import storage
 from .._index_rows import NORM_ENCODINGS, STORE_VECTORS
-from .._params import PARAMETERS, STORED_PARAMETERS
+from ..quantizers.params import PARAMETERS, STORED_PARAMETERS
 from ..indexfile.schema import LIBRARY
-from ..ivf_quantizer import IVF, MAX_LISTS
-from ..quantizers import METHODS
+from ..quantizers.ivf import IVF, MAX_LISTS
+from ..quantizers.cartesian import METHODS
 from . import names
 
 __all__ = ["SegmentEntry", "Training", "Manifest", "write_manifest", "read_manifest", "write_deletions", "read_deletions",

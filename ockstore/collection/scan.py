@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..search import SMALL_SCAN_CODES, scanner
+from ..search.scan import SMALL_SCAN_CODES, scanner
 from .merge import topk_columns
 
 __all__ = ["scan_parts", "QUERIES_PER_STEP"]

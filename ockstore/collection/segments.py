@@ -24,7 +24,7 @@ from ..exact_index import ExactIndex
 from ..indexfile.reader import open_index
 from ..indexfile.vectors_file import VectorsWriter, checked_vector_rows
 from ..indexfile.writer import IndexWriter
-from ..search import rows_bitmap
+from ..search.scan import rows_bitmap
 from . import names
 from .manifest import check_regular_file
 

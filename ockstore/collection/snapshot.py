@@ -15,11 +15,12 @@ import warnings
 
 import numpy as np
 
-from .. import _rerank, _search_options, storage
+from ..search import rerank as _rerank, options as _search_options
+from .. import storage
 from .._validation import as_vectors, resolve_n_threads
 from ..errors import FormatError
 from ..exact_index import exact_search
-from ..search import QueryTables, rows_bitmap
+from ..search.scan import QueryTables, rows_bitmap
 from ..indexfile.reader import load_quantizer
 from . import names
 from .manifest import check_regular_file, read_deletions, read_manifest

@@ -29,8 +29,8 @@ import numpy as np
 
 from .._index_rows import check_store_vectors
 from ..indexfile.writer import save_quantizer
-from ..ivf_quantizer import IVF
-from ..quantizers import Quantizer
+from ..quantizers.ivf import IVF
+from ..quantizers.cartesian import Quantizer
 from . import names
 from .commit import _remove, write_checked_manifest
 from .manifest import Manifest, SegmentEntry

@@ -17,7 +17,7 @@ import os
 
 import numpy as np
 
-from .. import _rerank
+from ..search import rerank as _rerank
 from .._validation import as_vectors
 from ..collection import merge_topk, open_collection
 from ..collection.snapshot import by_unique_ids, vectors_by_id

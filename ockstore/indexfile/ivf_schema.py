@@ -4,7 +4,7 @@ V1-V10): the meta map ``ivf``, the sections of the coarse quantizer and the list
 The fine quantizer is stored exactly as a flat file stores its quantizer (meta ``method`` and ``params``, sections
 rotation, codebooks, objective_history, norm_levels: section 11), so every rule of section 11 applies to it; the
 rows (codes, norms, ids, vectors) are those of section 11.2, stored list after list. ``IVF_FILES`` (an
-``IVFFileSchema``, building on the flat ``schema.FileSchema``) is the inverted file's schema in ``ockstore._kinds``:
+``IVFFileSchema``, building on the flat ``schema.FileSchema``) is the inverted file's schema in ``ockstore._registry``:
 writing adds ``ivf_meta`` and ``put_ivf_sections``; reading adds ``read_ivf_meta``, ``read_ivf_model`` and
 ``read_list_offsets``, called by ``schema.read_file`` as part of its straight line of checks.
 """
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._code_blocks import uses_blocks
-from ..ivf_quantizer import MAX_LISTS, ivf_from_state
+from ..search.codes import uses_blocks
+from ..quantizers.ivf import MAX_LISTS, ivf_from_state
 from .schema import (
     FASTSCAN_MINOR_VERSION, N_NORM_LEVELS, FileSchema, _short, check_bounded, format_minor_version, model_value_bounds,
     put_quantizer_sections, quantizer_meta,
@@ -111,7 +111,7 @@ def read_list_offsets(reader, n_lists, ntotal):
 
 
 # ====================================================================================================================
-# the schema of the inverted file's kind (ockstore._kinds)
+# the schema of the inverted file's kind (ockstore._registry)
 
 
 class IVFFileSchema(FileSchema):

@@ -22,13 +22,13 @@ import os
 import numpy as np
 
 from .. import _atomic, storage
-from .._code_blocks import block_bytes, blocks_of_runs, uses_blocks
+from ..search.codes import block_bytes, blocks_of_runs, uses_blocks
 from .._index_rows import (
     NORM_DTYPES, STORED_VECTOR_DTYPES, check_model_for, check_store_vectors, resolve_norm_encoding,
 )
 from .._validation import resolve_n_threads
-from ..ivf_quantizer import ivf_from_state
-from ..quantizers import quantizer_from_state
+from ..quantizers.ivf import ivf_from_state
+from ..quantizers.cartesian import quantizer_from_state
 from .ivf_schema import IVF_FILES
 from .schema import check_user_metadata, put_value_ranges
 from .writer import IndexWriter, RowPacker

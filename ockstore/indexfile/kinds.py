@@ -1,4 +1,4 @@
-"""The kinds of index, registered in ``ockstore._kinds``: the one module that names every kind (docs/ARCHITECTURE.md,
+"""The kinds of index, registered in ``ockstore._registry``: the one module that names every kind (docs/ARCHITECTURE.md,
 "Kinds of index"). Each kind's model, index, writer and file schema live in modules of their own that never import
 another kind's; ``import ockstore`` imports this module, so the registry is complete before any call.
 
@@ -13,11 +13,11 @@ A new kind (say, 4-bit codes scanned in registers) is a model class, an index cl
 
 from __future__ import annotations
 
-from .. import _kinds
+from .. import _registry
 from ..index import Index
 from ..ivf_index import IVFIndex
-from ..ivf_quantizer import IVF
-from ..quantizers import METHODS, Quantizer
+from ..quantizers.ivf import IVF
+from ..quantizers.cartesian import METHODS, Quantizer
 from .ivf_schema import IVF_FILES
 from .ivf_writer import IVFIndexWriter
 from .schema import FLAT_FILES
@@ -25,6 +25,6 @@ from .writer import IndexWriter
 
 __all__ = ["FLAT", "INVERTED_FILE"]
 
-FLAT = _kinds.register(_kinds.IndexKind(
+FLAT = _registry.register(_registry.IndexKind(
     "flat", Quantizer, tuple(cls.__name__ for cls in METHODS.values()), Index, IndexWriter, FLAT_FILES))
-INVERTED_FILE = _kinds.register(_kinds.IndexKind("ivf", IVF, ("IVF",), IVFIndex, IVFIndexWriter, IVF_FILES))
+INVERTED_FILE = _registry.register(_registry.IndexKind("ivf", IVF, ("IVF",), IVFIndex, IVFIndexWriter, IVF_FILES))

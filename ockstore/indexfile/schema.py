@@ -8,7 +8,7 @@ early returns, each failure a FormatError naming the check and the meta key or s
 
 ``FileSchema`` is the flat kind's schema (``FLAT_FILES``): the values of meta "kind" of its files and how their model
 part is written and read. The inverted file's schema (``ivf_schema.IVFFileSchema``) builds on it; ``read_file`` takes
-the schema of a file's kind from ``ockstore._kinds`` and never names a kind itself.
+the schema of a file's kind from ``ockstore._registry`` and never names a kind itself.
 """
 
 from __future__ import annotations
@@ -18,22 +18,22 @@ import math
 import msgpack
 import numpy as np
 
-from .. import _kinds, storage
+from .. import _registry, storage
 from .._blas import blas_single_thread
-from .._code_blocks import FASTSCAN_MAX_WORDS, CodeBlocks, block_bytes, blocks_of_runs, uses_blocks
-from .._model_tables import SubspaceLayout
+from ..search.codes import FASTSCAN_MAX_WORDS, CodeBlocks, block_bytes, blocks_of_runs, uses_blocks
+from ..quantizers.tables import SubspaceLayout
 from .._index_rows import NORM_DTYPES, NORM_ENCODINGS, STORE_VECTORS, STORED_VECTOR_DTYPES
 from .._validation import MAX_ABS_VALUE
 from .._version import __version__
-from .._params import STORED_PARAMETERS
-from ..quantizers import METHODS, PARAMETERS, quantizer_from_state
+from ..quantizers.params import STORED_PARAMETERS
+from ..quantizers.cartesian import METHODS, PARAMETERS, quantizer_from_state
 
 __all__ = ["KIND_INDEX", "KIND_QUANTIZER", "KIND_FASTSCAN_INDEX", "FASTSCAN_MINOR_VERSION", "HEADER_MARGIN",
            "ROTATION_TOLERANCE", "ROW_SECTIONS", "FileSchema", "FLAT_FILES", "check_user_metadata", "quantizer_meta",
            "format_minor_version", "put_quantizer_sections", "put_value_ranges", "SQ8_MINOR_VERSION", "read_file"]
 
 # docs/FORMAT.md section 11: the values of meta "kind" of flat files and the number of levels of the one-byte norm
-# quantizer. (Inverted files: ivf_schema.py; every kind's values: ockstore._kinds.file_kinds().)
+# quantizer. (Inverted files: ivf_schema.py; every kind's values: ockstore._registry.file_kinds().)
 KIND_INDEX = "index"
 KIND_QUANTIZER = "quantizer"
 N_NORM_LEVELS = 256
@@ -173,10 +173,10 @@ class _Reader:
         if type(kind) is not str:
             raise self.fail("bad meta", f"meta 'kind' = {_short(kind)}, expected a str: is this an ockstore index "
                                         "or quantizer file?")
-        found = _kinds.of_file(kind)
+        found = _registry.of_file(kind)
         if found is None:
             raise self.fail("unknown kind", f"meta 'kind' = {_short(kind)}, expected "
-                                            f"{', '.join(repr(k) for k in _kinds.file_kinds())}")
+                                            f"{', '.join(repr(k) for k in _registry.file_kinds())}")
         if index_only and not found[1]:
             raise self.fail("wrong kind", f"the file holds a {kind}, not an index (meta 'kind' = {kind!r}); "
                                           "load it with ockstore.load_quantizer")
@@ -391,13 +391,13 @@ class _Reader:
 
     def for_quantizer_file(self):
         """No section of the rows of an index, of any kind (I5)."""
-        for name in ROW_SECTIONS + tuple(n for k in _kinds.kinds() for n in k.files.row_sections):
+        for name in ROW_SECTIONS + tuple(n for k in _registry.kinds() for n in k.files.row_sections):
             self.absent(name, "a quantizer file holds no vectors")
 
     def absent_sections_of_other_kinds(self, kind):
         """The sections only the files of another kind hold are not in this one (V4: the sections of an inverted file
         are not in a flat one)."""
-        for other in _kinds.kinds():
+        for other in _registry.kinds():
             if other is not kind:
                 for name in other.files.own_sections:
                     self.absent(name, f"meta 'kind' is {self.meta.get('kind')!r}, not {other.files.description}")

@@ -13,7 +13,7 @@ import numpy as np
 from .. import storage
 from .._closable import AbortOnError
 from .._index_rows import STORE_VECTORS, STORED_VECTOR_DTYPES, check_store_vectors, vectors_for_storage
-from .._params import PARAMETERS
+from ..quantizers.params import PARAMETERS
 from .._validation import as_ids, as_vectors, check_int, normalize_rows, to_float32_rows
 from .schema import LIBRARY, _short
 

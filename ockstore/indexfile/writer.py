@@ -5,14 +5,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import _kinds, storage
+from .. import _registry, storage
 from .._index_rows import (
     NORM_DTYPES, STORED_VECTOR_DTYPES, check_fitted_model, check_model_for, check_store_vectors, encode_rows,
     resolve_norm_encoding, vectors_for_storage,
 )
-from .._code_blocks import BLOCK_ROWS, block_bytes, pack_rows, uses_blocks
+from ..search.codes import BLOCK_ROWS, block_bytes, pack_rows, uses_blocks
 from .._validation import as_ids, as_vectors, check_int, resolve_n_threads
-from ..quantizers import quantizer_from_state
+from ..quantizers.cartesian import quantizer_from_state
 from .schema import FLAT_FILES, check_user_metadata, put_value_ranges
 
 __all__ = ["IndexWriter", "RowPacker", "build_index", "save_quantizer"]
@@ -60,7 +60,7 @@ class IndexWriter:
 
     def __new__(cls, path=None, quantizer=None, *args, **kwargs):
         if cls is IndexWriter:  # the flat class stands for every kind: the model decides (an IVF: IVFIndexWriter)
-            kind = _kinds.find_model(quantizer)
+            kind = _registry.find_model(quantizer)
             if kind is not None:
                 cls = kind.writer_class
         return super().__new__(cls)
@@ -314,7 +314,7 @@ def save_quantizer(path, quantizer, *, metadata=None):
     """
     quantizer = check_fitted_model(quantizer)
     user = check_user_metadata(metadata)
-    files = _kinds.of_model(quantizer).files
+    files = _registry.of_model(quantizer).files
     ranges = quantizer.value_ranges is not None
     with storage.FileWriter(path, minor_version=files.minor_version(quantizer, None, value_ranges=ranges)) as writer:
         files.put_model(writer, quantizer)

@@ -225,7 +225,7 @@ def test_tune_prints_the_options_of_the_library(data, rr, tmp_path):
     found = json.loads(run("tune", rr["index"], data["query"], "--target", "0.9", "--json", check=0).stdout)
     assert set(found["options"]) == {"rerank"} and found["recall"] >= 0.9 and found["measurements"]
     with ockstore.open_index(rr["index"]) as index:
-        truth = ockstore.tuning._exact_neighbours(index, data["ds"].query, 10, 1)
+        truth = ockstore.search.tune._exact_neighbours(index, data["ds"].query, 10, 1)
         _, I = index.search(data["ds"].query, 10, **found["options"])
     assert np.mean([np.isin(truth[q], I[q]).mean() for q in range(len(I))]) == pytest.approx(found["recall"])
     absent = tmp_path / "absent.npy"  # neighbours the index does not hold: no setting finds them

@@ -20,7 +20,7 @@ import pytest
 import ockstore
 from ockstore import _kernels
 from ockstore import collection as coll
-from ockstore import search as search_module
+from ockstore.search import scan as search_module
 from ockstore.collection import names, segments
 from ockstore.collection import scan as scan_module
 from ockstore.collection import snapshot as snapshot_module

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import ockstore
-from ockstore._search_options import default_rerank
+from ockstore.search.options import default_rerank
 from ockstore.collection import names
 from collection_model import Model, assert_same_search, reference_index
 from helpers import gaussian_mixture

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import ockstore
-from ockstore._search_options import default_rerank
+from ockstore.search.options import default_rerank
 from helpers import gaussian_mixture
 
 P = 10

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import ockstore
-from ockstore import _rerank
+from ockstore.search import rerank as _rerank
 from ockstore._validation import normalize_rows
 from ockstore.collection import names
 from ockstore.exact_index import ExactIndex

@@ -20,7 +20,7 @@ import ockstore
 import search_checks
 from ockstore import _kernels
 from ockstore import ivf_index as ivf_index_module
-from ockstore import search as search_module
+from ockstore.search import scan as search_module
 
 P = 10  # not divisible by M = 4 or 3
 LEVELS = ("portable", "avx2", "avx512")

@@ -17,11 +17,12 @@ import pytest
 
 import ockstore
 from index_files import parts_of
-from ockstore import _kernels, _rerank
+from ockstore import _kernels
+from ockstore.search import rerank as _rerank
 from ockstore import ivf_index as ivf_index_module
-from ockstore import search as search_module
-from ockstore._code_blocks import CodeBlocks
-from ockstore._sq8 import sq8_decode
+from ockstore.search import scan as search_module
+from ockstore.search.codes import CodeBlocks
+from ockstore.quantizers.sq8 import sq8_decode
 from search_checks import Rows, allowed_rows_of_candidates, check_topk, exact_keys, tolerance_scale
 
 P = 10

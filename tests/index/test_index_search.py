@@ -16,7 +16,7 @@ import pytest
 import ockstore
 from ockstore import index as index_module
 from ockstore import _index_rows
-from ockstore import search as search_module
+from ockstore.search import scan as search_module
 from ockstore.datasets import synthetic
 from ockstore.errors import NotFittedError
 from ockstore import Index

@@ -14,7 +14,7 @@ import pytest
 
 import reference
 from ockstore import IVF, Index, IVFIndex
-from ockstore.ivf_quantizer import default_n_probe
+from ockstore.quantizers.ivf import default_n_probe
 from ivf_checks import (
     CASES, FINE, L, N, NQ, approx_keys, case_id, checked_probe, clusters, prepared, probed_rows, query_vectors,
     reconstruct,

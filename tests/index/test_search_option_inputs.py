@@ -320,7 +320,7 @@ def test_cosine_zero_vectors_refused(tmp_path, quantizers, data):
 def test_cosine_zero_vector_named_by_its_row_in_the_whole_input(quantizers, data, monkeypatch):
     """A zero vector beyond the first step of an encode is named by its row in X; so is a refused stored value
     beyond the first chunk of from_vectors."""
-    from ockstore import quantizers as quantizers_module
+    from ockstore.quantizers import cartesian as quantizers_module
 
     monkeypatch.setattr(quantizers_module, "ROWS_PER_STEP", 1000)
     monkeypatch.setattr(index_module, "BUILD_CHUNK", 1000)

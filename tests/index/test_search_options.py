@@ -15,8 +15,8 @@ import pytest
 
 import ockstore
 from ockstore import Index
-from ockstore import _rerank
-from ockstore._code_blocks import CodeBlocks
+from ockstore.search import rerank as _rerank
+from ockstore.search.codes import CodeBlocks
 from search_checks import (
     CASES, MAKERS, N, N_ALLOWED, NQ, P, RERANK_EXTRA, RTOL, Rows, allowed_rows_of_candidates, approx_keys,
     assert_lexicographic, case_id, check_topk, exact_keys, k_values, keys_of, make_allow, tolerance_scale,

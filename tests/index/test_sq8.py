@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from ockstore._sq8 import SQ8_LEVELS, check_value_ranges, learn_value_ranges, sq8_decode, sq8_encode, sq8_steps
+from ockstore.quantizers.sq8 import SQ8_LEVELS, check_value_ranges, learn_value_ranges, sq8_decode, sq8_encode, sq8_steps
 
 
 def test_learned_ranges_are_the_training_minimum_and_maximum():

@@ -8,7 +8,7 @@ import pytest
 import ockstore
 from index_files import parts_of, write_parts
 from ockstore import IVF, Index
-from ockstore._sq8 import learn_value_ranges, sq8_decode, sq8_encode
+from ockstore.quantizers.sq8 import learn_value_ranges, sq8_decode, sq8_encode
 from ockstore.errors import FormatError
 from search_checks import (  # noqa: F401 (fixtures)
     N, Rows, case_id, check_topk, data, exact_keys, make_allow, parallel_scan, quantizers, tolerance_scale,

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 import ockstore
-from ockstore import IVF, OCKM, Index, tuning
+from ockstore import IVF, OCKM, Index
+from ockstore.search import tune as tuning
 
 P = 24
 K = 10

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import ockstore
-from ockstore import _kinds
+from ockstore import _registry
 from ockstore import IVF, Index, IndexWriter, build_index, load_quantizer, open_index, save_quantizer, storage
 from ockstore.indexfile import ivf_writer
 from ockstore.errors import FormatError
@@ -460,7 +460,7 @@ def test_golden_files_still_open_unchanged_V8(tmp_path):
     flat = ockstore.PQ(3, n_codewords=32, n_iter=2, seed=0).fit(np.load(DATA / "golden_v1_queries.npy").repeat(4, 0))
     build_index(tmp_path / "k32.ock", flat, np.load(DATA / "golden_v1_queries.npy"))
     assert ockstore.file_info(tmp_path / "k32.ock")["format_version"] == "1.0"
-    assert _kinds.file_kinds() == ("index", "fastscan-index", "quantizer", "ivf-index", "ivf-fastscan-index",
+    assert _registry.file_kinds() == ("index", "fastscan-index", "quantizer", "ivf-index", "ivf-fastscan-index",
                                    "ivf-quantizer")
 
 

@@ -1,4 +1,4 @@
-"""The fast-scan kernels (ockstore/_kernels_fastscan.pxi over _fastscan.h): the block layout, and scans that return
+"""The fast-scan kernels (ockstore/kernels/fastscan.pxi over kernels/fastscan.h): the block layout, and scans that return
 exactly what the 8-bit scans return over the same words (docs/ARCHITECTURE.md, "Fast scan") -- the same distances,
 rows and order, for every kind of table, norm encoding, filter, bound, thread count and SIMD level.
 
@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 
 import ockstore
-from ockstore import _kernels, search
+from ockstore import _kernels
+from ockstore.search import scan as search
 
 BLOCK = _kernels.FASTSCAN_BLOCK
 LEVELS = ("portable", "avx2", "avx512")
@@ -186,7 +187,7 @@ def test_flat_scan_ids_filters_and_bounds(data, norm_encoding):
 
 @pytest.mark.parametrize("kind,norm_encoding", [("ockm", "u8"), ("pq", "none")])
 def test_flat_scan_with_a_sample_limit(kind, norm_encoding):
-    """Runs of at least 8 k blocks first lower each query's limit from a sample of k spread blocks (_fastscan.h, "A
+    """Runs of at least 8 k blocks first lower each query's limit from a sample of k spread blocks (kernels/fastscan.h, "A
     limit before a long scan"): with ids (ties), filters (sampled rows filtered out, a last partial block) and
     bounds, the results stay the 8-bit scan's."""
     rng = np.random.default_rng(21)

@@ -2,7 +2,7 @@
 SIMD levels"), switched in this process (`_kernels._set_simd_level`) and in a fresh one by the environment variable
 OCKSTORE_SIMD; the switch itself: names, errors, fallback.
 
-`run_every_kernel` reaches each kernel of _simd.h's table through the public API and the kernels module: training and
+`run_every_kernel` reaches each kernel of kernels/simd.h's table through the public API and the kernels module: training and
 encoding (the encoder's selection, leaves, table products, minima, sums of squares; code_sums' per-word sums), query
 tables and scans (ADC and SDC, each kind of table, a batch and a single query, a filter), the inverted file (coarse
 assignment, probing by L2 and by inner product, in search and on its own, the scan of probed lists) and the vector
@@ -21,7 +21,7 @@ import pytest
 
 import ockstore
 from ockstore import _kernels
-from ockstore._kmeans import CoarseTables
+from ockstore.quantizers.kmeans import CoarseTables
 
 LEVELS = ("portable", "avx2", "avx512")
 

@@ -1,4 +1,4 @@
-"""The coarse step of the inverted file (_ivf.h, _kernels_ivf.pxi: `_kernels.probe`, and ivf_search's own): queries
+"""The coarse step of the inverted file (kernels/ivf.h, kernels/ivf.pxi: `_kernels.probe`, and ivf_search's own): queries
 computed in groups against blocks of lists, yet each inner product summed over p = 0..P-1 in order, unfused, so a
 query probes the same lists with the same terms alone, in any batch, on any number of threads and at every SIMD level
 (docs/ARCHITECTURE.md, "Inverted file").
@@ -17,7 +17,7 @@ import pytest
 
 import ockstore
 from ockstore import _kernels
-from ockstore._kmeans import CoarseTables
+from ockstore.quantizers.kmeans import CoarseTables
 
 LEVELS = ("portable", "avx2", "avx512")
 
@@ -191,7 +191,7 @@ def test_ivf_search_is_the_same_for_any_threads_and_batch_split(ivf_index, reran
 
 
 # --------------------------------------------------------------------------------------------------------------------
-# A query alone (_ivf.h, "A query alone"): its lists are chosen through the centroids in float16 and proven bounds,
+# A query alone (kernels/ivf.h, "A query alone"): its lists are chosen through the centroids in float16 and proven bounds,
 # then the exact inner products of the candidates; the lists and terms are those of the full step, bit for bit.
 
 def alone_cases():

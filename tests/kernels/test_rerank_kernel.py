@@ -1,4 +1,4 @@
-"""The re-ranking loop (ockstore/_rerank.h through _kernels.rerank, exact_search and the scans' own re-ranking):
+"""The re-ranking loop (ockstore/kernels/rerank.h through _kernels.rerank, exact_search and the scans' own re-ranking):
 bitwise equal to the NumPy oracle that adds in the same lanes (tests/support/reference.py), for every kind of stored
 row, metric and SIMD level; bad rows flagged; independent of threads and of how candidates come."""
 

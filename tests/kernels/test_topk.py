@@ -1,4 +1,4 @@
-"""The TopK collector of the scans (ockstore/_topk.h): exactly the k best (distance, id, row) of what it is offered,
+"""The TopK collector of the scans (ockstore/kernels/topk.h): exactly the k best (distance, id, row) of what it is offered,
 whatever the order, with ties, -0, +inf, a bound, and every buffer size around its compactions."""
 
 import numpy as np

@@ -17,7 +17,7 @@ from helpers import REPO
 from helpers import random_rotation
 from quantizer_checks import assert_codes_match, sq_rows
 from ockstore import _kernels
-from ockstore._model_tables import CodecTables, SubspaceLayout
+from ockstore.quantizers.tables import CodecTables, SubspaceLayout
 
 
 def random_codec(P, M, C, K, *, n=400, seed=0):
@@ -129,7 +129,7 @@ ISA_CASES = [(128, 4, 2, 256, 10, 203), (10, 3, 3, 16, 3, 130), (12, 2, 2, 100, 
 
 @pytest.mark.parametrize("P, M, C, K, T, n", ISA_CASES)
 def test_every_instruction_set_gives_the_same_bits(P, M, C, K, T, n, isa_restored):
-    """The encoder's kernels exist for AVX-512, AVX2+FMA and portable C (_encoder.h); every level this CPU runs
+    """The encoder's kernels exist for AVX-512, AVX2+FMA and portable C (kernels/encoder.h); every level this CPU runs
     (the portable one computing its tables with exact fmaf) gives bitwise the same codes and errors, with and
     without previous codes, and they match the reference."""
     R, D, X = random_codec(P, M, C, K, n=n, seed=P + C + K + T)

@@ -11,7 +11,7 @@ import pytest
 import ockstore
 from ockstore import IVF, Index
 from ockstore.errors import NotFittedError
-from ockstore.ivf_quantizer import MAX_LISTS, default_n_probe
+from ockstore.quantizers.ivf import MAX_LISTS, default_n_probe
 from ivf_checks import FINE, L, N, P, clusters, reconstruct
 from ivf_checks import data, models  # noqa: F401 - pytest fixtures
 
@@ -181,7 +181,7 @@ def test_coarse_kernels_against_numpy(data):
     """coarse_assign: the nearest centroid of each row (ties: the smaller list) and its squared distance;
     cluster_sums: the float64 sum and the size of every cluster."""
     from ockstore import _kernels
-    from ockstore._kmeans import CoarseTables
+    from ockstore.quantizers.kmeans import CoarseTables
 
     learn = data[0]
     C = learn[::97][:L].astype(np.float32)
@@ -206,7 +206,7 @@ def test_coarse_kmeans_is_lloyd(data):
     """train_coarse = Lloyd from n_lists distinct sampled rows (the seeded Generator's choice), each centroid moved to
     the mean of its rows, on every row when there are at most 256 per list; history = the mean squared distance
     before each update and after the last."""
-    from ockstore._kmeans import train_coarse
+    from ockstore.quantizers.kmeans import train_coarse
 
     X = clusters(800, 11)
     n_lists, n_iter = 6, 4

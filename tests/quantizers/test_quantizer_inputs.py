@@ -245,7 +245,7 @@ def test_any_real_dtype_and_layout_gives_same_codes(integer_data, layout):
 
 def test_encode_in_steps_equals_one_step(small_model, mixture, monkeypatch):
     """encode / decode / distortion work ROWS_PER_STEP rows at a time: results must not depend on the step."""
-    from ockstore import quantizers
+    from ockstore.quantizers import cartesian as quantizers
 
     codes = small_model.encode(mixture)
     X_hat = small_model.decode(codes)

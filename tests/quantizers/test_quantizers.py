@@ -19,7 +19,7 @@ import reference as ref
 from helpers import REPO, gaussian_mixture
 from quantizer_checks import assert_codes_match, make, sq_rows
 from ockstore import CKM, ECKM, OCKM, load_quantizer, save_quantizer
-from ockstore.quantizers import quantizer_from_state
+from ockstore.quantizers.cartesian import quantizer_from_state
 
 
 # ================================================================================================================

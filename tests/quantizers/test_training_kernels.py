@@ -20,9 +20,9 @@ from helpers import random_rotation
 # only these lines.
 from ockstore._blas import blas_single_thread
 from ockstore._kernels import code_gram, code_sums, matmul_rows, normal_equations
-from ockstore._model_tables import SubspaceLayout
-from ockstore._norm_levels import fit_scalar_quantizer, scalar_encode
-from ockstore._training import _procrustes
+from ockstore.quantizers.tables import SubspaceLayout
+from ockstore.quantizers.norm_levels import fit_scalar_quantizer, scalar_encode
+from ockstore.quantizers.training import _procrustes
 
 EPS32 = float(np.finfo(np.float32).eps) / 2  # unit roundoff of float32, 2^-24
 THREADS = [1, 2]

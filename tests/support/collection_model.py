@@ -83,7 +83,7 @@ def assert_same_search(collection, reference, Q, k, **options):
     """The collection's results equal the reference index's, bit for bit (values and ids). A collection that stores
     vectors re-ranks by default (``rerank`` None: ``_search_options.default_rerank``); the reference is asked for the
     same re-ranking."""
-    from ockstore._search_options import default_rerank
+    from ockstore.search.options import default_rerank
 
     D1, I1 = collection.search(Q, k, **options)
     if options.get("rerank") is None and collection.store_vectors is not None and collection.trained:

@@ -299,7 +299,7 @@ def nearest_level(values, levels):
 
 # ---------------------------------------------------------------------------------------------------- re-ranking
 def lane_sum(terms):
-    """Sum over the last axis as the re-ranking loop adds (ockstore/_rerank.h): 16 lanes, lane j adding the terms of
+    """Sum over the last axis as the re-ranking loop adds (ockstore/kernels/rerank.h): 16 lanes, lane j adding the terms of
     positions j, j + 16, ... in order (zero-padded to a multiple of 16), then lanes j and j + 8, j and j + 4, j and
     j + 2, and the last two added. float64 throughout."""
     P = terms.shape[-1]
@@ -323,7 +323,7 @@ def sq8_values(codes, ranges):
 
 
 def rerank_values(q, X, metric):
-    """The exact values of rows X (n, P) (their numbers in float64) for the float32 query q (P,), as _rerank.h
+    """The exact values of rows X (n, P) (their numbers in float64) for the float32 query q (P,), as kernels/rerank.h
     computes them, rounded to float32: "l2" sum (q - x)^2, "ip" sum q x, "cosine" sum q x / sqrt(sum x x)."""
     q = np.asarray(q, dtype=np.float32).astype(np.float64)
     X = np.asarray(X, dtype=np.float64)

@@ -27,7 +27,7 @@ import pytest
 import ockstore
 from helpers import seeded_dataset
 from ockstore import Index
-from ockstore import search as search_module
+from ockstore.search import scan as search_module
 
 P = 16
 N = 2200           # > 2048 codes (the scan's block): one query on two threads splits its codes over both

@@ -1,6 +1,6 @@
 # The exhaustive scan (included by _kernels.pyx): the query tables of a batch and the ADC scan of every code of a
 # base, each query keeping its k best (dist, id) pairs in a bounded max-heap, in one call per search. The scan loop,
-# the heap and the order of results are _kernels_scan.pxi's.
+# the heap and the order of results are scan.pxi's.
 
 cdef enum:
     # Codes per scan block. A block's codes (SCAN_BLOCK * W bytes) and its norm terms stay in L1/L2 while every query
@@ -353,7 +353,7 @@ cdef void _merge_topks(ScanScratch *s, int n_threads, const int64_t *ids, const 
 
 
 # --------------------------------------------------------------------------------------------------------------------
-# The entry point: query tables (_tables.h) and the scan, in one call.
+# The entry point: query tables (tables.h) and the scan, in one call.
 
 def scan(TableModel model not None,          # IN the quantizer's table arrays
          const float[:, ::1] queries,        # IN (nq, P) the queries (ADC), or None
@@ -380,7 +380,7 @@ def scan(TableModel model not None,          # IN the quantizer's table arrays
     """The tables of each query, then an exhaustive ADC scan keeping the k best (dist, id) of each query among the
     allowed rows; writes their distances and row numbers (the caller maps rows to ids; a row keeps the stored vector
     reachable for re-ranking). With rerank_rows: keeps `rerank` candidates instead, and writes the k best of them by
-    exact value (distances ascending, scores descending; _rerank.h) and their rows; queries are then scanned
+    exact value (distances ascending, scores descending; rerank.h) and their rows; queries are then scanned
     RERANK_CHUNK at a time, so the candidates held are bounded whatever nq.
 
     Batches (nq >= n_threads) run in parallel over groups of queries: a thread computes a group's tables, then the

@@ -16,14 +16,14 @@ R is orthogonal, so for a query q with z = R^T q (computed as z = q @ rot_pad):
   -z_m . d[m, c, k] so that the scan, which keeps the smallest sums, keeps the largest scores, and the caller negates
   the sums back into scores. For cosine the queries and the base were normalised to unit length first.
 
-The scan (``_kernels.scan``) computes the tables of each query (``_tables.h``), adds qconst + n_b + the W = M*C
+The scan (``_kernels.scan``) computes the tables of each query (``kernels/tables.h``), adds qconst + n_b + the W = M*C
 table entries of each code and keeps the k best (distance, row) pairs of each query, a smaller id winning a tie; rows
 map to ids (and to stored vectors, for re-ranking) afterwards. A row bitmap restricts the scan to allowed rows, tested
 before any table lookup. SDC (symmetric distance) encodes the queries, and uses their reconstructions z_hat_q in place
 of z: the distance is then ||x_hat_q - x_hat||^2 (with the stored norm term of the base code); for "ip" and "cosine"
 the score is x_hat_q . x_hat.
 
-Determinism: a query's tables are computed in float64, every sum in a fixed order (``_tables.h``), and rounded once
+Determinism: a query's tables are computed in float64, every sum in a fixed order (``kernels/tables.h``), and rounded once
 to float32, by the same code whichever thread computes them; the scan adds in a fixed order, so a query gets
 bit-identical results whether it is searched alone or in a batch, and whatever ``n_threads``. Distances are float32
 sums of float32 table entries: they are squared L2 distances up to rounding, and may be slightly negative when a query
@@ -43,9 +43,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _kernels, _rerank
-from ._code_blocks import CodeBlocks
-from ._validation import resolve_n_threads
+from .. import _kernels
+from . import rerank as _rerank
+from .codes import CodeBlocks
+from .._validation import resolve_n_threads
 
 __all__ = ["QueryTables", "CodeRows", "search_codes", "scanner", "rows_bitmap", "panels", "LUT_SLOTS",
            "TABLE_L2_NORM_TERM", "TABLE_L2_WHOLE", "TABLE_NEG_DOT"]
@@ -69,7 +70,7 @@ MODEL_ALIGN = 64
 def panels(matrix, width=_kernels.TABLE_PANEL):
     """The (R, n) matrix in the table kernel's panel layout, as a 1-D float32 array aligned to MODEL_ALIGN bytes:
     columns i0..i0+w-1 (w = width, or what is left for the last panel) as R rows of w values, panel after panel
-    (_tables.h, ock_vecmat). Each panel is then one sequential read."""
+    (kernels/tables.h, ock_vecmat). Each panel is then one sequential read."""
     matrix = np.asarray(matrix, dtype=np.float32)
     n = matrix.shape[1]
     flat = np.concatenate([matrix[:, i0:i0 + width].ravel() for i0 in range(0, n, width)]) if n else matrix.ravel()
@@ -80,7 +81,7 @@ def panels(matrix, width=_kernels.TABLE_PANEL):
     return out
 
 
-# The kinds of table (_tables.h): what each code byte's table entry holds.
+# The kinds of table (kernels/tables.h): what each code byte's table entry holds.
 TABLE_L2_NORM_TERM = _kernels.TABLE_L2_NORM_TERM  # -2 z_m.d: L2 with C >= 2; qconst = ||z||^2, the stored norm
 #                                                  term completes the distance
 TABLE_L2_WHOLE = _kernels.TABLE_L2_WHOLE  # ||z_m - d||^2: L2 with C = 1, the whole distance
@@ -101,7 +102,7 @@ class QueryTables:
         metric "l2" whatever C is: its stored norm term (of the whole reconstruction) completes every distance.
 
     ``model`` holds the rotation and the words in float32 as the model holds them (the table kernel widens each value
-    to float64, _tables.h), in panels; ``words`` in float64 serves SDC's reconstructions of the queries.
+    to float64, kernels/tables.h), in panels; ``words`` in float64 serves SDC's reconstructions of the queries.
     No input validation in this class: callers pass fitted quantizers and checked queries.
     """
 

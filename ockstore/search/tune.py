@@ -16,9 +16,9 @@ import time
 
 import numpy as np
 
-from ._code_blocks import CodeBlocks
-from ._rerank import exact_search
-from ._validation import MAX_K, as_vectors, check_float, check_k, resolve_n_threads
+from .codes import CodeBlocks
+from .rerank import exact_search
+from .._validation import MAX_K, as_vectors, check_float, check_k, resolve_n_threads
 
 __all__ = ["tune", "TuneResult"]
 
@@ -84,7 +84,7 @@ def tune(index, queries, *, k=10, target_recall=0.95, ground_truth=None, n_threa
 
     Raises ValueError when no setting reaches the target (the message gives the best recall measured).
     """
-    from .ivf_index import IVFIndex  # the tuner sits above both kinds of index
+    from ..ivf_index import IVFIndex  # the tuner sits above both kinds of index
 
     index._check_open()
     target = check_float(target_recall, "target_recall", min_value=0.0)

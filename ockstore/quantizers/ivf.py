@@ -19,16 +19,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _kernels
-from ._norm_levels import fit_norm_levels
-from ._kmeans import PROBE_IP, PROBE_L2, CoarseTables, train_coarse
-from ._params import PARAMETERS
-from ._sq8 import learn_value_ranges
-from ._validation import (
-    as_codes, as_list_ids, as_vectors, check_int, to_float32_rows,
-)
-from .errors import NotFittedError
-from .quantizers import Model, Quantizer, learned
+from .. import _kernels
+from .norm_levels import fit_norm_levels
+from .kmeans import PROBE_IP, PROBE_L2, CoarseTables, train_coarse
+from .params import PARAMETERS
+from .sq8 import learn_value_ranges
+from .._validation import as_codes, as_list_ids, as_vectors, check_int, to_float32_rows
+from ..errors import NotFittedError
+from .cartesian import Model, Quantizer, learned
 
 __all__ = ["IVF", "MAX_LISTS", "ROWS_PER_STEP", "default_n_probe", "ivf_from_state"]
 
@@ -371,7 +369,7 @@ class IVF(Model):
 
     def _probing_alone(self):
         """The prefilter a query probing alone reads instead of every centroid (a _kernels.CoarseHalf for
-        ``_probing``'s kind, or None): the same lists and terms, at about half the memory traffic (_ivf.h, "A query
+        ``_probing``'s kind, or None): the same lists and terms, at about half the memory traffic (kernels/ivf.h, "A query
         alone")."""
         return self._coarse.prefilter(PROBE_IP if self.metric == "ip" else PROBE_L2)
 

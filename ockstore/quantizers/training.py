@@ -13,9 +13,9 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.linalg
 
-from . import _kernels
-from ._blas import blas_single_thread
-from ._model_tables import CodecTables, SubspaceLayout, rotate
+from .. import _kernels
+from .._blas import blas_single_thread
+from .tables import CodecTables, SubspaceLayout, rotate
 
 __all__ = ["TrainResult", "train"]
 

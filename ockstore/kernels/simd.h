@@ -1,24 +1,24 @@
 /* The vectorised kernels, compiled once per SIMD level, and the one table through which every caller reaches them
  * (docs/ARCHITECTURE.md, "Kernels and SIMD levels").
  *
- * Levels: portable C (any CPU, any compiler), AVX2+FMA+F16C and AVX-512 (x86-64 with gcc or clang). _simd.c
+ * Levels: portable C (any CPU, any compiler), AVX2+FMA+F16C and AVX-512 (x86-64 with gcc or clang). simd.c
  * compiles each kernel once per level (`target` attributes, no ifunc, so the same source builds for Linux, macOS and
  * Windows) and fills one `ock_kernels` table per level; `ock_simd_use` points `ock_kernels_in_use` at one of them,
  * once when the module loads (the best level this CPU runs, or the one OCKSTORE_SIMD asks for), or again in tests.
  * Every level gives bitwise the same results as the portable one: the kernels only add, multiply, compare and take
- * minima, in the order the source writes (no reassociation; _simd.c is compiled with -ffp-contract=off, fused
+ * minima, in the order the source writes (no reassociation; simd.c is compiled with -ffp-contract=off, fused
  * multiply-adds only where the source asks for one and the portable level computes the same value).
  *
- * A new vectorised kernel (as the fast scan of 4-bit codes, _fastscan_kernels.h, and the re-ranking loop's values,
- * _rerank.h, did) plugs in at three places: its entry in `ock_kernels` below, a wrapper below that, and its header in
- * _simd_level.h.
+ * A new vectorised kernel (as the fast scan of 4-bit codes, fastscan_simd.h, and the re-ranking loop's values,
+ * rerank.h, did) plugs in at three places: its entry in `ock_kernels` below, a wrapper below that, and its header in
+ * simd_level.h.
  */
 #ifndef OCKSTORE_SIMD_H
 #define OCKSTORE_SIMD_H
 
 #include <stddef.h>
 
-#include "_fastscan.h"
+#include "fastscan.h"
 
 /* The levels, in order: a CPU that runs one runs every lower one. Macros (not an enum) so that the level bodies can
  * test them with #if. */
@@ -27,11 +27,11 @@
 #define OCK_LEVEL_AVX512 2
 #define OCK_N_LEVELS 3
 
-/* Lists per panel of the coarse step's centroid matrix (_ivf.h): a multiple of every level's blocks of lists (256,
+/* Lists per panel of the coarse step's centroid matrix (ivf.h): a multiple of every level's blocks of lists (256,
  * 64, 32 and 16). */
 #define OCK_COARSE_PANEL 256
 
-/* The prefilter of the coarse step for a query alone (_ivf.h, "A query alone"): the centroids in half precision, in
+/* The prefilter of the coarse step for a query alone (ivf.h, "A query alone"): the centroids in half precision, in
  * panels of OCK_COARSE_HALF_PANEL lists (the last one padded with zeros), and what the bounds of the keys need.
  * Built by _kmeans.CoarseTables.prefilter; the kernel applies it to at least OCK_COARSE_HALF_MIN_LISTS lists. */
 #define OCK_COARSE_HALF_PANEL 64
@@ -41,7 +41,7 @@ typedef struct ock_coarse_half {
                                 p * OCK_COARSE_HALF_PANEL + j */
     const float *centroids;  /* (L, P) the centroids, row after row (the exact inner products of the candidates) */
     const double *alpha;     /* (L,) list l's bound on |key - approximate key| is alpha[l] ||q|| + beta[l] */
-    const double *beta;      /*      + sqnorm_weight |c_sqnorms[l]| (_ivf.h derives it) */
+    const double *beta;      /*      + sqnorm_weight |c_sqnorms[l]| (ivf.h derives it) */
     double factor;           /* approximate key: c_sqnorms[l] - 2 scale d_l (PROBE_L2) or -scale d_l (PROBE_IP), with
                                 d_l the float32 inner product of q with the list's half values: factor = -2 scale or
                                 -scale */
@@ -57,13 +57,13 @@ static inline size_t ock_coarse_alone_work_bytes(int L) {
     return padded * sizeof(float) + 3 * (size_t)L * sizeof(double);
 }
 
-/* The re-ranking loop's level-independent part: its types, the query loop and the heap (_rerank.h). */
-#include "_rerank.h"
+/* The re-ranking loop's level-independent part: its types, the query loop and the heap (rerank.h). */
+#include "rerank.h"
 
 typedef struct ock_kernels {
     const char *name; /* "portable", "avx2", "avx512": the names of OCKSTORE_SIMD and simd_level() */
 
-    /* The beam encoder and training's per-word sums (_encoder.h). */
+    /* The beam encoder and training's per-word sums (encoder.h). */
     void (*unary_inplace)(float *dot, const float *sqnorm, int n);
     float (*min_of_sum)(const float *a, const float *b, int n);
     int (*first_index_of_sum)(const float *a, const float *b, int n, float target);
@@ -81,12 +81,12 @@ typedef struct ock_kernels {
     void (*leaves_locate)(const float *base, const float *pair, const float *score, const int *word, int count, int K,
                           const float *acc, float target, int *out_t, int *out_k);
 
-    /* Query tables of the scans (_tables.h). */
+    /* Query tables of the scans (tables.h). */
     void (*rotate)(const float *q, const float *rot, int P, int D, double *qd, double *z);
     double (*tables)(const double *z, const float *words_t, const double *sqnorms, int M, int C, int K, int S,
                      int kind, int slots, double *acc, float *lut);
 
-    /* The coarse step of the inverted file (_ivf.h): the inner products of nq queries with every centroid (ct: the
+    /* The coarse step of the inverted file (ivf.h): the inner products of nq queries with every centroid (ct: the
      * centroids in panels of OCK_COARSE_PANEL lists). */
     void (*coarse_dots)(const float *Q, int nq, const float *ct, int P, int L, float *out);
     /* The coarse step's candidates for a query alone and their exact inner products (NULL at the portable level:
@@ -94,10 +94,10 @@ typedef struct ock_kernels {
     int (*coarse_alone)(const float *q, const ock_coarse_half *h, const float *c_sqnorms, int n_probe, void *work,
                         int *cand, float *dots);
 
-    /* The exact values of re-ranking (_rerank.h): one function per (row kind, metric). */
+    /* The exact values of re-ranking (rerank.h): one function per (row kind, metric). */
     const ock_rr_value_table *rerank_values;
 
-    /* The fast scan of 4-bit codes (_fastscan.h, _fastscan_kernels.h): a run of blocks for one query, for two queries
+    /* The fast scan of 4-bit codes (fastscan.h, fastscan_simd.h): a run of blocks for one query, for two queries
      * over the same rows, and the uint16 sums of one block (for tests). */
     void (*fs_scan_run)(const ock_fs_base *b, const ock_fs_query *q, const ock_fs_run *run, ock_fs_collector *c);
     void (*fs_scan_run2)(const ock_fs_base *b, const ock_fs_query *qa, const ock_fs_query *qb, const ock_fs_run *ra,
@@ -196,8 +196,8 @@ static inline void ock_fs_block_sums(const uint8_t *block, const uint8_t *qlut, 
 }
 
 /* Constants the callers share with the kernels. */
-#define OCK_PANEL 32                 /* columns per panel of the model arrays the table kernel reads (_tables.h) */
-#define OCK_TABLE_L2_NORM_TERM 0     /* kinds of query table (_tables.h): -2 z_m.d, completed by ||z||^2 and n_b */
+#define OCK_PANEL 32                 /* columns per panel of the model arrays the table kernel reads (tables.h) */
+#define OCK_TABLE_L2_NORM_TERM 0     /* kinds of query table (tables.h): -2 z_m.d, completed by ||z||^2 and n_b */
 #define OCK_TABLE_L2_WHOLE 1         /* ||z_m - d||^2: the whole distance (C = 1) */
 #define OCK_TABLE_NEG_DOT 2          /* -z_m.d: minus the inner product (ip, cosine) */
 

@@ -1,11 +1,11 @@
 # The fast scan of 4-bit codes (included by _kernels.pyx): models with at most 16 words per codebook store their
 # codes in blocks of 32 rows, two words per byte, and are scanned with 16-entry tables held in SIMD registers
-# (_fastscan.h explains the method, the layout and why the results are exactly the 8-bit scan's; the instruction-set
-# kernels, _fastscan_kernels.h, are reached through the dispatch table of _simd.h). Here: packing, checking, the
+# (fastscan.h explains the method, the layout and why the results are exactly the 8-bit scan's; the instruction-set
+# kernels, fastscan_simd.h, are reached through the dispatch table of simd.h). Here: packing, checking, the
 # exhaustive scan of a batch, and the block sums (for tests); the inverted file's search of lists in blocks is
-# _kernels_ivf.pxi's ivf_search, which runs one query's scan with the functions of this file.
+# ivf.pxi's ivf_search, which runs one query's scan with the functions of this file.
 
-cdef extern from "_simd.h" nogil:
+cdef extern from "kernels/simd.h" nogil:
     enum:
         OCK_FS_BLOCK
         OCK_FS_WORDS
@@ -226,7 +226,7 @@ cdef void _fs_prepare(FsSlot *slot, const TableSource *source, Py_ssize_t q, dou
 
 cdef inline void _fs_start(FsSlot *slot, int k, const int64_t *ids, float bound, bint by_bound) noexcept nogil:
     """Start a query's collector of k rows below `bound`; `by_bound`: ranked by their quantized lower bounds alone
-    (the candidates of a re-ranked search, _fastscan.h "Ranking by the bound")."""
+    (the candidates of a re-ranked search, fastscan.h "Ranking by the bound")."""
     ock_fs_collector_init(&slot.c, slot.heap_d, slot.heap_r, k, ids, slot.cand, ock_fs_collector_cap(k), slot.ub,
                           bound)
     slot.c.by_bound = by_bound
@@ -235,7 +235,7 @@ cdef inline void _fs_start(FsSlot *slot, int k, const int64_t *ids, float bound,
 cdef void _fs_sample(const ock_fs_base *base, const uint8_t *blocks, FsSlot *slot, uint16_t *sums,
                      size_t most) noexcept nogil:
     """Lower a started query's limit before its scan of every row, from the sums of a sample of at most `most`
-    blocks (_fastscan.h, "A limit before a long scan"): fewer rows then pass the early, loose limits."""
+    blocks (fastscan.h, "A limit before a long scan"): fewer rows then pass the early, loose limits."""
     cdef size_t nb = ock_fs_blocks(base.N)
     cdef size_t bb = ock_fs_block_bytes(base.W)
     cdef size_t n = ock_fs_sample_blocks(base, &slot.q, slot.c.heap.k, nb)
@@ -350,7 +350,7 @@ def fastscan_scan(TableModel model not None,          # IN the quantizer's table
                   bint by_bound=False):               # IN rank by the quantized bounds alone: candidates to re-rank
     """_kernels_search's scan for codes in fast-scan blocks: the same arguments, the same results (distances, rows,
     order), by a scan of quantized sums that computes exact distances only for the rows that may enter
-    (_fastscan.h).
+    (fastscan.h).
 
     Batches (nq >= n_threads) run in parallel over groups of FS_GROUP queries, each group sharing chunks of
     FS_CHUNK_BYTES of blocks. Fewer queries than threads run one at a time, their chunks shared among the threads, each

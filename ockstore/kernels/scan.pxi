@@ -1,5 +1,5 @@
 # The ADC scan of byte codes and the collectors of its k best results, shared by the exhaustive scan
-# (_kernels_search.pxi: a bounded max-heap per query) and the inverted file's scan of probed lists (_kernels_ivf.pxi:
+# (flat.pxi: a bounded max-heap per query) and the inverted file's scan of probed lists (ivf.pxi:
 # a TopK buffer per query). One loop serves both: it is written once over the fused type Collector, and Cython
 # compiles one copy per collector, so neither pays for the other's test.
 #
@@ -108,11 +108,11 @@ cdef struct Heap:
 
 
 # --------------------------------------------------------------------------------------------------------------------
-# A top-k collector for scans that keep many candidates or read few codes (_topk.h): a buffer of `cap` > k candidates
+# A top-k collector for scans that keep many candidates or read few codes (topk.h): a buffer of `cap` > k candidates
 # instead of a heap, compacted by a radix selection when full. The inverted file's scan and the probing of its lists
 # use it, and the exhaustive scan when it keeps many candidates (re-ranking); results are those of a heap.
 
-cdef extern from "_topk.h" nogil:
+cdef extern from "kernels/topk.h" nogil:
     ctypedef struct ock_topk:
         float *d                # (cap,) distances of the candidates held
         int64_t *r              # (cap,) their rows
@@ -380,7 +380,7 @@ def topk_collect(const float[:, ::1] distances,   # IN (nq, n) the distances off
                  bint sorted_output,              # IN ascending (distance, id, row), or in the collector's order
                  float[:, ::1] out_dist,          # OUT (nq, k)
                  int64_t[:, ::1] out_rows):       # OUT (nq, k): (inf, -1) past the last
-    """The TopK collector (_topk.h) over given distances, for tests (its scans offer computed distances)."""
+    """The TopK collector (topk.h) over given distances, for tests (its scans offer computed distances)."""
     cdef TopK t
     cdef int64_t *buffers = NULL
     cdef int q

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _kernels
+from .. import _kernels
 
 __all__ = ["FASTSCAN_MAX_WORDS", "BLOCK_ROWS", "CodeBlocks", "uses_blocks", "block_bytes", "blocks_of_runs",
            "pack_rows"]

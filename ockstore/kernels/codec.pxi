@@ -211,7 +211,7 @@ cdef void _encode_chunk(const float *X, int n, int P, const float *rot_pad, cons
         errors[i] = 0
     for m in range(M):
         # gbuf (n x CK): unary[c*K + k] = ||d[c,k]||^2 - 2 z.d[c,k] for every z (row of z_m, a column block of zbuf)
-        # and word (column of words_t[m], S x CK). Fused multiply-adds in registers (_encoder.h), or, at the portable
+        # and word (column of words_t[m], S x CK). Fused multiply-adds in registers (encoder.h), or, at the portable
         # level without a hardware FMA, BLAS (rounded its own way: the same on that CPU for any number of threads).
         if vector_tables:
             ock_encoder_tables(zbuf + <size_t>m * S, MS, n, S, words_t + <size_t>m * S * CK, CK, CK,
@@ -532,7 +532,7 @@ def code_gram(const uint8_t[:, ::1] codes,   # IN (n, M*C)
 
 def max_abs(const float[::1] values):   # IN (n,)
     """The largest |value| (0 for none); +inf when any value is NaN or infinite. One vectorised pass (max_abs in
-    _encoder.h) instead of NumPy's min and max (two passes and their call overhead, which dominate the check of a single
+    encoder.h) instead of NumPy's min and max (two passes and their call overhead, which dominate the check of a single
     query)."""
     cdef long n = values.shape[0]
     cdef float largest = 0

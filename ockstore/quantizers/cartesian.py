@@ -20,13 +20,13 @@ import inspect
 
 import numpy as np
 
-from . import _training
-from ._model_tables import CodecTables, SubspaceLayout
-from ._norm_levels import fit_norm_levels
-from ._params import PARAMETERS, STORED_PARAMETERS
-from ._sq8 import learn_value_ranges
-from ._validation import as_codes, as_vectors, normalize_rows, resolve_n_threads, to_float32_rows
-from .errors import NotFittedError
+from . import training as _training
+from .tables import CodecTables, SubspaceLayout
+from .norm_levels import fit_norm_levels
+from .params import PARAMETERS, STORED_PARAMETERS
+from .sq8 import learn_value_ranges
+from .._validation import as_codes, as_vectors, normalize_rows, resolve_n_threads, to_float32_rows
+from ..errors import NotFittedError
 
 __all__ = ["PQ", "CKM", "ECKM", "OCKM", "Quantizer", "METHODS", "PARAMETERS", "quantizer_from_state", "Model",
            "learned"]

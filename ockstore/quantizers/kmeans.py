@@ -11,8 +11,8 @@ import math
 
 import numpy as np
 
-from . import _kernels
-from ._blas import blas_single_thread
+from .. import _kernels
+from .._blas import blas_single_thread
 
 __all__ = ["CoarseTables", "train_coarse", "PROBE_L2", "PROBE_IP", "MAX_POINTS_PER_LIST"]
 
@@ -36,7 +36,7 @@ class CoarseTables:
 
     centroids   (L, P) float32
     panels      (P * L,) float32 the centroids in panels of _kernels.COARSE_PANEL lists (what the probe kernel reads:
-                                 _ivf.h says why): panel after panel, the P values of list first + j of the panel
+                                 kernels/ivf.h says why): panel after panel, the P values of list first + j of the panel
                                  starting at list `first` at first * P + p * width + j (width: its lists)
     neg2_ct     (P, L) float32   -2 times the centroids transposed: the assignment's BLAS product then gives -2 x.c_l
                                  directly (exactly: a power-of-two scale)
@@ -67,7 +67,7 @@ class CoarseTables:
         _kernels.CoarseHalf, or None where it does not apply (fewer than COARSE_HALF_MIN_LISTS lists, centroids that
         are not finite or whose squared norms come near float32's largest value).
 
-        _ivf.h ("A query alone") derives what is computed here, in float64: the float16 values h_l of c_l / s (s the
+        kernels/ivf.h ("A query alone") derives what is computed here, in float64: the float16 values h_l of c_l / s (s the
         power of two that puts max |c| in [2^14, 2^15)), in panels of COARSE_HALF_PANEL lists, and the coefficients
         of each list's bound on |key - approximate key|, twice the derived ones."""
         if kind not in self._prefilters:

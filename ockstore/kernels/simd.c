@@ -1,5 +1,5 @@
 /* The vectorised kernels at every SIMD level this compiler and target allow, and the run-time choice among them
- * (_simd.h says what the levels promise; docs/ARCHITECTURE.md, "Kernels and SIMD levels").
+ * (simd.h says what the levels promise; docs/ARCHITECTURE.md, "Kernels and SIMD levels").
  *
  * Compiled as its own translation unit with -ffp-contract=off (no fused multiply-add the source does not write, so
  * every level rounds alike) and -fno-wrapv (Python's -fwrapv keeps gcc and clang from counting the iterations of
@@ -15,7 +15,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "_simd.h"
+#include "simd.h"
 
 #if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(_M_X64))
 #define OCK_X86 1
@@ -54,7 +54,7 @@ static unsigned char ock_pack_lanes[256][8];
 #define OCK_LEVEL OCK_LEVEL_PORTABLE
 #define OCK_FN(name) name##_portable
 #define OCK_TARGET
-#include "_simd_level.h"
+#include "simd_level.h"
 #undef OCK_LEVEL
 #undef OCK_FN
 #undef OCK_TARGET
@@ -63,7 +63,7 @@ static unsigned char ock_pack_lanes[256][8];
 #define OCK_LEVEL OCK_LEVEL_AVX2
 #define OCK_FN(name) name##_avx2
 #define OCK_TARGET __attribute__((target("avx2,fma")))
-#include "_simd_level.h"
+#include "simd_level.h"
 #undef OCK_LEVEL
 #undef OCK_FN
 #undef OCK_TARGET
@@ -71,7 +71,7 @@ static unsigned char ock_pack_lanes[256][8];
 #define OCK_LEVEL OCK_LEVEL_AVX512
 #define OCK_FN(name) name##_avx512
 #define OCK_TARGET __attribute__((target("avx512f,avx2,fma")))
-#include "_simd_level.h"
+#include "simd_level.h"
 #undef OCK_LEVEL
 #undef OCK_FN
 #undef OCK_TARGET

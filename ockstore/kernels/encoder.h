@@ -1,5 +1,5 @@
 /* The loops of the beam encoder (and of training's per-word sums) that must be vectorised to run at table speed.
- * A level body: _simd_level.h includes it once per SIMD level (OCK_LEVEL, OCK_FN, OCK_TARGET; _simd.h says what the
+ * A level body: simd_level.h includes it once per SIMD level (OCK_LEVEL, OCK_FN, OCK_TARGET; simd.h says what the
  * levels promise).
  *
  * Two kinds. The first half: small loops the compiler vectorises for the level in force. They live in C rather than in
@@ -7,7 +7,7 @@
  * written so that it vectorises without licence to reorder: minima are taken in 32 (or 8) explicit partial lanes,
  * folded by halves, and a min is exact whatever the grouping; sums keep their written order. The second half: the
  * table product, the selection and the leaves of the beam, written with x86 intrinsics at the AVX2 and AVX-512
- * levels (one body over the vector operations of _simd_level.h where the two instruction sets allow it) and as plain
+ * levels (one body over the vector operations of simd_level.h where the two instruction sets allow it) and as plain
  * loops at the portable level, which the others fall back to for shapes they do not cover.
  */
 

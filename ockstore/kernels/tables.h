@@ -1,15 +1,15 @@
 /* Query tables of the ADC / SDC scans (ockstore/search.py explains the tables; docs/ARCHITECTURE.md, "Search").
- * A level body: _simd_level.h includes it once per SIMD level (OCK_LEVEL, OCK_FN, OCK_TARGET; _simd.h).
+ * A level body: simd_level.h includes it once per SIMD level (OCK_LEVEL, OCK_FN, OCK_TARGET; simd.h).
  *
  * In C rather than NumPy because an app searches one query at a time: a handful of NumPy calls per query cost more
  * than the arithmetic (about 80K multiply-adds for 64-bit codes at P = 128). The loops are axpy-shaped (the inner
  * loop runs over contiguous outputs) so the compiler vectorises them for the level in force. Products that are
- * rounded (the codebook stage) are never fused with the sums (_simd.c is compiled with -ffp-contract=off), so every
+ * rounded (the codebook stage) are never fused with the sums (simd.c is compiled with -ffp-contract=off), so every
  * level computes the same roundings; the rotation's products are exact, so the levels with FMA fuse them explicitly
  * (same sums, half the operations). Each sum runs in a fixed order: a query's tables are bit-identical alone or in a
  * batch, whatever the threads and whichever level runs.
  */
-/* The kinds of table (OCK_TABLE_* in _simd.h) say what a code's byte adds to its distance or score. */
+/* The kinds of table (OCK_TABLE_* in simd.h) say what a code's byte adds to its distance or score. */
 
 /* out[i] = sum_r a[r] * (double)A[r, i] for i < n, each sum taken over r in order, where the R x n float32 matrix A
  * is stored in panels (ock_panels in ockstore/search.py writes them): columns i0 .. i0+w-1 (w = OCK_PANEL, or what is

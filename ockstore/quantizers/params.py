@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._validation import check_bool, check_choice, check_float, check_int, resolve_n_threads
+from .._validation import check_bool, check_choice, check_float, check_int, resolve_n_threads
 
 __all__ = ["Parameter", "PARAMETERS", "STORED_PARAMETERS", "METRICS"]
 

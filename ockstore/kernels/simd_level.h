@@ -1,4 +1,4 @@
-/* One SIMD level's kernels: included by _simd.c once per level, with
+/* One SIMD level's kernels: included by simd.c once per level, with
  *     OCK_LEVEL       OCK_LEVEL_PORTABLE, OCK_LEVEL_AVX2 or OCK_LEVEL_AVX512
  *     OCK_FN(name)    the name of this level's copy of a kernel (name_portable, name_avx2, ...)
  *     OCK_TARGET      the attribute that compiles a function for this level (empty for portable)
@@ -40,13 +40,13 @@
 #define OCK_VEQ_BITS(a, b) ((unsigned)_mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ))
 #endif
 
-#include "_encoder.h"
-#include "_tables.h"
-#include "_ivf.h"
-#include "_rerank.h"   /* its per-level part: the value functions and OCK_FN(rerank_values) */
+#include "encoder.h"
+#include "tables.h"
+#include "ivf.h"
+#include "rerank.h"   /* its per-level part: the value functions and OCK_FN(rerank_values) */
 /* The fast scan's kernels are functions of their own per instruction set (included once: the first inclusion
  * defines every level's, each with its `target` attribute); the table below takes this level's. */
-#include "_fastscan_kernels.h"
+#include "fastscan_simd.h"
 
 static const ock_kernels OCK_FN(ock_kernels) = {
 #if OCK_LEVEL == OCK_LEVEL_AVX512

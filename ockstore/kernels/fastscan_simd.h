@@ -1,6 +1,6 @@
-/* The instruction-set kernels of the fast scan (ockstore/_fastscan.h explains the method and the layout): the block
+/* The instruction-set kernels of the fast scan (ockstore/kernels/fastscan.h explains the method and the layout): the block
  * sums and the scan of a run with AVX2, and the entries a dispatcher chooses among, one set per level
- * (portable, avx2, avx512; _simd_level.h puts them in the kernels' table). Every level computes the same uint16
+ * (portable, avx2, avx512; simd_level.h puts them in the kernels' table). Every level computes the same uint16
  * sums and the same results as the portable one.
  *
  * The AVX-512 level runs the AVX2 kernels (measured faster: see "The AVX-512 level's entries" below).
@@ -8,7 +8,7 @@
 #ifndef OCKSTORE_FASTSCAN_KERNELS_H
 #define OCKSTORE_FASTSCAN_KERNELS_H
 
-#include "_fastscan.h"
+#include "fastscan.h"
 
 #if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__))
 #define OCK_FS_X86 1

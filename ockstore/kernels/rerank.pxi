@@ -1,14 +1,14 @@
-# Exact re-ranking (included by _kernels.pyx; the loop is _rerank.h's): the exact values of each query's candidates,
+# Exact re-ranking (included by _kernels.pyx; the loop is rerank.h's): the exact values of each query's candidates,
 # read from their stored rows, and the best k by (value, id), in one compiled loop per query. Also the exhaustive
 # exact search that gives the true neighbours (tuning's ground truth).
 #
 # A RerankSource holds the rows: one array per part (an index's `vectors` section; the segments of a collection),
 # every part of one kind (float32, float16, uint8 or sq8 codes) and dimension, the metric, and for sq8 the model's
-# value ranges. A candidate is a row of a part. The scans of _kernels_search.pxi and _kernels_ivf.pxi call the same
+# value ranges. A candidate is a row of a part. The scans of flat.pxi and ivf.pxi call the same
 # loop on their candidates before they leave the kernel (a search with `rerank` and stored vectors); `rerank` below
 # takes candidates from anywhere else (a collection's merged candidates, vectors gathered from the caller's array).
 
-cdef extern from "_rerank.h" nogil:
+cdef extern from "kernels/rerank.h" nogil:
     enum:
         OCK_RR_F32
         OCK_RR_F16
@@ -136,7 +136,7 @@ def rerank(RerankSource source not None,
            int64_t[:, ::1] out_positions,       # OUT (nq, k) their positions in `rows`, -1 for padding; or None
            int32_t[::1] out_flags,              # OUT (nq,) RERANK_BAD_VALUES / RERANK_ZERO_VECTOR seen, else 0
            int n_threads):
-    """The best k of each query's candidates by exact value (_rerank.h says exactly what is computed), the values
+    """The best k of each query's candidates by exact value (rerank.h says exactly what is computed), the values
     of a query depending on its vector and its candidates' rows only. A query flagged in out_flags read a bad row
     (NaN, inf or a magnitude beyond 1e15 in a float row; a zero vector under cosine): its outputs are meaningless
     and the caller raises. Queries run in parallel (one thread for a single query: no parallel region)."""

@@ -1,10 +1,10 @@
 """Exact re-ranking of candidates from any base, as Faiss's IndexRefine wraps any index: a scan keeps R candidates per
-query by their codes, and the compiled loop of ``_kernels`` (ockstore/_rerank.h) reads the candidates' vectors,
+query by their codes, and the compiled loop of ``_kernels`` (ockstore/kernels/rerank.h) reads the candidates' vectors,
 computes their exact distances or scores and keeps the best k (docs/ARCHITECTURE.md, "Search").
 
 What is exact: the value of the vector as stored (float32, float16 and uint8 rows as they are; ``"sq8"`` codes as
 the stored representation lo + step * code) against the float32 query, computed in float64 (16 lanes in a fixed
-order, _rerank.h) and rounded once to float32; ties by the smaller id. A value depends on the query and that row
+order, kernels/rerank.h) and rounded once to float32; ties by the smaller id. A value depends on the query and that row
 only: never on the batch, the other candidates, the thread count or the SIMD level.
 
 Two ways in, one loop:
@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _kernels
-from ._sq8 import sq8_decode
-from ._validation import MAX_ABS_VALUE, resolve_n_threads, rows_beyond_limits
+from .. import _kernels
+from ..quantizers.sq8 import sq8_decode
+from .._validation import MAX_ABS_VALUE, resolve_n_threads, rows_beyond_limits
 
 __all__ = ["RERANK_STEP_BYTES", "StoredRows", "rerank_stored", "rerank_candidates", "exact_search", "rerank",
            "gather_rows", "check_vector_rows", "raise_zero_vector"]

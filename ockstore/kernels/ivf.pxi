@@ -18,7 +18,7 @@ cdef enum:
     # row ranges, so which thread computes one never changes its result.
     ASSIGN_ROWS = 256
     # Queries whose coarse step runs together (ivf_search, probe) before any of them scans its lists: the coarse
-    # kernel takes them in groups of 4 (_ivf.h), each group reading each row of the centroid matrix once, and with 32
+    # kernel takes them in groups of 4 (ivf.h), each group reading each row of the centroid matrix once, and with 32
     # the matrix stays in L2 from one group of 4 to the next instead of being read again after the scans of 4
     # queries (sift 1M, IVF1024 fast scan, batches: 2-4% less time per query than groups of 4). Fewer when a batch
     # has fewer queries per thread, or when the inner products would take more than COARSE_GROUP_BYTES of scratch
@@ -28,10 +28,10 @@ cdef enum:
     # n_probe up to which a query's best lists are kept by insertion into a sorted array (_probe_lists)
     PROBE_INSERT_MAX = 32
 
-# Lists per panel of the coarse step's centroid matrix (_ivf.h): panel after panel, each holds the P values of its
+# Lists per panel of the coarse step's centroid matrix (ivf.h): panel after panel, each holds the P values of its
 # lists as P rows of (up to) COARSE_PANEL floats (_kmeans.CoarseTables.panels builds it).
 COARSE_PANEL = OCK_COARSE_PANEL
-# Lists per panel of the half-precision centroids of a query alone's prefilter (_ivf.h, "A query alone"), and the
+# Lists per panel of the half-precision centroids of a query alone's prefilter (ivf.h, "A query alone"), and the
 # fewest lists it applies to (_kmeans.CoarseTables.prefilter).
 COARSE_HALF_PANEL = OCK_COARSE_HALF_PANEL
 COARSE_HALF_MIN_LISTS = OCK_COARSE_HALF_MIN_LISTS
@@ -121,23 +121,23 @@ def cluster_sums(const float[:, ::1] X,       # IN (n, P)
 #
 # Probing ranks the lists of a query by ||q - c_l||^2 (PROBE_L2, up to the constant ||q||^2) or by -q.c_l (PROBE_IP)
 # and keeps the n_probe best (a TopK collector over the L keys, ids the list numbers); list l's term is
-# term_factor * q.c_l. The inner products are float32 sums in a fixed order (_ivf.h).
+# term_factor * q.c_l. The inner products are float32 sums in a fixed order (ivf.h).
 #
 # For a query with tables lut[w, k], constant term qconst, and a probed list l with term t_l, the distance to code b
 # of the list with norm term n_b is
 #     dist = (qconst + t_l) + n_b + sum_w lut[w, b_w]
-# (the scan loop of _kernels_scan.pxi with the term qconst + t_l). Each query collects its k best (dist, id) pairs in
+# (the scan loop of scan.pxi with the term qconst + t_l). Each query collects its k best (dist, id) pairs in
 # a TopK buffer: a query scans only thousands of codes, too few for a heap to pay. With re-ranking, it collects R
-# candidates instead and re-ranks them from their stored rows (_rerank.h).
+# candidates instead and re-ranks them from their stored rows (rerank.h).
 
 
 cdef class CoarseHalf:
-    """The prefilter of the coarse step for a query alone (_ivf.h, "A query alone"), as typed views held for the life
+    """The prefilter of the coarse step for a query alone (ivf.h, "A query alone"), as typed views held for the life
     of the object; _kmeans.CoarseTables.prefilter builds it (and says what each array holds).
 
     centroids : (L, P) float32; values : (ceil(L / COARSE_HALF_PANEL) * COARSE_HALF_PANEL * P,) uint16, the float16
         bits of the centroids divided by a power of two, in panels of COARSE_HALF_PANEL lists; alpha, beta : (L,)
-        float64; kind : PROBE_L2 or PROBE_IP; factor, sqnorm_weight, qnorm_limit : floats (ock_coarse_half, _simd.h)
+        float64; kind : PROBE_L2 or PROBE_IP; factor, sqnorm_weight, qnorm_limit : floats (ock_coarse_half, simd.h)
     """
 
     cdef const float[:, ::1] _centroids
@@ -234,7 +234,7 @@ cdef class IvfLists:
         with norm_levels (256,) float32; ids : (N,) int64; list_offsets : (L + 1,) int64, from 0 to N;
     norm_scales : the norm terms scale each code's sum instead of being added (cosine: 1 / ||c_l + R z_b||)
     list_blocks : (L + 1,) int64, or None: with it, `codes` are the lists in fast-scan blocks (B, block bytes), list l
-        in blocks list_blocks[l] .. [l + 1] - 1 (K <= 16: the fast scan reads them, _fastscan.h); n_words: W;
+        in blocks list_blocks[l] .. [l + 1] - 1 (K <= 16: the fast scan reads them, fastscan.h); n_words: W;
         scale_range : (2,) float64 or None, the smallest and largest norm scale (cosine; found here when None)
     half : CoarseHalf of the centroids for probe_kind, or None: the prefilter of a query alone (a coarse step of one
         query reads it instead of every centroid; the lists and terms are the same)
@@ -314,13 +314,13 @@ def ivf_search(IvfLists lists not None,        # IN the index's arrays
                                                          #    scans with reconstructions, re-ranks with the queries)
                int32_t[::1] out_flags=None,     # OUT (nq,) with rerank_rows: bad rows seen (rerank's flags)
                bint by_bound=False,             # IN lists in fast-scan blocks: rank by the quantized bounds alone
-                                                #    (implied by rerank_rows: _fastscan.h "Ranking by the bound")
+                                                #    (implied by rerank_rows: fastscan.h "Ranking by the bound")
                bint out_ids=False):             # IN write the results' ids instead of their rows
     """For each query: its n_probe best lists and their terms, its one table (_query_tables, the same arithmetic as
     the exhaustive scan's), then its probed lists scanned, keeping its k best (dist, id) among the allowed rows;
     writes their distances and row numbers. With rerank_rows: keeps `rerank` candidates instead, and writes the k
-    best of them by exact value (distances ascending, scores descending; _rerank.h) and their rows. Lists in
-    fast-scan blocks are scanned by the fast scan (_kernels_fastscan.pxi), with the same results as byte codes.
+    best of them by exact value (distances ascending, scores descending; rerank.h) and their rows. Lists in
+    fast-scan blocks are scanned by the fast scan (fastscan.pxi), with the same results as byte codes.
     Queries run in groups (COARSE_GROUP: their inner products with the centroids computed together), groups in
     parallel, each on one thread from start to end (one thread for a single query: no parallel region); a query's
     results depend neither on its group nor on the number of threads."""
@@ -501,7 +501,7 @@ cdef bint _probe_candidates(const float *dots, const float *c_sqnorms, const int
 cdef int _probe_alone(const float *q, const ock_coarse_half *half, const float *c_sqnorms, int L, int kind,
                       int n_probe, float *dots, int64_t *alone, int64_t *scratch, int64_t *lists,
                       float *list_keys) noexcept nogil:
-    """The coarse step of query q alone through the prefilter `half` (_ivf.h, "A query alone"): its lists and keys
+    """The coarse step of query q alone through the prefilter `half` (ivf.h, "A query alone"): its lists and keys
     as _probe_lists chooses them, and the inner products dots[l] of (at least) those lists, as coarse_dots computes
     them; returns the number of lists whose inner products it computed, or 0: the prefilter did not apply, the
     caller takes the full step. alone: _alone_items(half, L) 8-byte items; scratch: _probe_items(L, n_probe)."""
@@ -686,7 +686,7 @@ cdef void _ivf_query_fast_scan(const IvfQuery *job, int q, const float *dots, co
                                double *fs_work) noexcept nogil:
     """The scan of query q's probed lists (lists, best first, -1 past the last) in fast-scan blocks: its tables, then
     its lists, each from its own term (its exact stage done; its job.width best in slot.c.heap, in the heap's order),
-    as _kernels_fastscan.pxi's exhaustive scan does for one run."""
+    as fastscan.pxi's exhaustive scan does for one run."""
     cdef int j
     cdef int64_t l
     _fs_prepare(slot, &job.tables, q, fs_work, job.fs_norm)

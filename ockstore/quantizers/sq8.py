@@ -13,7 +13,7 @@ compaction's output hold the same bytes for the same vector.
 
 Values outside [lo_p, hi_p] are clipped to the nearest end (a base vector beyond the training data's range is
 stored as if it were at the edge); a dimension constant in the training data (step_p = 0) stores lo_p for every
-vector. Re-ranking computes exact distances to the stored representation (``_rerank.h``).
+vector. Re-ranking computes exact distances to the stored representation (``kernels/rerank.h``).
 """
 
 from __future__ import annotations

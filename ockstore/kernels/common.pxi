@@ -1,9 +1,9 @@
 # What two or more parts of the kernels need, written once (included by _kernels.pyx before the parts): the C
-# kernels of every SIMD level (_simd.h), the constants shared with the Python layers, scratch memory of parallel
+# kernels of every SIMD level (simd.h), the constants shared with the Python layers, scratch memory of parallel
 # regions, the one BLAS wrapper, and what query tables are computed from.
 
-cdef extern from "_simd.h" nogil:
-    # The SIMD levels (_simd.c chooses one when the module loads; see simd_level in _kernels.pyx).
+cdef extern from "kernels/simd.h" nogil:
+    # The SIMD levels (simd.c chooses one when the module loads; see simd_level in _kernels.pyx).
     enum:
         OCK_LEVEL_PORTABLE
         OCK_LEVEL_AVX2
@@ -19,7 +19,7 @@ cdef extern from "_simd.h" nogil:
     int ock_simd_level()
     const char *ock_simd_level_name(int level)
     int ock_fast_fma()
-    # The encoder (_encoder.h).
+    # The encoder (encoder.h).
     void ock_unary_inplace(float *dot, const float *sqnorm, int n)
     float ock_min_of_sum(const float *a, const float *b, int n)
     int ock_first_index_of_sum(const float *a, const float *b, int n, float target)
@@ -36,7 +36,7 @@ cdef extern from "_simd.h" nogil:
                          float *acc)
     void ock_leaves_locate(const float *base, const float *pair, const float *score, const int *word, int count,
                            int K, const float *acc, float target, int *out_t, int *out_k)
-    # Query tables (_tables.h) and the coarse step of the inverted file (_ivf.h).
+    # Query tables (tables.h) and the coarse step of the inverted file (ivf.h).
     void ock_rotate(const float *q, const float *rot, int P, int D, double *qd, double *z)
     double ock_tables(const double *z, const float *words_t, const double *sqnorms, int M, int C, int K, int S,
                       int kind, int slots, double *acc, float *lut)
@@ -45,7 +45,7 @@ cdef extern from "_simd.h" nogil:
         OCK_COARSE_PANEL
         OCK_COARSE_HALF_PANEL
         OCK_COARSE_HALF_MIN_LISTS
-    # The prefilter of a query alone (_ivf.h, "A query alone").
+    # The prefilter of a query alone (ivf.h, "A query alone").
     ctypedef struct ock_coarse_half:
         const uint16_t *values
         const float *centroids
@@ -60,7 +60,7 @@ cdef extern from "_simd.h" nogil:
     size_t ock_coarse_alone_work_bytes(int L)
     int ock_coarse_alone(const float *q, const ock_coarse_half *h, const float *c_sqnorms, int n_probe, void *work,
                          int *cand, float *dots)
-    # The exact values of re-ranking (_rerank.h; the query loop is declared in _kernels_rerank.pxi).
+    # The exact values of re-ranking (rerank.h; the query loop is declared in rerank.pxi).
     ctypedef struct ock_rr_value_table:
         pass
     const ock_rr_value_table *ock_rerank_values()
@@ -80,7 +80,7 @@ cdef enum:
 
 # The constants the Python layers read from here (nowhere else defines them): columns per panel of the model arrays
 # the table kernel reads (search.panels writes them in this layout), table slots per code byte, the kinds of query
-# table (what a code's byte adds to its distance or score: _simd.h) and of probing.
+# table (what a code's byte adds to its distance or score: simd.h) and of probing.
 TABLE_PANEL = OCK_PANEL
 TABLE_SLOTS = SLOTS
 TABLE_L2_NORM_TERM = OCK_TABLE_L2_NORM_TERM
@@ -141,7 +141,7 @@ cdef inline void _gemm(int m, int n, int k, const float *A, int lda, bint a_tran
 
 
 # --------------------------------------------------------------------------------------------------------------------
-# What the query tables of a scan are computed from (_tables.h), shared by the exhaustive and the inverted-file scans.
+# What the query tables of a scan are computed from (tables.h), shared by the exhaustive and the inverted-file scans.
 
 cdef struct TableSource:
     const float *rot            # (P, D) rotation with padding columns, D = M*S, in panels

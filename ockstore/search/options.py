@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._validation import MAX_K, check_choice, check_int, check_k, resolve_n_threads
+from .._validation import MAX_K, check_choice, check_int, check_k, resolve_n_threads
 
 __all__ = ["SearchOptions", "search_options", "check_metric", "check_rerank", "default_rerank", "DEFAULT_RERANK_FACTOR",
            "check_user_vectors", "check_id_vectors", "allow_ids", "allow_bitmap", "IdLookup", "unknown_ids_error"]

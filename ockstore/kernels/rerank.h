@@ -659,7 +659,7 @@ static inline int ock_rerank_query(const ock_rr_source *src, const float *q, con
 #endif
 
 /* ------------------------------------------------------------------------------------------------------------------
- * Per SIMD level (no include guard: _simd_level.h includes this file once per level, with OCK_LEVEL and OCK_FN
+ * Per SIMD level (no include guard: simd_level.h includes this file once per level, with OCK_LEVEL and OCK_FN
  * defined): one value function per (row kind, metric), the kind and metric constant inside, and the level's table
  * OCK_FN(rerank_values). The portable level runs the portable loops; AVX2 and AVX-512 run the AVX2 (+F16C) ones
  * (every CPU with AVX2 has F16C). */

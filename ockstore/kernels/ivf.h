@@ -1,9 +1,9 @@
 /* The coarse step of the inverted file (docs/ARCHITECTURE.md, "Inverted file"): the inner products of a batch of
- * queries with every coarse centroid. A level body: _simd_level.h includes it once per SIMD level (OCK_LEVEL, OCK_FN,
- * OCK_TARGET; _simd.h).
+ * queries with every coarse centroid. A level body: simd_level.h includes it once per SIMD level (OCK_LEVEL, OCK_FN,
+ * OCK_TARGET; simd.h).
  *
- * In C for the same reasons as _tables.h: the portable level is a plain loop the compiler vectorises, the AVX2 and
- * AVX-512 levels the same loop written with the level's vectors (OCK_V*, _simd_level.h), and no product is fused with
+ * In C for the same reasons as tables.h: the portable level is a plain loop the compiler vectorises, the AVX2 and
+ * AVX-512 levels the same loop written with the level's vectors (OCK_V*, simd_level.h), and no product is fused with
  * its sum (-ffp-contract=off), so every level rounds alike. Each output is summed over the P dimensions in order
  * p = 0, 1, ..., P-1 in its own accumulator, whatever the level, the group and the other queries of a batch: a query
  * ranks the lists identically when searched alone or in a batch, on any number of threads (a BLAS product of a batch
@@ -14,7 +14,7 @@
  * P = 128, L = 1,024) serves the whole group once loaded. One query at a time read the whole matrix per query, and
  * paid ~19 us per query for it at P = 128, L = 1,024 (AMD EPYC, Zen 4); a group of four shares that reading.
  *
- * The centroid matrix is stored in panels (OCK_COARSE_PANEL lists each, _simd.h; _kmeans.CoarseTables builds it):
+ * The centroid matrix is stored in panels (OCK_COARSE_PANEL lists each, simd.h; _kmeans.CoarseTables builds it):
  * panel after panel, the P values of the panel's list j at p * width + j. A single query's block of 256 lists is then
  * one run of 128 KB read front to back, which the hardware prefetchers follow; in the transposed matrix it was 128
  * runs of 1 KB, 4 KB apart (PANEL_MEASURE). Panels change where values are read from, not what is summed.
@@ -135,7 +135,7 @@ OCK_TARGET static void OCK_FN(coarse_dots)(const float *Q, int nq, const float *
  * read front to back), and computes approximate keys with proven bounds; only the lists whose bounds admit them
  * among the n_probe best (the candidates: 8.3 at n_probe 8, 32.9 at 32 on sift1M with 1,024 lists) get their exact
  * inner products, the very float32 sums coarse_dots computes (p = 0, 1, ..., P-1 in order, unfused), and the caller
- * (_kernels_ivf.pxi, _probe_candidates) ranks them by the same keys as _probe_lists. The lists and terms are those of
+ * (ivf.pxi, _probe_candidates) ranks them by the same keys as _probe_lists. The lists and terms are those of
  * the full step, bit for bit, at every level; the portable level has no prefilter. A probe alone went from 10.8 to
  * 7.1 us at n_probe 32 (8.2 to 5.2 at 8), about what a query of a batch of 4 costs.
  *
@@ -322,7 +322,7 @@ OCK_HALF_TARGET static void OCK_FN(coarse_dots_of)(const float *q, const float *
     }
 }
 
-/* ock_coarse_alone (_simd.h): the candidates of query q, increasing, in cand, their exact inner products in dots;
+/* ock_coarse_alone (simd.h): the candidates of query q, increasing, in cand, their exact inner products in dots;
  * their number, or -1 (the full step). */
 OCK_HALF_TARGET static int OCK_FN(coarse_alone)(const float *q, const ock_coarse_half *h, const float *c_sqnorms,
                                                 int n_probe, void *work, int *cand, float *dots) {

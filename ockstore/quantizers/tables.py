@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _kernels
-from ._blas import blas_single_thread
+from .. import _kernels
+from .._blas import blas_single_thread
 
 __all__ = ["SubspaceLayout", "CodecTables", "rotate", "SMALL_ENCODE_ROWS"]
 

@@ -42,8 +42,8 @@
  * added per block in float, with a rounding allowance per row (ock_fs_limits).
  *
  * This header holds what every instruction set shares: the layout, the tables, the candidates and the exact stage,
- * and the portable scan (the oracle). _fastscan_kernels.h adds the AVX2 scans (functions with a `target` attribute;
- * the AVX-512 level runs them too), which the kernels' dispatch table (_simd.h) chooses at run time: every level
+ * and the portable scan (the oracle). fastscan_simd.h adds the AVX2 scans (functions with a `target` attribute;
+ * the AVX-512 level runs them too), which the kernels' dispatch table (simd.h) chooses at run time: every level
  * computes the same uint16 sums, hence the same results. Everything here trusts its arguments (the Python layers
  * validate), never allocates and never touches Python objects.
  */
