@@ -24,13 +24,14 @@ from .indexfile.writer import IndexWriter, build_index, save_quantizer
 from .quantizers.ivf import IVF
 from .ivf_index import IVFIndex
 from .quantizers.cartesian import CKM, ECKM, OCKM, PQ, Quantizer
+from .quantizers.default import default_quantizer
 from .indexfile import kinds as _index_kinds  # noqa: F401  (registers the kinds of index: flat, inverted file)
 from .collection import Collection, CollectionWarning, create_collection, open_collection
 from .search.tune import tune
 from . import datasets, evaluation, paths
 
 __all__ = [
-    "PQ", "CKM", "ECKM", "OCKM", "Quantizer", "IVF",
+    "PQ", "CKM", "ECKM", "OCKM", "Quantizer", "IVF", "default_quantizer",
     "Index", "IVFIndex", "IndexWriter", "build_index", "open_index", "file_info", "save_quantizer", "load_quantizer",
     "Collection", "create_collection", "open_collection", "CollectionWarning", "tune",
     "FormatError", "NotFittedError", "CollectionLockedError",

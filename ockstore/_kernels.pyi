@@ -83,7 +83,7 @@ def rerank(
     source: RerankSource, queries: F32, rows: I64, parts: I64 | None, out_values: F32, out_ids: I64,
     out_positions: I64 | None, out_flags: I32, n_threads: int,
 ) -> None: ...
-def exact_search(
+def rerank_all_rows(
     source: RerankSource, queries: F32, n_rows: int, out_values: F32, out_ids: I64, out_flags: I32, n_threads: int,
 ) -> None: ...
 

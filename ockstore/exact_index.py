@@ -27,7 +27,7 @@ from ._index_rows import STORED_VECTOR_DTYPES
 from ._stored_rows import StoredRows
 from ._validation import as_vectors, check_choice, check_k, normalize_rows, resolve_n_threads
 
-__all__ = ["ExactIndex", "exact_search"]
+__all__ = ["ExactIndex", "screened_search"]
 
 # Rows whose keys are computed per matrix product: bounds the float32 copy of their stored vectors (8 MiB at P = 128).
 ROWS_PER_BLOCK = 16384
@@ -45,7 +45,7 @@ def row_norms(block):
     return np.sqrt(np.einsum("ij,ij->i", block, block, dtype=np.float64))
 
 
-def exact_search(Q, k, vectors, ids, metric, *, allow=None, n_threads=None, source=None, screen=None):
+def screened_search(Q, k, vectors, ids, metric, *, allow=None, n_threads=None, source=None, screen=None):
     """The k best rows of each query by their exact values (no input validation).
 
     Parameters
@@ -272,6 +272,11 @@ class ExactIndex(StoredRows):
             mask = _search_options.allow_bitmap(allow, N, self._ids, self._ids_lookup)
             if mask.all():
                 mask = None
-        D, I = exact_search(Q, k, self._vectors, self._ids, self._metric, allow=mask, n_threads=n_threads,
-                            source=self._damaged, screen=self._screen_arrays())
+        D, I = self._exact_results(Q, k, mask, n_threads)
         return (D[0], I[0]) if was_1d else (D, I)
+
+    def _exact_results(self, Q, k, mask, n_threads):
+        """(D, ids) of the k best rows (those of the bool ``mask``, or all) of prepared queries, by exact values
+        (``screened_search``; a collection's untrained segments are searched so, as parts of one search)."""
+        return screened_search(Q, k, self._vectors, self._ids, self._metric, allow=mask, n_threads=n_threads,
+                               source=self._damaged, screen=self._screen_arrays())

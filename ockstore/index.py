@@ -12,22 +12,20 @@ between the kinds is a few hooks here (``_scan``, ``_from_encoded``, ``_row_list
 
 from __future__ import annotations
 
-import dataclasses
-import typing
-
 import numpy as np
 
 from . import _registry
 from .search import rerank as _rerank, options as _search_options
 from .search import scan as _search
 from . import storage
-from .search.codes import FASTSCAN_MAX_WORDS, CodeBlocks, uses_blocks
+from .search.codes import FASTSCAN_MAX_WORDS, ByteCodes, CodeBlocks, code_store, uses_blocks
+from .search.searcher import Parts, Searcher, SearcherCache, index_allow_bitmaps, tables_of
 from ._index_rows import (
     BUILD_CHUNK, NORM_ENCODINGS, STORED_VECTOR_DTYPES, check_model_for, check_store_vectors, encode_all,
     norm_scales, resolve_norm_encoding,
 )
 from ._stored_rows import StoredRows
-from ._validation import as_ids, as_vectors, check_choice, resolve_n_threads
+from ._validation import as_ids, as_vectors, check_choice, check_int, resolve_n_threads
 
 __all__ = ["Index"]
 
@@ -60,32 +58,6 @@ def _stored_kind(quantizer, vectors, store_vectors):
         raise TypeError(f"vectors must have dtype {STORED_VECTOR_DTYPES[store_vectors]} for store_vectors = "
                         f"{store_vectors!r}, got {vectors.dtype}")
     return store_vectors
-
-
-# The types of the arguments whose checked options Index.search keeps: immutable scalars (an array could change in
-# place between two calls and still compare equal to itself).
-_KEY_TYPES = frozenset((type(None), bool, int, float, str))
-
-
-class _KeptOptions(typing.NamedTuple):
-    """What Index.search keeps of its last call with immutable scalar arguments: the key of those arguments
-    (``_options_key``), their checked options, and ``Index._scan_runners``'s (run, one) for them."""
-
-    key: tuple
-    opts: _search_options.SearchOptions
-    run: object
-    one: object
-
-
-def _options_key(*arguments):
-    """A key of ``search``'s scalar arguments, their types included (k=True is not k=1), or None when one of them is
-    not an immutable scalar (those calls are checked every time)."""
-    types = tuple(map(type, arguments))
-    if not _KEY_TYPES.issuperset(types):  # (one test for the usual Python scalars; numpy's are looked at one by one)
-        for t in types:
-            if t not in _KEY_TYPES and not issubclass(t, np.generic):
-                return None
-    return arguments + types
 
 
 class Index(StoredRows):
@@ -131,9 +103,11 @@ class Index(StoredRows):
         are stored (the 8-bit scan; the same results) so that opening stays O(1)."""
         norm_encoding = resolve_norm_encoding(quantizer, check_choice(norm_encoding, "norm_encoding",
                                                                        NORM_ENCODINGS))
-        if isinstance(codes, CodeBlocks):  # from a file or a build: already checked and packed
-            if codes.n_words != quantizer.code_size:
-                raise ValueError(f"codes hold {codes.n_words} words per row, the quantizer {quantizer.code_size}")
+        store = code_store(codes)
+        if store is not None:  # from a file or a build: already checked (and packed)
+            if store.n_words != quantizer.code_size:
+                raise ValueError(f"codes hold {store.n_words} words per row, the quantizer {quantizer.code_size}")
+            codes = store
         else:
             codes = _check_array(codes, "codes", np.uint8, (None, quantizer.code_size))
             if uses_blocks(quantizer.n_codewords) and _resource is None:
@@ -142,6 +116,8 @@ class Index(StoredRows):
                     raise ValueError(f"codes: row {row} holds a word >= {FASTSCAN_MAX_WORDS}: a model with "
                                      f"n_codewords = {quantizer.n_codewords} stores 4 bits per word")
                 codes = CodeBlocks.from_codes(codes, runs)
+            else:
+                codes = ByteCodes(codes)
         N = codes.shape[0]
         if norm_encoding == "none":
             if norms is not None:
@@ -175,8 +151,8 @@ class Index(StoredRows):
         self._norm_levels = (np.ascontiguousarray(quantizer.norm_levels, dtype=np.float32)
                              if norm_encoding == "u8" else None)
         self._tables = None  # the QueryTables, built on first search: opening a file stays cheap
-        self._stored = None  # the _rerank.StoredRows of the vectors, built by the first search that re-ranks them
-        self._last_options = None  # the _KeptOptions of the last search: see search
+        self._parts = None  # the search.searcher.Parts of this index, built on first search
+        self._searchers = SearcherCache()  # the searcher of the last search call
         self._norm_scales = None  # cosine: 1 / ||x_hat|| per row ("f32") or per level ("u8"), built on first search
         self._resource = _resource
         self._file = None  # the storage.MappedFile of an index opened by open_index
@@ -232,8 +208,8 @@ class Index(StoredRows):
 
     # -------------------------------------------------------------------------------------------------- lifecycle
     def _release_arrays(self):
-        self._codes = self._norms = self._norm_levels = self._tables = self._norm_scales = self._stored = None
-        self._last_options = None  # its runners hold views of the arrays
+        self._codes = self._norms = self._norm_levels = self._tables = self._norm_scales = self._parts = None
+        self._searchers.clear()  # its searcher holds views of the arrays
 
     def __repr__(self):
         if self._closed:
@@ -260,10 +236,21 @@ class Index(StoredRows):
 
     @property
     def codes(self):
-        """(N, M*C) uint8, the words of each code: as stored (possibly a read-only view), or, for a model with at most
-        16 words per codebook (stored two per byte in fast-scan blocks), a new array of them unpacked."""
+        """(N, M*C) uint8, the words of each code. Byte codes: as stored (possibly a read-only view of the file), no
+        cost. A model with at most 16 words per codebook stores them two per byte in fast-scan blocks: then a new
+        array of them unpacked, O(N) time and N * M*C bytes on every access (read rows in steps with
+        ``index.codes_of(start, stop)`` instead)."""
         self._check_open()
-        return self._codes.unpack() if isinstance(self._codes, CodeBlocks) else self._codes
+        return self._codes.unpack()
+
+    def codes_of(self, start=0, stop=None):
+        """Rows start..stop-1 of the codes as one-byte words, (stop - start, M*C) uint8: a view of byte codes, a new
+        array of unpacked 4-bit words (O(stop - start))."""
+        self._check_open()
+        N = len(self)
+        stop = N if stop is None else check_int(stop, "stop", min_value=0, max_value=N)
+        start = check_int(start, "start", min_value=0, max_value=stop)
+        return self._codes.unpack(start, stop)
 
     @property
     def norms(self):
@@ -306,7 +293,7 @@ class Index(StoredRows):
     def _code_bits(self):
         """Bits of a code as stored: 4 per word in fast-scan blocks, else 8 (a file of format < 1.3 keeps the byte
         codes of a model with K <= 16)."""
-        return (4 if isinstance(self._codes, CodeBlocks) else 8) * self._quantizer.code_size
+        return self._codes.bits * self._quantizer.code_size
 
     def info(self) -> dict:
         """A plain dict describing the index.
@@ -383,25 +370,9 @@ class Index(StoredRows):
         where = self._file.path if self._file is not None else "<in-memory index>"
         if self._file is not None:
             self._file.verify()
-        K = self._quantizer.n_codewords
-        codes = self._codes
-        if isinstance(codes, CodeBlocks):
-            bad_row, bad_block = codes.check(K)
-            if bad_row >= 0:
-                raise storage.format_error(where, "code out of range",
-                                           f"section 'code_blocks': row {bad_row} holds a word >= K = {K}")
-            if bad_block >= 0:
-                raise storage.format_error(where, "non-zero block padding",
-                                           f"section 'code_blocks': block {bad_block} has non-zero padding (its pad "
-                                           "column or its rows past the end of its run)")
-        else:
-            for start in range(0, codes.shape[0], _VERIFY_ROWS):
-                block = codes[start:start + _VERIFY_ROWS]
-                if block.size and int(block.max()) >= K:
-                    row, byte = np.unravel_index(int(np.argmax(block >= K)), block.shape)
-                    raise storage.format_error(where, "code out of range",
-                                               f"section 'codes': row {start + row}, byte {byte} holds "
-                                               f"{int(block[row, byte])}, codes must be < K = {K}")
+        bad = self._codes.check(self._quantizer.n_codewords)
+        if bad is not None:
+            raise storage.format_error(where, *bad)
         if self._norm_encoding == "f32":
             for start in range(0, self._norms.shape[0], _VERIFY_ROWS):
                 block = self._norms[start:start + _VERIFY_ROWS]
@@ -426,10 +397,22 @@ class Index(StoredRows):
                                         f"section 'ids': row {start + row} holds {int(block[row])}, ids must be >= 0")
 
     # ----------------------------------------------------------------------------------------------------- search
+    def searcher(self, k, *, n_probe=None, distance="adc", rerank=None, vectors=None, n_threads=None, metric=None):
+        """A search with its options checked once (docs/ARCHITECTURE.md, "Search"): ``searcher(k, **options).search(Q,
+        allow=None)`` returns what ``search(Q, k, **options, allow=allow)`` returns, for a batch or one 1-D query;
+        an app searching one query per call keeps one and pays the checks once. The arguments are :meth:`search`'s.
+        The searcher reads this index: closing the index makes it unusable."""
+        self._check_open()
+        opts = _search_options.search_options(
+            self._quantizer, self._codes.shape[0], k, n_probe=n_probe, distance=distance, rerank=rerank,
+            vectors=vectors, n_threads=n_threads, stored_vectors=self._vectors is not None, metric=metric)
+        return Searcher(self, opts, exhaustive=self._exhaustive_scan())
+
     def search(self, Q, k, *, n_probe=None, distance="adc", rerank=None, vectors=None, allow=None, n_threads=None,
                metric=None):
         """The k best base vectors of each query: by an exhaustive scan of the codes, or (an inverted file) of the
-        lists nearest each query.
+        lists nearest each query. ``searcher(k, ...).search(Q, allow=allow)``: an app searching one query per call
+        keeps a :meth:`searcher` (the searcher of the last call with the same scalar arguments is kept here too).
 
         Parameters
         ----------
@@ -441,9 +424,9 @@ class Index(StoredRows):
             id -1). At most max(N, 65536): a larger k would only ask for padding and raises ValueError.
         n_probe : int in 1..n_lists, or None
             Inverted-file indexes (IVFIndex) scan the n_probe lists whose centroids are nearest to each query (metric
-            "ip": of the largest inner product); None means ``ivf.default_n_probe`` (n_lists / 64 rounded up: 16 of
-            1,024), and n_probe = n_lists gives exactly the exhaustive result over these codes. A flat index scans
-            every code: only None (any other value raises ValueError).
+            "ip": of the largest inner product); None means the model's default (``ivf.default_n_probe``), and
+            n_probe = n_lists gives exactly the exhaustive result over these codes. A flat index scans every code:
+            only None (any other value raises ValueError).
         distance : "adc" or "sdc"
             "adc" (asymmetric): from the query itself to each reconstruction. "sdc" (symmetric): from the query's own
             reconstruction (the query is encoded first) to each reconstruction; for "ip" and "cosine" the score is
@@ -465,7 +448,8 @@ class Index(StoredRows):
             skips the others before any table lookup, so a selective filter makes the search cheaper. One ``allow``
             serves every query of the call.
         n_threads : int or None
-            None means all cores. Results do not depend on it.
+            None means all cores (a search too small to gain from threads runs on the caller's). Results do not
+            depend on it.
         metric : None
             The metric is the quantizer's (``index.metric``), fixed when it was fitted: None or that metric; any other
             value raises ValueError saying so.
@@ -481,112 +465,60 @@ class Index(StoredRows):
             searched alone or in a batch.
         """
         self._check_open()
-        # The checked options of the last call with the same scalar arguments: an app searching one query per call
-        # pays the checks once, not per call (~3 us of ~30). Calls with vectors or allow are checked every time.
-        key = None if vectors is not None or allow is not None else _options_key(k, n_probe, distance, rerank,
-                                                                                   n_threads, metric)
-        kept = self._last_options
-        if key is None or kept is None or kept.key != key:
-            opts = _search_options.search_options(
-                self._quantizer, self._codes.shape[0], k, n_probe=n_probe, distance=distance, rerank=rerank,
-                vectors=vectors, allow=allow, n_threads=n_threads, stored_vectors=self._vectors is not None,
-                metric=metric)
-            if key is None:
-                return self._search(Q, opts)
-            self._last_options = kept = _KeptOptions(key, opts, *self._scan_runners(opts))
-        if kept.one is not None:  # one query: the compiled path, when it can take Q as it is (else None)
-            found = kept.one.search(Q)
-            if found is not None:
-                return found
-        return self._search(Q, kept.opts, kept.run)
+        searcher = self._searchers.get(
+            lambda: self.searcher(k, n_probe=n_probe, distance=distance, rerank=rerank, vectors=vectors,
+                                  n_threads=n_threads, metric=metric),
+            k, n_probe, distance, rerank, n_threads, metric) if vectors is None else self.searcher(
+            k, n_probe=n_probe, distance=distance, rerank=rerank, vectors=vectors, n_threads=n_threads, metric=metric)
+        return searcher.search(Q, allow=allow)
 
-    def _candidates(self, Q, k, **options):
-        """``search(Q, k, rerank=0, **options)`` for a caller that re-ranks the results itself (a collection's
-        segments, ``tune``): the same, except that a fast scan ranks them by its quantized bounds
-        (``SearchOptions.by_bound``), as a search that re-ranks its own candidates does."""
-        self._check_open()
-        opts = _search_options.search_options(
-            self._quantizer, self._codes.shape[0], k, rerank=0, stored_vectors=self._vectors is not None, **options)
-        return self._search(Q, dataclasses.replace(opts, by_bound=True))
+    def _candidates(self, Q, k, *, allow=None, **options):
+        """(values, ids) of the k best rows of each query by their codes, as a re-ranked search keeps its candidates
+        before re-ranking them (4-bit codes: by quantized bound): for callers that re-rank them themselves (``tune``)."""
+        D, rows = self.searcher(k, rerank=0, **options).candidates(Q, k, allow=allow)
+        return D, self._search_parts().ids_of(rows)
 
-    def _search(self, Q, opts, run=None):
-        """``search`` with its options checked (``_search_options.SearchOptions``); ``run``: the scan
-        ``_scan_runners`` bound for them, or None."""
-        Q, was_1d = as_vectors(Q, "Q", self._quantizer.dim)
-        Q = self._quantizer._prepare(Q, "Q")
-        bitmap = None
-        if opts.allow is not None:
-            mask = _search_options.allow_bitmap(opts.allow, self._codes.shape[0], self._ids, self._ids_lookup)
-            if not mask.all():
-                bitmap = _search.rows_bitmap(mask)
-        # re-ranking from the stored vectors happens inside the scan; from the caller's vectors, on the candidates
-        if run is not None:
-            D, I = run(Q)
-        elif opts.rerank is not None and opts.vectors is None:
-            D, I = self._scan(Q, opts, bitmap, self._stored_rows(), ids=True)
-        elif opts.rerank is not None:
-            D, rows = self._scan(Q, opts, bitmap)
-            D, I = _rerank.rerank(Q, rows, self._fetch(opts.vectors), self._quantizer.metric, opts.k,
-                                  n_threads=opts.n_threads)
-        else:
-            D, I = self._scan(Q, opts, bitmap, ids=True)
-            if self._quantizer.metric != "l2":
-                np.negative(D, out=D)  # the scan ranks by minus the score: scores descending, padding -inf
-        if was_1d:
-            return D[0], I[0]
-        return D, I
+    def _search_parts(self):
+        """The Parts of this index (one part: its rows), built on first search and kept."""
+        parts = self._parts
+        if parts is None:
+            parts = self._parts = Parts(self._quantizer, [self], tables=self._query_tables())
+        return parts
 
-    def _scan_runners(self, opts):
-        """(run, one): what ``search`` keeps with ``opts`` so that a query per call skips ``_search``'s steps, or
-        (None, None). run: a function of prepared queries returning ``_search``'s (D, I) with this index's arguments
-        bound once; one: an object whose ``search(q)`` returns a 1-D query's results, or None for any query it does
-        not take as it is (``_kernels.IvfOneQuery``). An inverted file's (``IVFIndex._scan_runners``); a flat index's
-        exhaustive scan costs too much for these steps to count."""
-        return None, None
+    def _exhaustive_scan(self):
+        """Whether batches take the exhaustive scan (a flat index file; an inverted file probes lists)."""
+        return True
 
-    def _scan(self, Q, opts, bitmap, stored=None, ids=False):
-        """(D, rows) of the scan: the opts.width best rows of each prepared query (see ``search.search_codes``), or
-        with ``stored`` (a _rerank.StoredRows of this index's vectors) the opts.k best of them by exact value; their
-        ids instead of their rows with ``ids``."""
-        if stored is None:
-            D, rows = _search.search_codes(self._query_tables(), Q, opts.width, self._code_rows(bitmap),
-                                           distance=opts.distance, n_threads=opts.n_threads, by_bound=opts.by_bound)
-        else:
-            D, rows = _search.search_codes(self._query_tables(), Q, opts.k, self._code_rows(bitmap),
-                                           distance=opts.distance, n_threads=opts.n_threads,
-                                           rerank=(stored, opts.rerank))
-        if ids and self._ids is not None and self._codes.shape[0] > 0:
-            found = self._ids[rows]  # row -1 (padding) takes the last id here, and gets -1 back below
-            np.putmask(found, rows < 0, -1)
-            return D, found
-        return D, rows
+    def _allow_bitmaps(self, allow, parts):
+        """The bitmap of a search's checked ``allow`` (ids, or a boolean mask over rows); None: every row."""
+        return index_allow_bitmaps(self, allow)
 
-    def _stored_rows(self):
-        """The _rerank.StoredRows of the stored vectors (built on first use; damage named as verify names it)."""
-        stored = self._stored
-        if stored is None:
-            stored = self._stored = _rerank.StoredRows(
-                [self._vectors], [self._ids], self._quantizer.metric,
-                sq8_ranges=self._quantizer.value_ranges if self._store_vectors == "sq8" else None,
-                damaged=[self._damaged])
-        return stored
+    def _part_rows(self, live):
+        """This index's rows as one part of a search (``_kernels.IvfPartRows``): a flat index's one list of every
+        row (IVFIndex: its lists), ``live`` the rows scanned by default (None: every row)."""
+        rows = self._code_rows(None)
+        return self._codes.part_rows(rows, np.array([0, len(self)], dtype=np.int64), live)
+
+    def _stored_vectors(self):
+        """The search.rerank.StoredVectors of the stored vectors (those of this index's search parts, built on first
+        use; damage named as verify names it)."""
+        return self._search_parts().stored()
 
     def _stored_values(self, rows):
         """``get``'s values: sq8 codes decoded to their stored representation (checked as re-ranking checks rows),
         other kinds as the mixin reads them."""
         if self._store_vectors != "sq8":
             return super()._stored_values(rows)
-        stored = self._stored_rows()
-        block = stored.values_of(rows)
+        block = self._stored_vectors().values_of(rows)
         _rerank.check_vector_rows(block, rows, self._damaged)
         return block
 
     def _query_tables(self):
-        """The QueryTables of the model, built on first search (opening a file stays cheap): two threads may both
-        build them; one is kept."""
+        """The QueryTables of the model (``searcher.tables_of``), built on first search (opening a file stays cheap):
+        two threads may both build them; one is kept."""
         tables = self._tables
         if tables is None:
-            tables = self._tables = _search.QueryTables(self._quantizer)
+            tables = self._tables = tables_of(self._quantizer)
         return tables
 
     def _code_rows(self, bitmap):
@@ -608,19 +540,12 @@ class Index(StoredRows):
         return _search.CodeRows(self._codes, self._ids, self._norms if encoding == "f32" else None,
                                 self._norms if encoding == "u8" else None, self._norm_levels, bitmap)
 
-    def _flat_scan_rows(self, bitmap):
-        """The rows for one scan with the tables of the model shared by several indexes (a collection's segments,
-        ``collection.scan.scan_parts``), or None when this index's rows cannot be scanned so (IVFIndex)."""
-        return self._code_rows(bitmap)
-
-    def _fetch(self, vectors):
-        """``fetch`` of ``_rerank.rerank`` over this index's rows: the candidates' vectors from ``vectors`` (the
-        caller's) or the stored section (whose damage is a FormatError naming the file), and their ids."""
-        source = self._vectors if vectors is None else vectors
-        damaged = self._damaged if source is self._vectors else None
+    def _fetch(self, vectors, handles, parts):
+        """(keys, fetch) of the caller's ``vectors`` for re-ranking the candidates ``handles`` (this index's rows):
+        keys the rows, ``fetch(rows) -> (vectors, ids)`` reads them (``_rerank.rerank``)."""
         ids = self._ids
 
         def fetch(rows):
-            return _rerank.gather_rows(source, rows, damaged), (rows if ids is None else ids[rows])
+            return _rerank.gather_rows(vectors, rows), (rows if ids is None else ids[rows])
 
-        return fetch
+        return handles, fetch

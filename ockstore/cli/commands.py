@@ -14,7 +14,6 @@ import numpy as np
 
 import ockstore
 from ockstore import evaluation, vecfiles
-from ..search.options import default_rerank
 from ockstore.errors import FormatError
 
 from .collections import COMMANDS as COLLECTION_COMMANDS, build_distributed

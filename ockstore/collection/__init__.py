@@ -44,7 +44,7 @@ searches").
 
 from .collection import Collection
 from .folder import create_collection, open_collection
-from .merge import merge_topk
+from ..search.merge import merge_topk
 from .policy import DEFAULT_MERGE_FACTOR, plan_merges
 from .segments import PendingSegment, SegmentSpec, SegmentWriter, write_pending_segment
 from .snapshot import CollectionWarning

@@ -18,10 +18,11 @@ from . import commit as _commit
 from . import names
 from .manifest import MAX_ID, OPERATIONS, SegmentEntry
 from .segments import IdIndex, PendingSegment, Segment, write_pending_segment
+from ..search.searcher import Searcher, SearcherCache
 from .snapshot import load_newest, manifest_generations, remember
 from .training import DEFAULT_SAMPLE_ROWS, model_summary, retrain_model, spec_with_dim, train_commit
 
-__all__ = ["Collection"]
+__all__ = ["Collection", "CollectionSearcher"]
 
 # Generations whose files a writer keeps (the current one and the one before): readers on them keep working, and the
 # previous one is a complete fallback should the newest manifest ever be damaged.
@@ -53,6 +54,7 @@ class Collection(Closable):
         self._lock = lock
         self._cache = cache
         self._next_generation = None
+        self._searchers = SearcherCache()  # the searcher of the last search call
         if mode == "a":
             self._next_generation = max(manifest_generations(folder)[0], snapshot.generation) + 1
         self._closed = False
@@ -252,8 +254,25 @@ class Collection(Closable):
             equal values by the smaller id; padding +inf or -inf with id -1).
         """
         self._check_open()
-        return self._snap.search(Q, k, n_probe=n_probe, distance=distance, rerank=rerank, vectors=vectors,
-                                 allow=allow, n_threads=n_threads, metric=metric)
+        if vectors is not None:
+            searcher = self.searcher(k, n_probe=n_probe, distance=distance, rerank=rerank, vectors=vectors,
+                                     n_threads=n_threads, metric=metric)
+        else:
+            searcher = self._searchers.get(
+                lambda: self.searcher(k, n_probe=n_probe, distance=distance, rerank=rerank, n_threads=n_threads,
+                                      metric=metric),
+                k, n_probe, distance, rerank, n_threads, metric)
+        return searcher.search(Q, allow=allow)
+
+    def searcher(self, k, *, n_probe=None, distance="adc", rerank=None, vectors=None, n_threads=None, metric=None):
+        """A search with its options checked once: ``searcher(k, **options).search(Q, allow=None)`` returns what
+        ``search(Q, k, **options, allow=allow)`` returns, for a batch or one 1-D query (an app searching one query
+        per call keeps one). The arguments are :meth:`search`'s. The searcher follows this object's generation: after
+        a commit (writer) or ``refresh()`` (reader) it searches the new one, its options checked again once then.
+        Closing the collection makes it unusable."""
+        self._check_open()
+        return CollectionSearcher(self, dict(k=k, n_probe=n_probe, distance=distance, rerank=rerank, vectors=vectors,
+                                             n_threads=n_threads, metric=metric))
 
     # ---------------------------------------------------------------------------------------------------- changes
     def add(self, X, ids=None, *, n_threads=None):
@@ -351,9 +370,11 @@ class Collection(Closable):
         """
         self._check_writer("retrain")
         snap = self._snap
-        model, fit, sample_rows = retrain_model(snap, quantizer, DEFAULT_SAMPLE_ROWS if sample is None else sample)
+        model, fit, sample_rows, auto = retrain_model(snap, quantizer,
+                                                      DEFAULT_SAMPLE_ROWS if sample is None else sample)
         self._commit_generation(lambda generation: train_commit(
             snap, generation, model, fit=fit, sample_rows=sample_rows, operation="retrain", check=self._lock.check,
+            auto=auto,
             n_threads=n_threads))
 
     def refresh(self):
@@ -507,7 +528,7 @@ class Collection(Closable):
                 self._commit_generation(lambda generation: train_commit(
                     snap, generation, model, fit=True, sample_rows=DEFAULT_SAMPLE_ROWS, operation=operation,
                     pending=pending, deletes=deletes, next_id=next_id, check=self._lock.check, spec=spec,
-                    n_threads=n_threads))
+                    n_threads=n_threads, auto=snap.manifest.auto))
                 return
         self._apply(operation=operation, pending=pending, deletes=deletes, next_id=next_id, merge=merge, spec=spec,
                     training=training)
@@ -566,3 +587,24 @@ def _remove_file(path):
         os.unlink(path)
     except FileNotFoundError:
         pass
+
+
+class CollectionSearcher(Searcher):
+    """``Collection.searcher``'s Searcher: it searches the collection's current generation, and checks its options
+    again (once) when that changes -- the bounds of k and rerank depend on the live rows."""
+
+    def __init__(self, collection, arguments):
+        self._collection = collection
+        self._arguments = arguments
+        self._bind(collection._snap)
+
+    def _bind(self, snapshot):
+        super().__init__(snapshot, snapshot.search_options(**self._arguments), by_id=True)
+
+    def _parts_now(self):
+        collection = self._collection
+        collection._check_open()
+        snapshot = collection._snap
+        if snapshot is not self._source:
+            self._bind(snapshot)
+        return super()._parts_now()

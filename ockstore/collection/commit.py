@@ -146,7 +146,7 @@ def commit(snapshot, generation, *, operation, pending=(), deletes=None, compact
             _atomic.fsync_folder(folder)  # the renames of pending segments (files written atomically are synced)
         manifest = Manifest(generation, old.quantizer, old.norm_encoding, old.store_vectors,
                             old.next_id if next_id is None else next_id, old.merge_factor, old.max_merge_rows,
-                            tuple(v.entry for v in views), operation, training)
+                            tuple(v.entry for v in views), operation, training, old.auto)
         write_checked_manifest(folder, manifest, snapshot.user, check)
     except GenerationTaken:
         for segment in opened:

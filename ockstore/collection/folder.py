@@ -15,10 +15,11 @@ from ..paths import _as_str
 from . import names
 from .collection import Collection
 from .lock import WriterLock
-from .manifest import MAX_ID, Manifest, Training, write_manifest
+from ..quantizers.params import PARAMETERS
+from .manifest import MAX_ID, AutoModel, Manifest, Training, write_manifest
 from .policy import DEFAULT_MAX_MERGE_ROWS, DEFAULT_MERGE_FACTOR
 from .snapshot import load_newest, manifest_generations
-from .training import check_model, default_train_size, min_train_rows
+from .training import AUTO_TRAIN_SIZE, auto_placeholder, check_model, default_train_size, min_train_rows
 
 __all__ = ["create_collection", "open_collection"]
 
@@ -67,7 +68,7 @@ def open_collection(path, mode="r"):
     return Collection(folder, mode, snapshot, lock, cache)
 
 
-def create_collection(path, quantizer, *, norm_encoding=None, store_vectors=None, metadata=None,
+def create_collection(path, quantizer=None, *, metric=None, norm_encoding=None, store_vectors=None, metadata=None,
                       merge_factor=DEFAULT_MERGE_FACTOR, train_size=None):
     """Create an empty collection folder and return it open as the writer (mode "a").
 
@@ -76,32 +77,52 @@ def create_collection(path, quantizer, *, norm_encoding=None, store_vectors=None
     path : str or os.PathLike
         A folder that does not exist yet (its parent must) or an empty one. FileExistsError when it is already a
         collection (or a file); ValueError when it holds other files.
-    quantizer : PQ, CKM, ECKM, OCKM or IVF, fitted or not
+    quantizer : PQ, CKM, ECKM, OCKM or IVF, fitted or not, or None
+        None (the default): the library picks the model (``ockstore.default_quantizer``) when the collection trains,
+        for the rows it holds then, and picks again at ``retrain()`` (flat while small, an inverted file as it grows;
+        docs/ARCHITECTURE.md, "Defaults the library chooses").
         Fitted: saved in the folder (``quantizer.ockq``) and shared by every segment. With an IVF every segment is an
         inverted-file index (its coarse centroids shared too) and searches take ``n_probe``.
         Not fitted: the collection trains it itself (docs/ARCHITECTURE.md, "Collections for apps"). Until then its
-        rows live as stored vectors only (``store_vectors`` is required) and searches are exact (brute force over
-        them); the commit whose live rows reach ``train_size`` fits a copy of it on those rows (a sample of at most
-        ``training.DEFAULT_SAMPLE_ROWS``) and encodes every row, in that one commit. The object given is not
-        changed. ``retrain`` trains it again later (or earlier). The dimension of the vectors is set by the first add.
-    norm_encoding, store_vectors
-        As for :class:`ockstore.IndexWriter`, for every segment.
+        rows live as stored vectors only and searches are exact (brute force over them); the commit whose live rows
+        reach ``train_size`` fits a copy of it on those rows (a sample of at most ``training.DEFAULT_SAMPLE_ROWS``)
+        and encodes every row, in that one commit. The object given is not changed. ``retrain`` trains it again
+        later (or earlier). The dimension of the vectors is set by the first add.
+    metric : "l2", "ip", "cosine" or None
+        With ``quantizer=None``: the metric of the model the library picks (None: "cosine", the metric of sentence
+        embeddings). With a quantizer: its metric is the collection's (None, or that metric).
+    norm_encoding : as for :class:`ockstore.IndexWriter`, for every segment.
+    store_vectors : "float16", "float32", "uint8", "sq8" or None
+        As for :class:`ockstore.IndexWriter`, for every segment. None: "float16" when the collection trains its
+        quantizer (it keeps its rows as stored vectors until then, and re-ranks from them), no stored vectors with a
+        fitted quantizer.
     metadata : dict or None
         User metadata, kept in every manifest (``Collection.metadata``).
     merge_factor : int >= 2
         F of the size-tiered merge policy (docs/ARCHITECTURE.md, "Collections"): a tier of segments of similar size
         is merged into one when it reaches F segments. Stored in the collection.
     train_size : int or None
-        With an unfitted quantizer: the number of live vectors whose commit trains it, at least what ``fit`` needs
-        (K words per codebook, and n_lists for an IVF). None: ``training.default_train_size(quantizer)``, 40 rows per
-        word of a codebook (and per list of an IVF): 10,240 for K = 256, from the measurements in docs/results.md.
+        When the collection trains its quantizer: the number of live vectors whose commit trains it, at least what
+        ``fit`` needs (K words per codebook, and n_lists for an IVF). None: ``training.default_train_size`` (for a
+        model the library picks, ``training.AUTO_TRAIN_SIZE``), from the measurements in docs/results.md.
         ValueError with a fitted quantizer.
     """
     folder = _folder_path(path)
-    quantizer = check_model(quantizer)
+    auto = None
+    if quantizer is None:
+        metric = "cosine" if metric is None else PARAMETERS["metric"].check(metric)
+        auto = AutoModel(metric)
+        quantizer = auto_placeholder(AUTO_TRAIN_SIZE if train_size is None else 1, metric)
+    else:
+        quantizer = check_model(quantizer)
+        if metric is not None and PARAMETERS["metric"].check(metric) != quantizer.metric:
+            raise ValueError(f"metric: {metric!r}, the quantizer's is {quantizer.metric!r} (a collection's metric is "
+                             "its quantizer's: leave metric out, or give a quantizer of that metric)")
     trained = quantizer.is_fitted
     if trained:
         quantizer = check_fitted_model(quantizer)
+    elif store_vectors is None:
+        store_vectors = "float16"  # the rows are stored vectors until training, and re-ranked from afterwards
     norm_encoding = resolve_norm_encoding(quantizer, norm_encoding)
     store_vectors = check_store_vectors(store_vectors, quantizer if trained else None)
     if store_vectors == "sq8" and not trained:
@@ -114,13 +135,13 @@ def create_collection(path, quantizer, *, norm_encoding=None, store_vectors=None
             raise ValueError("train_size applies to an unfitted quantizer, which the collection trains itself; this "
                              "one is fitted (leave train_size out)")
     else:
-        if store_vectors is None:
-            raise ValueError("store_vectors is required with an unfitted quantizer: the collection keeps its rows as "
-                             "stored vectors until it trains the quantizer on them (and retrain needs them later); "
-                             "give store_vectors='float16' (or 'float32', 'uint8'), or fit the quantizer first")
         least = min_train_rows(quantizer)
-        train_size = default_train_size(quantizer) if train_size is None else check_int(
-            train_size, "train_size", min_value=least, max_value=MAX_ID)
+        if train_size is None:
+            train_size = AUTO_TRAIN_SIZE if auto is not None else default_train_size(quantizer)
+        else:
+            train_size = check_int(train_size, "train_size", min_value=least, max_value=MAX_ID)
+        if auto is not None:
+            quantizer = auto_placeholder(train_size, auto.metric)
         training = Training.of(quantizer, train_size)
     user = check_user_metadata(metadata)
     merge_factor = check_int(merge_factor, "merge_factor", min_value=2, max_value=2**31 - 1)
@@ -145,7 +166,7 @@ def create_collection(path, quantizer, *, norm_encoding=None, store_vectors=None
         if trained:
             save_quantizer(os.path.join(folder, names.QUANTIZER_NAME), quantizer)
         write_manifest(folder, Manifest(0, names.QUANTIZER_NAME if trained else None, norm_encoding, store_vectors, 0,
-                                        merge_factor, DEFAULT_MAX_MERGE_ROWS, (), "create", training), user)
+                                        merge_factor, DEFAULT_MAX_MERGE_ROWS, (), "create", training, auto), user)
         snapshot = load_newest(folder, cache)
     except BaseException:
         lock.release()

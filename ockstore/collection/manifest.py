@@ -96,6 +96,19 @@ class Training:
 
 
 @dataclass(frozen=True)
+class AutoModel:
+    """A collection whose model the library picks (``create_collection`` without a quantizer; docs/FORMAT.md 13.3,
+    key ``auto_model``): its metric, and the live rows its current model was trained on (None before training).
+    Training and ``retrain()`` call ``default_quantizer(live rows, dim, metric=metric)``."""
+
+    metric: str
+    trained_rows: int | None = None
+
+    def body(self):
+        return {"metric": self.metric, "trained_rows": self.trained_rows}
+
+
+@dataclass(frozen=True)
 class Manifest:
     """The state of a collection at one generation (the body of ``manifest.<generation>``). ``quantizer`` is None
     exactly when ``training`` is set: the collection has not trained its quantizer yet (its segments are files of
@@ -111,6 +124,7 @@ class Manifest:
     segments: tuple = field(default=())
     operation: str = "create"
     training: Training | None = None
+    auto: AutoModel | None = None
 
     @property
     def live(self) -> int:
@@ -141,6 +155,8 @@ class Manifest:
         }
         if self.training is not None:  # absent once trained: the body of a trained collection is as before
             body["training"] = self.training.body()
+        if self.auto is not None:  # absent for a model the user gave
+            body["auto_model"] = self.auto.body()
         return dict(sorted(body.items()))
 
 
@@ -316,8 +332,29 @@ def read_manifest(path, generation):
             seen.add(name)
         segments.append(SegmentEntry(file, rows, min_id, max_id, deletions, deleted))
     manifest = Manifest(generation, quantizer, norm_encoding, store_vectors, next_id, merge_factor, max_merge_rows,
-                        tuple(segments), operation, training)
+                        tuple(segments), operation, training, _read_auto(b, body.get("auto_model"), training))
     return manifest, user
+
+
+def _read_auto(b, raw, training):
+    """The ``auto_model`` map (docs/FORMAT.md 13.3), or None when absent: a metric its training's agrees with, and
+    the rows its model was trained on (nil exactly before training)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise b.fail(f"key 'auto_model' = {raw!r}, expected a map or nil")
+    metric = raw.get("metric")
+    if metric not in ("l2", "ip", "cosine"):
+        raise b.fail(f"auto_model: 'metric' = {metric!r}, expected 'l2', 'ip' or 'cosine'")
+    rows = raw.get("trained_rows")
+    if training is not None:
+        if rows is not None:
+            raise b.fail(f"auto_model: 'trained_rows' = {rows!r} before training, expected nil")
+        if training.params.get("metric", "l2") != metric:
+            raise b.fail(f"auto_model: 'metric' = {metric!r}, the training's is {training.params.get('metric')!r}")
+    else:
+        rows = b.int("trained_rows", 1, MAX_ID, "auto_model:", raw)
+    return AutoModel(metric, rows)
 
 
 def _read_training(b, raw):

@@ -9,7 +9,6 @@ generations or removes the files of old ones (POSIX keeps open and mapped files 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import os
 import warnings
 
@@ -17,15 +16,12 @@ import numpy as np
 
 from ..search import rerank as _rerank, options as _search_options
 from .. import storage
-from .._validation import as_vectors, resolve_n_threads
 from ..errors import FormatError
-from ..exact_index import exact_search
-from ..search.scan import QueryTables, rows_bitmap
+from ..search.scan import rows_bitmap
+from ..search.searcher import Parts, Searcher, tables_of
 from ..indexfile.reader import load_quantizer
 from . import names
 from .manifest import check_regular_file, read_deletions, read_manifest
-from .merge import merge_topk
-from .scan import scan_parts
 from .segments import Segment, SegmentSpec, SegmentView
 
 __all__ = ["CollectionWarning", "Snapshot", "manifest_generations", "load_newest", "open_generation", "remember",
@@ -59,6 +55,7 @@ class Snapshot:
         self.views = views
         self.problems = problems
         self._tables = tables  # QueryTables, built on first search
+        self._parts = None  # the search.searcher.Parts of the segments, built on first search
         self._cache = cache  # the collection's cache (see remember), which keeps the tables for later generations
 
     @property
@@ -106,147 +103,87 @@ class Snapshot:
 
     # -------------------------------------------------------------------------------------------------- search
     def search_options(self, k, *, rerank=None, **options):
-        """The checked options of a search of this generation: ``_search_options.search_options`` over its live rows,
-        ``vectors`` and ``allow`` by id (every check of Collection.search but the queries'). ``rerank`` None means the
-        default re-ranking of every searcher when the collection has vectors to re-rank from (stored, or given) and
-        has trained its quantizer (``_search_options.check_rerank``), none otherwise; 0 none. Before training every result is exact: no
-        re-ranking (a ``rerank`` given is checked, and changes nothing)."""
+        """The checked options of a search of this generation: ``search.options.search_options`` over its live rows,
+        ``vectors`` by id (every check of Collection.search but the queries' and the call's filter). ``rerank`` None
+        means the default re-ranking of every searcher when the collection has vectors to re-rank from (stored, or
+        given) and has trained its quantizer (``search.options.check_rerank``), none otherwise; 0 none. Before
+        training every result is exact: no re-ranking (a ``rerank`` given is checked, and changes nothing)."""
         if not self.spec.trained and options.get("vectors") is not None:
             raise ValueError("vectors: this collection has not trained its quantizer yet; it searches its stored "
                              "vectors exactly and takes no other vectors")
         opts = _search_options.search_options(self.spec.quantizer, self.live, k, by_id=True, rerank=rerank,
                                               stored_vectors=self.spec.store_vectors is not None, **options)
         if not self.spec.trained:
-            opts = dataclasses.replace(opts, rerank=None)
+            opts = dataclasses.replace(opts, rerank=None, by_bound=False)
         return opts
 
-    def search(self, Q, k, *, n_probe=None, distance="adc", rerank=None, vectors=None, allow=None, n_threads=None,
-               metric=None):
+    def searcher(self, k, **options):
+        """A Searcher of this generation (Collection.searcher's options, checked here once)."""
+        return Searcher(self, self.search_options(k, **options), by_id=True)
+
+    def search(self, Q, k, *, allow=None, **options):
         """Collection.search (its docstring says everything)."""
-        opts = self.search_options(k, n_probe=n_probe, distance=distance, rerank=rerank, vectors=vectors, allow=allow,
-                                   n_threads=n_threads, metric=metric)
-        return self._search(Q, opts)
+        return self.searcher(k, **options).search(Q, allow=allow)
 
-    def search_candidates(self, Q, k, **options):
-        """``search(Q, k, rerank=0, **options)`` for a caller that re-ranks the results itself (distributed search's
-        workers): fast-scan segments rank them by their quantized bounds, as a search that re-ranks does
-        (``SearchOptions.by_bound``)."""
-        return self._search(Q, dataclasses.replace(self.search_options(k, rerank=0, **options), by_bound=True))
+    def _search_parts(self):
+        """The Parts of this generation: every segment with its live rows (built on first search and kept: a snapshot
+        never changes). Before training: the segments' stored vectors, searched exactly."""
+        parts = self._parts
+        if parts is None:
+            views = self.views
+            indexes = [view.index for view in views]
+            damaged = [_segment_damage(view.segment.path) for view in views]
+            if self.spec.trained:
+                parts = Parts(self.spec.quantizer, indexes, [view.live_bitmap() for view in views], tables=self.tables,
+                              damaged=damaged)
+            else:
+                parts = Parts(self.spec.quantizer, indexes, [view.live_mask() for view in views], damaged=damaged,
+                              exact=True)
+            self._parts = parts
+        return parts
 
-    def _search(self, Q, opts):
-        """``search`` with its options checked."""
-        Q, was_1d = as_vectors(Q, "Q", self.spec.vector_dim)
-        if not self.spec.trained:
-            D, I = self._search_exact(Q, opts)
-            return (D[0], I[0]) if was_1d else (D, I)
-        quantizer = self.spec.quantizer
-        threads = resolve_n_threads(opts.n_threads)
-        Qp = quantizer._prepare(Q, "Q")  # what Index.search scans with: unit rows for cosine
-        D, I, part, rows, searched = self._candidates(Q, Qp, opts, threads)
-        if opts.rerank is not None and opts.vectors is not None:
-            def fetch(ids):
-                return by_unique_ids(lambda unique: vectors_by_id(opts.vectors, unique), ids), ids
-
-            D, I = _rerank.rerank(Qp, I, fetch, quantizer.metric, opts.k, n_threads=threads)
-        elif opts.rerank is not None and searched:  # the stored vectors where they are: part p is segment searched[p]
-            rows = self._candidate_rows(I, part, rows, searched)
-            D, I = _rerank.rerank_stored(Qp, rows, np.where(rows >= 0, part, 0), self._stored_rows(searched), opts.k,
-                                         threads)
-        elif opts.rerank is not None:  # nothing searched: padding
-            D, I = D[:, :opts.k], I[:, :opts.k]
-        if was_1d:
-            return D[0], I[0]
-        return D, I
-
-    def _candidates(self, Q, Qp, opts, threads):
-        """(D, ids, part, rows, views) of the opts.width best live (allowed) rows of each query over the segments:
-        ``part`` the position in ``views`` of each result, ``rows`` its row there (None when unknown)."""
-        quantizer = self.spec.quantizer
-        width, searched = opts.width, []
-        if _scan_jointly(self.views):
-            # flat segments: one table model, each segment bounded by the k-th best so far (scan.py)
-            parts = []
-            for view in self.views:
-                if opts.allow is None:
-                    bitmap = view.live_bitmap()
-                else:
-                    mask = view.allowed_mask(opts.allow)
-                    if mask is None:
-                        continue  # no allowed row here
-                    bitmap = rows_bitmap(mask)
-                parts.append(view.index._flat_scan_rows(bitmap))
-                searched.append(view)
-            keys, I, part, rows = scan_parts(self.tables, Qp, width, parts, distance=opts.distance, n_threads=threads,
-                                             by_bound=opts.by_bound)
-            D = keys if quantizer.metric == "l2" else np.negative(keys)  # scores descending, padding -inf
-            return D, I, part, rows, searched
-        # segments of other kinds (IVF: probed lists): each segment's own search, merged exactly
-        results = []
+    def _allow_bitmaps(self, allow, parts):
+        """The rows of each segment a call's filter allows (sorted unique ids) among its live ones: bitmaps (masks
+        before training, whose search is exact), one per segment; a segment with none gets an empty one."""
+        out = []
         for view in self.views:
-            mask = view.live_mask() if opts.allow is None else view.allowed_mask(opts.allow)
-            if opts.allow is not None and mask is None:
-                continue
-            search = view.index._candidates if opts.by_bound else functools.partial(view.index.search, rerank=0)
-            results.append(search(Q, min(width, view.segment.rows), n_probe=opts.n_probe, distance=opts.distance,
-                                  allow=mask, n_threads=threads))
-            searched.append(view)
-        D, I, part = merge_topk(results, width, descending=quantizer.metric != "l2", n_queries=Q.shape[0],
-                                return_part=True)
-        return D, I, part, None, searched
+            mask = view.allowed_mask(allow)
+            if mask is None:
+                mask = np.zeros(view.segment.rows, dtype=bool)
+            out.append(mask if parts.exact else rows_bitmap(mask))
+        return out
 
-    def _search_exact(self, Q, opts):
-        """The search of a collection that has not trained its quantizer: every live (allowed) row by brute force
-        over the stored vectors (exact_index.exact_search, per segment), merged exactly."""
-        quantizer = self.spec.quantizer
-        threads = resolve_n_threads(opts.n_threads)
-        Qp = quantizer._prepare(Q, "Q")
-        results = []
-        for view in self.views:
-            mask = view.live_mask() if opts.allow is None else view.allowed_mask(opts.allow)
-            if opts.allow is not None and mask is None:
-                continue
-            index = view.index
-            results.append(exact_search(Qp, min(opts.k, view.segment.rows), index.vectors, index.ids,
-                                        quantizer.metric, allow=mask, n_threads=threads, source=index._damaged,
-                                        screen=index._screen_arrays()))
-        return merge_topk(results, opts.k, descending=quantizer.metric != "l2", n_queries=Q.shape[0])
+    def _fetch(self, vectors, handles, parts):
+        """(keys, fetch) of the caller's ``vectors`` (row i: the vector of id i) for re-ranking candidates: keys their
+        ids, ``fetch(ids)`` reads each id's row once, in increasing order."""
+        keys = parts.ids_of(handles)
+
+        def fetch(ids):
+            return by_unique_ids(lambda unique: vectors_by_id(vectors, unique), ids), ids
+
+        return keys, fetch
+
+    def search_candidates(self, Q, width, *, allow=None, **options):
+        """(values, ids) of the ``width`` best live rows of each query by their codes (4-bit codes: by quantized
+        bound), as a re-ranked search keeps them before re-ranking: distributed search's workers send them to the
+        client, which re-ranks them (values as a search returns them: distances, or scores)."""
+        D, handles = self.searcher(width, rerank=0, **options).candidates(Q, width, allow=allow)
+        return D, self._search_parts().ids_of(handles)
 
     @property
     def tables(self):
         """The QueryTables of the collection's quantizer (built on first search, kept by the next generations)."""
         tables = self._tables
         if tables is None:
-            tables = self._tables = QueryTables(self.spec.quantizer)
+            tables = self._tables = tables_of(self.spec.quantizer)
             if self._cache is not None:
                 self._cache[("tables", self.manifest.quantizer)] = tables
         return tables
 
-    def _candidate_rows(self, I, part, rows, views):
-        """The row of each candidate id ``I`` in its segment ``views[part]`` (``rows`` when the scan gave them; else
-        found by id: a live id is in one segment, at one row); -1 for none."""
-        if rows is not None:
-            return np.where(I >= 0, rows, -1)
-        out = np.full(I.shape, -1, dtype=np.int64)
-        for p, view in enumerate(views):
-            chosen = (part == p) & (I >= 0)
-            if chosen.any():
-                _, out[chosen] = view.segment.ids_index().find(I[chosen])
-        return out
 
-    def _stored_rows(self, views):
-        """The _rerank.StoredRows of the segments' stored vectors, part p being views[p] (damage named by file)."""
-        return _rerank.StoredRows(
-            [view.index.vectors for view in views], [view.index.ids for view in views], self.spec.quantizer.metric,
-            sq8_ranges=self.spec.quantizer.value_ranges if self.spec.store_vectors == "sq8" else None,
-            damaged=[lambda check, detail, path=view.segment.path: storage.format_error(path, check, detail)
-                     for view in views])
-
-
-def _scan_jointly(views):
-    """Whether the segments are scanned as rows of one table model (scan.py: every segment flat, bounded by the k-th
-    best so far), rather than each by its own search with the results merged (IVF segments: each probes its lists).
-    A collection without segments takes the second path: it has nothing to scan."""
-    return bool(views) and all(view.index._flat_scan_rows(None) is not None for view in views)
+def _segment_damage(path):
+    """The FormatError maker of damage in a segment's stored vectors, naming its file."""
+    return lambda check, detail: storage.format_error(path, check, detail)
 
 
 def by_unique_ids(read, ids):

@@ -55,6 +55,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "rows.h"
+
 #if defined(__GNUC__) && !defined(__clang__)
 /* The exact stage adds floats in a fixed order; nothing may be contracted or reassociated. */
 #define OCK_FS_EXACT_FN __attribute__((optimize("fp-contract=off", "no-fast-math")))
@@ -320,16 +322,13 @@ typedef struct {
     float *d;                   /* (k,) */
     int64_t *r;                 /* (k,) rows, -1 for an empty slot */
     int k;
-    const int64_t *ids;         /* row -> id, or NULL (the row number) */
+    const int64_t **ids;        /* row handle -> id (rows.h), or NULL (the handle) */
 } ock_fs_heap;
 
-static inline int64_t ock_fs_id(const int64_t *ids, int64_t row) {
-    if (row < 0) return -1;
-    return ids != NULL ? ids[row] : row;
-}
+static inline int64_t ock_fs_id(const int64_t **ids, int64_t row) { return ock_row_id(ids, row); }
 
 /* (d1, r1) ranks after (d2, r2). */
-static inline int ock_fs_worse(float d1, int64_t r1, float d2, int64_t r2, const int64_t *ids) {
+static inline int ock_fs_worse(float d1, int64_t r1, float d2, int64_t r2, const int64_t **ids) {
     return d1 > d2 || (d1 == d2 && ock_fs_id(ids, r1) > ock_fs_id(ids, r2));
 }
 
@@ -341,7 +340,7 @@ static inline void ock_fs_heap_init(ock_fs_heap *h, float bound) {
 }
 
 static inline void ock_fs_heap_sift(float *hd, int64_t *hr, int k, int pos, float d, int64_t row,
-                                    const int64_t *ids) {
+                                    const int64_t **ids) {
     for (;;) {
         int child = 2 * pos + 1;
         if (child >= k) break;
@@ -356,13 +355,13 @@ static inline void ock_fs_heap_sift(float *hd, int64_t *hr, int k, int pos, floa
 }
 
 /* Put (d, row) at the top of the heap, in place of its worst, and restore the heap. */
-static inline void ock_fs_heap_replace_top(float *hd, int64_t *hr, int k, float d, int64_t row, const int64_t *ids) {
+static inline void ock_fs_heap_replace_top(float *hd, int64_t *hr, int k, float d, int64_t row, const int64_t **ids) {
     ock_fs_heap_sift(hd, hr, k, 0, d, row, ids);
 }
 
 /* Make hd/hr[0..k-1] (any k pairs) a heap in place (Floyd: about 2 k comparisons, where k insertions into a heap of
  * empty slots pay log2 k each). */
-static inline void ock_fs_heapify(float *hd, int64_t *hr, int k, const int64_t *ids) {
+static inline void ock_fs_heapify(float *hd, int64_t *hr, int k, const int64_t **ids) {
     for (int pos = k / 2 - 1; pos >= 0; pos--) ock_fs_heap_sift(hd, hr, k, pos, hd[pos], hr[pos], ids);
 }
 
@@ -390,13 +389,15 @@ static inline void ock_fs_heap_sort_into(ock_fs_heap *h, float *out_d, int64_t *
 /* --------------------------------------------------------------------------------------------------------------------
  * What a scan reads. */
 
-/* The rows of an index (or of a segment): the norms, ids and filter are indexed by global row numbers. */
+/* The rows of an index (or of one part of a collection: a segment): the norms and filter are indexed by row numbers
+ * from its first row (a run's row0 counts from there too); the rows it gives collectors are handles (rows.h: the run's
+ * tag | the row). */
 typedef struct {
     int W;
     const float *norms_f32;     /* (N,) float32 norm terms, or NULL */
     const uint8_t *norm_codes;  /* (N,) one-byte norm codes, or NULL */
     const float *norm_levels;   /* (256,) their levels */
-    const int64_t *ids;         /* (N,) or NULL */
+    const int64_t **ids;        /* the id table of the rows' handles (rows.h), or NULL: a row's id is its number */
     const uint64_t *allow;      /* (ceil(N / 64),) bitmap of the rows to scan (bit r % 64 of word r // 64), or NULL */
     size_t N;
     int scales;                 /* 1: the norm terms (float32, or the levels of the codes) are scales s > 0 that
@@ -415,8 +416,9 @@ typedef struct {
 /* A run of rows stored in consecutive blocks: a flat index's rows (or a share of them), or one inverted list. */
 typedef struct {
     const uint8_t *blocks;      /* the run's first block */
-    size_t row0;                /* the global row of its first row */
+    size_t row0;                /* the row of its first row (in its base's numbering) */
     size_t n_rows;              /* its rows (its last block is padded) */
+    int64_t tag;                /* what turns its rows into row handles (rows.h): the part's, part << OCK_PART_SHIFT */
     float start_term;           /* the exact distance's first term: qconst (+ the list term, float32 sum) */
     double c0;                  /* the lower bound's constant: t->c0 (+ the list term) */
     double rho;                 /* ock_fs_rounding for this run */
@@ -491,9 +493,10 @@ static inline float ock_fs_norm_term(const ock_fs_base *b, size_t row) {
 
 typedef struct {
     double lb;                  /* a lower bound of the row's exact distance, as the float sum computes it */
-    int64_t row;                /* its global row */
+    int64_t row;                /* its row handle (rows.h) */
     const uint8_t *block;       /* its block, and its place in it */
     float start_term;           /* its run's first term */
+    float norm;                 /* its norm term (or with scales its scale; 0 without), read where its part is known */
     int i;
 } ock_fs_cand;
 
@@ -516,7 +519,7 @@ static inline int ock_fs_collector_cap(int k) { return 2 * k + 512; }
 
 /* Start a collection into the heap arrays (k each), the candidate buffer (cap >= 2 k entries) and the bounds' buffer
  * (2 k doubles): empty slots (bound, -1), so that only rows below `bound` (+inf: any row) may enter. */
-static inline void ock_fs_collector_init(ock_fs_collector *c, float *hd, int64_t *hr, int k, const int64_t *ids,
+static inline void ock_fs_collector_init(ock_fs_collector *c, float *hd, int64_t *hr, int k, const int64_t **ids,
                                   ock_fs_cand *cand, int cap, double *ub, float bound) {
     c->heap.d = hd;
     c->heap.r = hr;
@@ -631,10 +634,10 @@ static inline void ock_fs_exact4(const ock_fs_base *b, const ock_fs_query *q, co
     const ock_fs_cand *x0 = x[0], *x1 = x[m > 1 ? 1 : 0], *x2 = x[m > 2 ? 2 : 0], *x3 = x[m > 3 ? 3 : 0];
     float d0 = x0->start_term, d1 = x1->start_term, d2 = x2->start_term, d3 = x3->start_term;
     if (!b->scales && (b->norms_f32 != NULL || b->norm_codes != NULL)) {  /* no norm term: nothing added */
-        d0 = d0 + ock_fs_norm_term(b, (size_t)x0->row);
-        d1 = d1 + ock_fs_norm_term(b, (size_t)x1->row);
-        d2 = d2 + ock_fs_norm_term(b, (size_t)x2->row);
-        d3 = d3 + ock_fs_norm_term(b, (size_t)x3->row);
+        d0 = d0 + x0->norm;
+        d1 = d1 + x1->norm;
+        d2 = d2 + x2->norm;
+        d3 = d3 + x3->norm;
     }
     for (int w = 0; w < b->W; w++) {
         const float *l = lut + (size_t)w * OCK_FS_WORDS;
@@ -644,10 +647,10 @@ static inline void ock_fs_exact4(const ock_fs_base *b, const ock_fs_query *q, co
         d3 = d3 + l[ock_fs_word(x3->block, x3->i, w)];
     }
     if (b->scales) {  /* cosine: the sum times the row's scale 1 / ||x_hat||, one float multiply as the 8-bit scan */
-        d0 = d0 * ock_fs_norm_term(b, (size_t)x0->row);
-        d1 = d1 * ock_fs_norm_term(b, (size_t)x1->row);
-        d2 = d2 * ock_fs_norm_term(b, (size_t)x2->row);
-        d3 = d3 * ock_fs_norm_term(b, (size_t)x3->row);
+        d0 = d0 * x0->norm;
+        d1 = d1 * x1->norm;
+        d2 = d2 * x2->norm;
+        d3 = d3 * x3->norm;
     }
     out[0] = d0;
     out[1] = d1;
@@ -932,9 +935,10 @@ OCK_FS_INLINE static inline int ock_fs_collect_block(ock_fs_collector *c, const 
 #endif
         ock_fs_cand *x = &c->cand[c->n++];
         x->lb = lb;
-        x->row = (int64_t)row;
+        x->row = (int64_t)row | run->tag;
         x->block = block;
         x->start_term = run->start_term;
+        x->norm = ock_fs_norm_term(b, row);
         x->i = i;
         if (c->n == c->cap) ock_fs_make_room(c, b, q);
     }

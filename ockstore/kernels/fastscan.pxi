@@ -19,13 +19,13 @@ cdef extern from "kernels/simd.h" nogil:
         float *d
         int64_t *r
         int k
-        const int64_t *ids
+        const int64_t **ids
     ctypedef struct ock_fs_base:
         int W
         const float *norms_f32
         const uint8_t *norm_codes
         const float *norm_levels
-        const int64_t *ids
+        const int64_t **ids
         const uint64_t *allow
         size_t N
         int scales
@@ -38,6 +38,7 @@ cdef extern from "kernels/simd.h" nogil:
         const uint8_t *blocks
         size_t row0
         size_t n_rows
+        int64_t tag
         float start_term
         double c0
         double rho
@@ -63,7 +64,7 @@ cdef extern from "kernels/simd.h" nogil:
                         ock_fs_tables *t)
     double ock_fs_rounding(const ock_fs_tables *t, double list_term)
     int ock_fs_collector_cap(int k)
-    void ock_fs_collector_init(ock_fs_collector *c, float *hd, int64_t *hr, int k, const int64_t *ids,
+    void ock_fs_collector_init(ock_fs_collector *c, float *hd, int64_t *hr, int k, const int64_t **ids,
                                ock_fs_cand *cand, int cap, double *ub, float bound)
     void ock_fs_refine(ock_fs_collector *c, const ock_fs_base *b, const ock_fs_query *q)
     int ock_fs_heap_offer(ock_fs_heap *h, float d, int64_t row)
@@ -224,7 +225,7 @@ cdef void _fs_prepare(FsSlot *slot, const TableSource *source, Py_ssize_t q, dou
     slot.q.t = &slot.t
 
 
-cdef inline void _fs_start(FsSlot *slot, int k, const int64_t *ids, float bound, bint by_bound) noexcept nogil:
+cdef inline void _fs_start(FsSlot *slot, int k, const int64_t **ids, float bound, bint by_bound) noexcept nogil:
     """Start a query's collector of k rows below `bound`; `by_bound`: ranked by their quantized lower bounds alone
     (the candidates of a re-ranked search, fastscan.h "Ranking by the bound")."""
     ock_fs_collector_init(&slot.c, slot.heap_d, slot.heap_r, k, ids, slot.cand, ock_fs_collector_cap(k), slot.ub,
@@ -261,15 +262,17 @@ cdef inline void _fs_run(ock_fs_run *run, const FsSlot *slot, const uint8_t *blo
     run.blocks = blocks
     run.row0 = row0
     run.n_rows = n_rows
+    run.tag = 0
     run.start_term = slot.qconst + list_term if in_list else slot.qconst
     run.c0 = slot.t.c0 + <double>list_term if in_list else slot.t.c0
     run.rho = ock_fs_rounding(&slot.t, list_term if in_list else 0)
 
 
 cdef ock_fs_base _fs_base(int W, Py_ssize_t N, const float[::1] norms_f32, const uint8_t[::1] norm_codes,
-                          const float[::1] norm_levels, const int64_t[::1] ids, const uint64_t[::1] allow,
+                          const float[::1] norm_levels, const int64_t **ids, const uint64_t[::1] allow,
                           bint scales=False, const double[::1] scale_range=None):
-    """The base of a scan; ``scales``: the norm terms are scales (cosine) that multiply the sums; their range is
+    """The base of a scan (`ids`: the id table of its rows' handles, held by the caller); ``scales``: the norm terms
+    are scales (cosine) that multiply the sums; their range is
     ``scale_range`` when given (the caller's, found once per index), else found here (over the 256 levels, or over
     the N float32 scales)."""
     cdef ock_fs_base b
@@ -281,7 +284,7 @@ cdef ock_fs_base _fs_base(int W, Py_ssize_t N, const float[::1] norms_f32, const
     b.norm_codes = (&norm_codes[0] if b.norms_f32 == NULL and norm_codes is not None and norm_codes.shape[0] > 0
                     else NULL)
     b.norm_levels = &norm_levels[0] if b.norm_codes != NULL else NULL
-    b.ids = &ids[0] if ids is not None and ids.shape[0] > 0 else NULL
+    b.ids = ids
     b.allow = &allow[0] if allow is not None and allow.shape[0] > 0 else NULL
     b.scales = 1 if scales and (b.norms_f32 != NULL or b.norm_codes != NULL) else 0
     b.scale_lo = INFINITY
@@ -360,6 +363,7 @@ def fastscan_scan(TableModel model not None,          # IN the quantizer's table
     cdef int k = out_dist.shape[1]
     cdef int W = source.M * source.C
     cdef ock_fs_base base
+    cdef const int64_t *id_part
     cdef ock_fs_norm norm
     cdef const ock_fs_norm *norm_ptr = NULL
     cdef FsScratch s
@@ -383,7 +387,8 @@ def fastscan_scan(TableModel model not None,          # IN the quantizer's table
         n_threads = 1
     source.queries = &queries[0, 0] if queries is not None else NULL
     source.rotated = &rotated[0, 0] if rotated is not None else NULL
-    base = _fs_base(W, N, norms_f32, norm_codes, norm_levels, ids, allow, norm_scales, scale_range)
+    base = _fs_base(W, N, norms_f32, norm_codes, norm_levels, _one_part_ids(ids, &id_part), allow, norm_scales,
+                    scale_range)
     if base.norm_codes != NULL and not base.scales:  # scales are not part of the quantized sums
         ock_fs_norm_init(base.norm_levels, &norm)
         norm_ptr = &norm

@@ -31,7 +31,8 @@ cdef struct CodeBase:
     Py_ssize_t N
     int W
     NormTerms norms             # (N,) from row 0
-    const int64_t *ids          # (N,), or NULL: the id of a code is then its row number
+    const int64_t **ids         # the id table (one part: &id_part), or NULL: the id of a code is its row number
+    const int64_t *id_part      # (N,) the ids
     const uint64_t *allow       # (ceil(N / 64),) bitmap of the rows to scan (bit r % 64 of word r // 64), or NULL
 
 
@@ -150,13 +151,13 @@ cdef inline void _scan_query(const CodeBase *base, const float *lut, float qcons
     cdef NormTerms block_norms
     if not dense:
         _scan_allowed_rows(sink, base.codes, base.W, lut, qconst, _norm_terms_from(base.norms, start), start, stop,
-                           base.allow)
+                           base.allow, 0)
     else:
         block_norms.f32 = norm_terms
         block_norms.codes = NULL
         block_norms.levels = NULL
         block_norms.scales = base.norms.scales
-        _scan_rows(sink, base.codes, base.W, lut, qconst, block_norms, start, stop, base.allow)
+        _scan_rows(sink, base.codes, base.W, lut, qconst, block_norms, start, stop, base.allow, 0)
 
 
 cdef inline void _scan_query_heap(const CodeBase *base, const float *lut, float qconst, Py_ssize_t start,
@@ -181,12 +182,12 @@ cdef inline TopK *_topk_slot(int64_t *slots, int k, int q) noexcept nogil:
     return <TopK *>(slots + <Py_ssize_t>q * _topk_slot_items(k))
 
 
-cdef inline void _start_topk_slot(int64_t *slots, int k, int q, const int64_t *ids, float bound) noexcept nogil:
+cdef inline void _start_topk_slot(int64_t *slots, int k, int q, const int64_t **ids, float bound) noexcept nogil:
     cdef TopK *t = _topk_slot(slots, k, q)
     _topk_start(t, <int64_t *>t + (sizeof(TopK) + 7) // 8, k, ids, bound)
 
 
-cdef inline void _start_heap(float *hd, int64_t *hi, int k, const int64_t *ids, Heap *heap,
+cdef inline void _start_heap(float *hd, int64_t *hi, int k, const int64_t **ids, Heap *heap,
                              float bound) noexcept nogil:
     heap.d = hd
     heap.r = hi
@@ -273,7 +274,7 @@ cdef void _scan_by_query_groups(const CodeBase *base, const QueryBatch *batch, i
 
 
 cdef void _merge_heaps(const float *heap_d, const int64_t *heap_i, int n_heaps, Py_ssize_t stride, int k,
-                       const int64_t *ids, float bound, float *merged_d, int64_t *merged_i, float *out_d,
+                       const int64_t **ids, float bound, float *merged_d, int64_t *merged_i, float *out_d,
                        int64_t *out_i) noexcept nogil:
     """The k best pairs of n_heaps heaps (heap t at t * stride), sorted into out; merged_d/merged_i (k,) is scratch.
 
@@ -334,7 +335,7 @@ cdef void _scan_by_code_blocks(const CodeBase *base, const QueryBatch *batch, in
                          s.merged_i, batch.out_dist + <size_t>q * k, batch.out_rows + <size_t>q * k)
 
 
-cdef void _merge_topks(ScanScratch *s, int n_threads, const int64_t *ids, const QueryBatch *batch,
+cdef void _merge_topks(ScanScratch *s, int n_threads, const int64_t **ids, const QueryBatch *batch,
                        int q) noexcept nogil:
     """The k best of the threads' TopKs (slot 0 of each thread's slice) into query q's results: each thread's
     candidates (unsorted, in s.merged_d / s.merged_i's first k) offered to the merging TopK in s.merged_i."""
@@ -448,7 +449,7 @@ cdef int _scan_batch(TableModel model, const float *queries, const double *rotat
     base.W = codes.shape[1]
     base.codes = &codes[0, 0] if base.N > 0 else NULL
     base.norms = _norm_terms(norms_f32, norm_codes, norm_levels, norm_scales)
-    base.ids = &ids[0] if ids is not None and ids.shape[0] > 0 else NULL
+    base.ids = _one_part_ids(ids, &base.id_part)
     base.allow = &allow[0] if allow is not None and allow.shape[0] > 0 else NULL
     batch.tables = &source
     batch.lut_row = <Py_ssize_t>base.W * SLOTS

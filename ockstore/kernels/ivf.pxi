@@ -190,59 +190,68 @@ cdef inline Py_ssize_t _alone_items(const ock_coarse_half *half, int L) noexcept
     return (<Py_ssize_t>ock_coarse_alone_work_bytes(L) + 7) // 8 + (L + 16 + 1) // 2
 
 
+cdef struct IvfPart:
+    # One part of the rows a search reads: an index's rows, or one segment of a collection. List l holds its rows
+    # offsets[l] .. offsets[l + 1] - 1 (a flat model: one list of every row). Its rows reach the collectors as
+    # handles tag | row (rows.h), so the candidates of every part compete in one collector per query.
+    const uint8_t *codes        # (N, W) byte codes, or NULL when N == 0 or the lists are in fast-scan blocks
+    const uint8_t *blocks       # the lists in fast-scan blocks (K <= 16), or NULL
+    const int64_t *list_blocks  # (L + 1,) with blocks: list l's blocks list_blocks[l] .. [l + 1] - 1
+    const int64_t *offsets      # (L + 1,)
+    NormTerms norms
+    ock_fs_base fs_base         # with blocks: the rows as the fast scan reads them (its allow: the call's)
+    const uint64_t *allow       # the call's bitmap of this part's rows to scan, or NULL: every row
+    bint dense                  # most rows allowed: scan every row, test the bits of those that may enter
+    int64_t tag                 # part << PART_SHIFT
+    int64_t n_rows
+
+
 cdef struct IvfQuery:
-    # What every query of an ivf_search call shares.
-    TableSource tables          # the fine quantizer's model, and the queries
-    const float *panels         # (P * L,) the centroids in panels (COARSE_PANEL)
+    # What every query of a search call shares.
+    TableSource tables          # the fine quantizer's model, and the queries (or, flat SDC, their rotated vectors)
+    const float *panels         # (P * L,) the centroids in panels (COARSE_PANEL), or NULL: a flat model (one list
+                                # of every row, no coarse step, no list term)
     const float *c_sqnorms      # (L,)
     const ock_coarse_half *half  # the prefilter of a query alone, or NULL
     int L
     int probe_kind
     float term_factor
-    const uint8_t *codes        # (N, W) byte codes, or NULL when N == 0 or the lists are in fast-scan blocks
     int W
-    const uint8_t *blocks       # the lists in fast-scan blocks (K <= 16), or NULL: byte codes
-    const int64_t *list_blocks  # (L + 1,) with blocks: list l's blocks list_blocks[l] .. [l + 1] - 1
+    bint blocks                 # the parts' lists are in fast-scan blocks (K <= 16)
     size_t block_bytes
-    ock_fs_base fs_base         # with blocks: the rows as the fast scan reads them (its allow set per call)
     const ock_fs_norm *fs_norm  # with blocks: the one-byte norm codes' nibble tables, or NULL
+    int flags_part              # with blocks: a part with rows, whose base says what every part's has alike (the
+                                # kind of its norm terms; an empty part's base has none)
     bint by_bound               # with blocks: rank the candidates by their quantized bounds (re-ranked searches)
-    bint out_ids                # write ids, not rows
-    NormTerms norms
-    const int64_t *ids          # (N,)
-    const uint64_t *allow       # bitmap of the rows to scan, or NULL
-    const int64_t *offsets      # (L + 1,)
+    bint out_ids                # write ids, not row handles
+    IvfPart *parts              # (n_parts,)
+    int n_parts
+    const int64_t **ids         # (n_parts,) the id table of the row handles (each part's ids)
     int n_probe
     int k
     int width                   # candidates collected: k, or R with re-ranking
-    const ock_rr_source *rerank  # the stored rows, or NULL: no re-ranking
+    const ock_rr_source *rerank  # the stored rows (part p: part p's rows), or NULL: no re-ranking
     const ock_rr_value_table *values
     const float *rerank_queries  # (nq, P)
     Py_ssize_t lut_items
     Py_ssize_t work_items
 
 
-cdef class IvfLists:
-    """The arrays an inverted-file search reads, as typed views held for the life of the object (a search converts
-    none of them again: a query searched alone pays for no more than its own arrays).
+cdef class IvfPartRows:
+    """One part of the rows an inverted-file search reads (an index's rows, or one segment of a collection), as typed
+    views held for the life of the object.
 
-    model : TableModel of the fine quantizer (search.QueryTables.model), kind TABLE_L2_NORM_TERM ("l2") or
-        TABLE_NEG_DOT
-    panels : (P * L,) float32, the centroids in panels (COARSE_PANEL); c_sqnorms : (L,) float32, their squared norms
-    probe_kind : PROBE_L2 or PROBE_IP; term_factor : -2 ("l2") or -1 (scores): list l's term is term_factor * q.c_l
-    codes : (N, W) uint8, rows list after list; norms_f32 : (N,) float32 or None; norm_codes : (N,) uint8 or None,
-        with norm_levels (256,) float32; ids : (N,) int64; list_offsets : (L + 1,) int64, from 0 to N;
-    norm_scales : the norm terms scale each code's sum instead of being added (cosine: 1 / ||c_l + R z_b||)
-    list_blocks : (L + 1,) int64, or None: with it, `codes` are the lists in fast-scan blocks (B, block bytes), list l
-        in blocks list_blocks[l] .. [l + 1] - 1 (K <= 16: the fast scan reads them, fastscan.h); n_words: W;
-        scale_range : (2,) float64 or None, the smallest and largest norm scale (cosine; found here when None)
-    half : CoarseHalf of the centroids for probe_kind, or None: the prefilter of a query alone (a coarse step of one
-        query reads it instead of every centroid; the lists and terms are the same)
+    codes : (N, W) uint8 byte codes, or with list_blocks the lists in fast-scan blocks (B, block bytes)
+    norms_f32 : (N,) float32 or None; norm_codes : (N,) uint8 or None, with norm_levels (256,) float32
+    ids : (N,) int64, or None: the ids are the row numbers
+    list_offsets : (L + 1,) int64 from 0 to N (a flat model: (2,), [0, N])
+    norm_scales : the norm terms scale each code's sum instead of being added (cosine: 1 / ||x_hat||)
+    list_blocks : (L + 1,) int64, or None: byte codes; n_words: W (with blocks); scale_range : (2,) float64 or None,
+        the smallest and largest norm scale (cosine with float32 scales; found here when None)
+    allow : (ceil(N / 64),) uint64 or None: the rows a search scans when the call gives no filter of its own (a
+        segment's live rows)
     """
 
-    cdef TableModel _model
-    cdef const float[::1] _panels
-    cdef const float[::1] _c_sqnorms
     cdef const uint8_t[:, ::1] _codes
     cdef const float[::1] _norms_f32
     cdef const uint8_t[::1] _norm_codes
@@ -250,85 +259,199 @@ cdef class IvfLists:
     cdef const int64_t[::1] _ids
     cdef const int64_t[::1] _offsets
     cdef const int64_t[::1] _list_blocks
-    cdef ock_fs_norm _fs_norm
-    cdef CoarseHalf _half
-    cdef IvfQuery job
+    cdef const uint64_t[::1] _allow
+    cdef IvfPart part
+    cdef int n_words
+    cdef int L
 
-    def __cinit__(self, TableModel model not None, const float[::1] panels not None,
-                  const float[::1] c_sqnorms not None, int probe_kind, float term_factor,
-                  const uint8_t[:, ::1] codes not None, const float[::1] norms_f32, const uint8_t[::1] norm_codes,
-                  const float[::1] norm_levels, const int64_t[::1] ids not None,
+    def __cinit__(self, const uint8_t[:, ::1] codes not None, const float[::1] norms_f32,
+                  const uint8_t[::1] norm_codes, const float[::1] norm_levels, const int64_t[::1] ids,
                   const int64_t[::1] list_offsets not None, bint norm_scales=False,
                   const int64_t[::1] list_blocks=None, int n_words=0, const double[::1] scale_range=None,
-                  CoarseHalf half=None):
-        self._model = model
-        self._panels = panels
-        self._c_sqnorms = c_sqnorms
+                  const uint64_t[::1] allow=None):
+        cdef int64_t N = list_offsets[list_offsets.shape[0] - 1]
         self._codes = codes
         self._norms_f32 = norms_f32
         self._norm_codes = norm_codes
         self._norm_levels = norm_levels
         self._ids = ids
         self._offsets = list_offsets
+        self._list_blocks = list_blocks
+        self._allow = allow
+        self.L = list_offsets.shape[0] - 1
+        memset(&self.part, 0, sizeof(IvfPart))
+        self.part.offsets = &list_offsets[0]
+        self.part.n_rows = N
+        self.part.norms = _norm_terms(norms_f32, norm_codes, norm_levels, norm_scales)
+        self.part.allow = &allow[0] if allow is not None and allow.shape[0] > 0 else NULL
+        self.part.dense = True  # a segment's live rows: almost every row
+        if list_blocks is None:
+            self.part.codes = &codes[0, 0] if codes.shape[0] > 0 else NULL
+            self.n_words = codes.shape[1]
+        else:
+            self.n_words = n_words
+            self.part.blocks = &codes[0, 0] if codes.shape[0] > 0 else NULL
+            self.part.list_blocks = &list_blocks[0]
+            self.part.fs_base = _fs_base(n_words, N, norms_f32, norm_codes, norm_levels, NULL, None, norm_scales,
+                                         scale_range)
+            self.part.fs_base.allow = self.part.allow
+
+    @property
+    def n_rows(self):
+        return self.part.n_rows
+
+
+cdef class IvfLists:
+    """The parts an inverted-file search reads with their model, as typed views held for the life of the object (a
+    search converts none of them again: a query searched alone pays for no more than its own arrays).
+
+    model : TableModel of the fine quantizer (search.tables.QueryTables.model), kind TABLE_L2_NORM_TERM ("l2") or
+        TABLE_NEG_DOT; for a flat model the kind of its metric and C
+    panels : (P * L,) float32, the centroids in panels (COARSE_PANEL), or None: a flat model (one list of every row,
+        no coarse step, no list term); c_sqnorms : (L,) float32, their squared norms (None when flat)
+    probe_kind : PROBE_L2 or PROBE_IP; term_factor : -2 ("l2") or -1 (scores): list l's term is term_factor * q.c_l
+    parts : list of IvfPartRows with L lists each, all byte codes or all in fast-scan blocks
+    half : CoarseHalf of the centroids for probe_kind, or None: the prefilter of a query alone (a coarse step of one
+        query reads it instead of every centroid; the lists and terms are the same)
+    """
+
+    cdef TableModel _model
+    cdef const float[::1] _panels
+    cdef const float[::1] _c_sqnorms
+    cdef list _parts
+    cdef IvfPart *parts
+    cdef const int64_t **ids
+    cdef ock_fs_norm _fs_norm
+    cdef CoarseHalf _half
+    cdef IvfQuery job
+
+    def __cinit__(self, TableModel model not None, const float[::1] panels, const float[::1] c_sqnorms,
+                  int probe_kind, float term_factor, list parts not None, CoarseHalf half=None):
+        cdef IvfPartRows rows
+        cdef IvfPartRows first = parts[0] if parts else None
+        cdef int p, L
+        self.parts = NULL
+        self.ids = NULL
+        if not parts:
+            raise ValueError("IvfLists: at least one part")
+        L = 1 if panels is None else c_sqnorms.shape[0]
+        self._model = model
+        self._panels = panels
+        self._c_sqnorms = c_sqnorms
+        self._parts = list(parts)
+        self.parts = <IvfPart *>_alloc(len(parts) * sizeof(IvfPart), "a search's parts")
+        self.ids = <const int64_t **>_alloc(len(parts) * sizeof(int64_t *), "a search's id table")
         memset(&self.job, 0, sizeof(IvfQuery))
         self.job.tables = model._source
-        self.job.panels = &panels[0]
-        self.job.c_sqnorms = &c_sqnorms[0]
-        self.job.L = c_sqnorms.shape[0]
-        self.job.probe_kind = probe_kind
-        self.job.term_factor = term_factor
-        self._half = half
-        self.job.half = _coarse_half(half, model._source.P, self.job.L, probe_kind)
-        self._list_blocks = list_blocks
-        if list_blocks is None:
-            self.job.codes = &codes[0, 0] if codes.shape[0] > 0 else NULL
-            self.job.W = codes.shape[1]
-        else:
-            self.job.W = n_words
-            self.job.blocks = &codes[0, 0] if codes.shape[0] > 0 else NULL
-            self.job.list_blocks = &list_blocks[0]
-            self.job.block_bytes = ock_fs_block_bytes(n_words)
-            self.job.fs_base = _fs_base(n_words, list_offsets[list_offsets.shape[0] - 1], norms_f32, norm_codes,
-                                        norm_levels, ids, None, norm_scales, scale_range)
-            if self.job.fs_base.norm_codes != NULL and not self.job.fs_base.scales:  # scales: not in the sums
-                ock_fs_norm_init(self.job.fs_base.norm_levels, &self._fs_norm)
+        self.job.L = L
+        if panels is not None:
+            self.job.panels = &panels[0]
+            self.job.c_sqnorms = &c_sqnorms[0]
+            self.job.probe_kind = probe_kind
+            self.job.term_factor = term_factor
+            self._half = half
+            self.job.half = _coarse_half(half, model._source.P, L, probe_kind)
+        for p in range(len(parts)):
+            rows = parts[p]
+            if rows.L != L:
+                raise ValueError(f"IvfLists: part {p} has {rows.L} lists, not {L}")
+            if (rows.part.list_blocks != NULL) != (first.part.list_blocks != NULL):
+                raise ValueError("IvfLists: every part holds byte codes or every part fast-scan blocks")
+            self.parts[p] = rows.part
+            self.parts[p].tag = <int64_t>p << OCK_PART_SHIFT
+            self.parts[p].fs_base.ids = self.ids
+            self.ids[p] = &rows._ids[0] if rows._ids is not None and rows._ids.shape[0] > 0 else NULL
+        rows = parts[0]
+        self.job.W = rows.n_words
+        self.job.parts = self.parts
+        self.job.n_parts = len(parts)
+        self.job.ids = self.ids
+        if rows.part.list_blocks != NULL:
+            self.job.blocks = True
+            self.job.block_bytes = ock_fs_block_bytes(rows.n_words)
+            for p in range(len(parts)):  # a part with rows has its norm terms (an empty one has NULL pointers)
+                if self.parts[p].n_rows > 0:
+                    self.job.flags_part = p
+                    break
+            if (self.parts[self.job.flags_part].fs_base.norm_codes != NULL
+                    and not self.parts[self.job.flags_part].fs_base.scales):  # scales: not in the sums
+                ock_fs_norm_init(self.parts[self.job.flags_part].fs_base.norm_levels, &self._fs_norm)
                 self.job.fs_norm = &self._fs_norm
-        self.job.norms = _norm_terms(norms_f32, norm_codes, norm_levels, norm_scales)
-        self.job.ids = &ids[0] if ids.shape[0] > 0 else NULL
-        self.job.offsets = &list_offsets[0]
         self.job.lut_items = _slice_items(<Py_ssize_t>self.job.W * SLOTS)
         self.job.work_items = _slice_items(_table_work_items(&self.job.tables))
 
+    def __dealloc__(self):
+        free(self.parts)
+        free(<void *>self.ids)
 
-def ivf_search(IvfLists lists not None,        # IN the index's arrays
-               const float[:, ::1] queries,     # IN (nq, P)
-               int n_probe,                     # IN lists probed per query, 1..L
-               const uint64_t[::1] allow,       # IN (ceil(N / 64),) bitmap of the rows to scan, or None: all
+    @property
+    def n_parts(self):
+        return self.job.n_parts
+
+
+cdef IvfPart *_parts_of_call(const IvfQuery *job, list allow) except? NULL:
+    """A copy of the job's parts with the call's filter (`allow`: one bitmap or None per part), or NULL when the call
+    has none (the parts' own allow, a segment's live rows). Each part's density: whether most of its rows are allowed
+    (at least 1 / 4, flat.pxi's DENSE_FRACTION), read off the bitmap."""
+    cdef IvfPart *parts
+    cdef const uint64_t[::1] bits
+    cdef Py_ssize_t w, count
+    cdef int p
+    if allow is None:
+        return NULL
+    if len(allow) != job.n_parts:
+        raise ValueError(f"allow: {len(allow)} bitmaps for {job.n_parts} parts")
+    parts = <IvfPart *>_alloc(job.n_parts * sizeof(IvfPart), "a search's filtered parts")
+    for p in range(job.n_parts):
+        parts[p] = job.parts[p]
+        parts[p].allow = NULL
+        parts[p].dense = True
+        if allow[p] is not None:
+            bits = allow[p]
+            if bits.shape[0] > 0:
+                parts[p].allow = &bits[0]
+                count = 0
+                for w in range(bits.shape[0]):
+                    count += _popcount(bits[w])
+                parts[p].dense = count * DENSE_FRACTION >= parts[p].n_rows
+        parts[p].fs_base.allow = parts[p].allow
+    return parts
+
+
+def ivf_search(IvfLists lists not None,        # IN the parts' arrays
+               const float[:, ::1] queries,     # IN (nq, P) (None only for a flat model's SDC: `rotated`)
+               int n_probe,                     # IN lists probed per query, 1..L (a flat model: 1)
+               list allow,                      # IN a bitmap (ceil(N_p / 64),) uint64 or None per part: the rows of
+                                                #    each part to scan; or None: each part's own (IvfPartRows.allow)
                float[:, ::1] out_dist,          # OUT (nq, k) ascending; with re-ranking the exact values
-               int64_t[:, ::1] out_rows,        # OUT (nq, k) the rows of the results (ids with out_ids); (inf, -1)
-                                                #     past the last
+               int64_t[:, ::1] out_rows,        # OUT (nq, k) the row handles of the results (rows.h; ids with
+                                                #     out_ids); (inf, -1) past the last
                int n_threads,
-               RerankSource rerank_rows=None,   # IN the stored rows (part 0: these N rows) to re-rank from, or None
+               RerankSource rerank_rows=None,   # IN the stored rows (part p: part p's rows) to re-rank from, or None
                int rerank=0,                    # IN with rerank_rows: candidates kept per query (>= k)
                const float[:, ::1] rerank_queries=None,  # IN (nq, P) the queries re-ranked (None: `queries`; SDC
                                                          #    scans with reconstructions, re-ranks with the queries)
                int32_t[::1] out_flags=None,     # OUT (nq,) with rerank_rows: bad rows seen (rerank's flags)
                bint by_bound=False,             # IN lists in fast-scan blocks: rank by the quantized bounds alone
                                                 #    (implied by rerank_rows: fastscan.h "Ranking by the bound")
-               bint out_ids=False):             # IN write the results' ids instead of their rows
+               bint out_ids=False,              # IN write the results' ids instead of their row handles
+               const double[:, ::1] rotated=None):  # IN (nq, M*S) a flat model's SDC: the queries' rotated
+                                                    #    reconstructions, scanned instead of `queries`
     """For each query: its n_probe best lists and their terms, its one table (_query_tables, the same arithmetic as
-    the exhaustive scan's), then its probed lists scanned, keeping its k best (dist, id) among the allowed rows;
-    writes their distances and row numbers. With rerank_rows: keeps `rerank` candidates instead, and writes the k
-    best of them by exact value (distances ascending, scores descending; rerank.h) and their rows. Lists in
-    fast-scan blocks are scanned by the fast scan (fastscan.pxi), with the same results as byte codes.
-    Queries run in groups (COARSE_GROUP: their inner products with the centroids computed together), groups in
-    parallel, each on one thread from start to end (one thread for a single query: no parallel region); a query's
-    results depend neither on its group nor on the number of threads."""
+    the exhaustive scan's), then its probed lists scanned in every part, keeping its k best (dist, id) among the
+    allowed rows of all parts; writes their distances and row handles. With rerank_rows: keeps `rerank` candidates
+    instead, and writes the k best of them by exact value (distances ascending, scores descending; rerank.h) and
+    their handles. Lists in fast-scan blocks are scanned by the fast scan (fastscan.pxi), with the same results as
+    byte codes. A flat model's one list is every row, with no coarse step. Queries run in groups (COARSE_GROUP: their
+    inner products with the centroids computed together), groups in parallel, each on one thread from start to end
+    (one thread for a single query: no parallel region); a query's results depend neither on its group nor on the
+    number of threads."""
     cdef IvfQuery job = lists.job
     cdef int nq = out_dist.shape[0]
     cdef int k = out_dist.shape[1]
     cdef Py_ssize_t stride
     cdef int64_t *scratch = NULL
+    cdef IvfPart *call_parts = NULL
     cdef FsScratch fs
     cdef int group, n_groups, g, tid
     if nq == 0 or k == 0:
@@ -339,10 +462,9 @@ def ivf_search(IvfLists lists not None,        # IN the index's arrays
     n_groups = (nq + group - 1) // group
     if n_threads > n_groups:
         n_threads = n_groups
-    job.tables.queries = &queries[0, 0]
-    job.allow = &allow[0] if allow is not None and allow.shape[0] > 0 else NULL
-    job.fs_base.allow = job.allow
-    job.n_probe = n_probe
+    job.tables.queries = &queries[0, 0] if queries is not None else NULL
+    job.tables.rotated = &rotated[0, 0] if rotated is not None else NULL
+    job.n_probe = n_probe if job.panels != NULL else 1
     job.k = k
     job.width = k
     job.by_bound = by_bound
@@ -356,8 +478,11 @@ def ivf_search(IvfLists lists not None,        # IN the index's arrays
     stride = _slice_items(_ivf_query_items(&job) + _dots_items(group, job.L))
     memset(&fs, 0, sizeof(fs))
     try:
+        call_parts = _parts_of_call(&job, allow)
+        if call_parts != NULL:
+            job.parts = call_parts
         scratch = <int64_t *>_alloc(<size_t>n_threads * stride * sizeof(int64_t), "ivf_search's scratch (per thread)")
-        if job.blocks != NULL:  # a fast-scan slot per thread (tables, collector, candidates)
+        if job.blocks:  # a fast-scan slot per thread (tables, collector, candidates)
             _fs_scratch_alloc(&fs, n_threads, n_threads, job.W, job.width, &job.tables)
         if n_threads == 1:
             with nogil:
@@ -374,6 +499,7 @@ def ivf_search(IvfLists lists not None,        # IN the index's arrays
                                &out_dist[0, 0], &out_rows[0, 0], &out_flags[0] if out_flags is not None else NULL)
     finally:
         free(scratch)
+        free(call_parts)
         _fs_scratch_free(&fs)
 
 
@@ -401,12 +527,15 @@ cdef inline Py_ssize_t _probe_items(int L, int n_probe) noexcept nogil:
 
 cdef inline Py_ssize_t _ivf_query_items(const IvfQuery *job) noexcept nogil:
     """8-byte items of one query's scratch: probing, its table, the table kernel's work, its collector, with
-    re-ranking the candidates and the re-ranking loop's own scratch, and last, with a prefilter, the prefilter's work
-    (_alone_items: used while the query alone probes, before anything after the lists is)."""
+    re-ranking the candidates, the re-ranking loop's own scratch and (several parts) the candidates' parts and rows,
+    and last, with a prefilter, the prefilter's work (_alone_items: used while the query alone probes, before
+    anything after the lists is)."""
     cdef Py_ssize_t items = (_probe_items(job.L, job.n_probe) + (job.lut_items + 1) // 2 + job.work_items
                              + _topk_items(job.width))
     if job.rerank != NULL:
         items += job.width * 2 + job.k + (<Py_ssize_t>ock_rr_scratch_bytes(job.rerank.P, job.k) + 7) // 8 + 8
+        if job.n_parts > 1:
+            items += job.width * 2
     return items + _alone_items(job.half, job.L)
 
 
@@ -604,12 +733,20 @@ cdef void _ivf_group(const IvfQuery *job, int q0, int count, int64_t *scratch, F
     """ivf_search's work for queries q0 .. q0+count-1 (out_*: the whole batch's outputs), in `scratch`
     (_ivf_query_items, then _dots_items(count, L)), and with fast-scan lists the thread's slot and its table work:
     their inner products with the centroids together (a group of one query through the prefilter job.half when it
-    applies, its work in the last _alone_items of the query's scratch), then each query's lists and its own work."""
+    applies, its work in the last _alone_items of the query's scratch), then each query's lists and its own work. A
+    flat model's queries each probe the one list, of term 0."""
     cdef float *dots = <float *>(scratch + _ivf_query_items(job))
     cdef int64_t *lists = scratch + (job.L + 1) // 2 + _topk_items(job.n_probe)
     cdef float *list_keys = <float *>(lists + job.n_probe)
     cdef int i, q
     cdef int P = job.tables.P
+    if job.panels == NULL:
+        lists[0] = 0
+        dots[0] = 0
+        for q in range(q0, q0 + count):
+            _ivf_query(job, q, dots, scratch, slot, fs_work, out_dist + <Py_ssize_t>q * job.k,
+                       out_rows + <Py_ssize_t>q * job.k, out_flags + q if out_flags != NULL else NULL)
+        return
     if count == 1 and _probe_alone(job.tables.queries + <Py_ssize_t>q0 * P, job.half, job.c_sqnorms, job.L,
                                    job.probe_kind, job.n_probe, dots,
                                    <int64_t *>dots - _alone_items(job.half, job.L), scratch, lists, list_keys) > 0:
@@ -625,56 +762,68 @@ cdef void _ivf_group(const IvfQuery *job, int q0, int count, int64_t *scratch, F
                    out_rows + <Py_ssize_t>q * job.k, out_flags + q if out_flags != NULL else NULL)
 
 
+cdef inline float _list_term(const IvfQuery *job, const float *dots, int l) noexcept nogil:
+    """List l's term, term_factor * q.c_l (0 for a flat model's one list: no term is added)."""
+    return job.term_factor * dots[l] if job.panels != NULL else 0
+
+
 cdef void _ivf_query(const IvfQuery *job, int q, const float *dots, int64_t *scratch, FsSlot *slot, double *fs_work,
                      float *out_dist, int64_t *out_rows, int32_t *out_flag) noexcept nogil:
     """ivf_search's work for query q once its lists are chosen (in `scratch`, where _probe_lists writes them) with
     their inner products (dots[l] for each list l it probes), in `scratch` (_ivf_query_items; with fast-scan lists,
-    `slot` and `fs_work` too)."""
+    `slot` and `fs_work` too): each probed list of every part scanned into one collector."""
     cdef int64_t *lists = scratch + (job.L + 1) // 2 + _topk_items(job.n_probe)
     cdef float *lut = <float *>(scratch + _probe_items(job.L, job.n_probe))
     cdef double *work = <double *>(<int64_t *>lut + (job.lut_items + 1) // 2)
     cdef int64_t *buffers = <int64_t *>(work + job.work_items)
     cdef int64_t *candidates
-    cdef float *candidate_dist
     cdef int64_t *positions
+    cdef int64_t *after
+    cdef const IvfPart *part
     cdef TopK t
     cdef float qconst, start_term
-    cdef int j, l, flag
-    if job.blocks != NULL:
+    cdef int j, l, p, flag
+    cdef int64_t a, b
+    if job.blocks:
         _ivf_query_fast_scan(job, q, dots, lists, slot, fs_work)
         if job.rerank == NULL:
             ock_fs_heap_sort_into(&slot.c.heap, out_dist, out_rows)
             _rows_to_ids(job, out_rows)
             return
-        candidates = slot.c.heap.r  # the R rows of smallest bound, in the heap's order (their set is what counts)
+        candidates = slot.c.heap.r  # the R handles of smallest bound, in the heap's order (their set is what counts)
         positions = buffers
     else:
-        # the table, then the lists
+        # the table, then the lists of every part
         qconst = _query_tables(&job.tables, q, work, lut, SLOTS)
         _topk_start(&t, buffers, job.width, job.ids, INFINITY)
         for j in range(job.n_probe):
             l = <int>lists[j]
             if l < 0:  # fewer lists than n_probe (keys that are not numbers)
                 break
-            start_term = qconst + job.term_factor * dots[l]
-            if job.allow != NULL:
-                _scan_allowed_rows(&t, job.codes, job.W, lut, start_term, _norm_terms_from(job.norms, job.offsets[l]),
-                                   job.offsets[l], job.offsets[l + 1], job.allow)
-            else:
-                _scan_rows(&t, job.codes, job.W, lut, start_term, _norm_terms_from(job.norms, job.offsets[l]),
-                           job.offsets[l], job.offsets[l + 1], NULL)
+            start_term = qconst + _list_term(job, dots, l) if job.panels != NULL else qconst
+            for p in range(job.n_parts):
+                part = &job.parts[p]
+                a = part.offsets[l]
+                b = part.offsets[l + 1]
+                if a == b:
+                    continue
+                if part.allow == NULL or part.dense:
+                    _scan_rows(&t, part.codes, job.W, lut, start_term, _norm_terms_from(part.norms, a), a, b,
+                               part.allow, part.tag)
+                else:
+                    _scan_allowed_rows(&t, part.codes, job.W, lut, start_term, _norm_terms_from(part.norms, a), a, b,
+                                       part.allow, part.tag)
         if job.rerank == NULL:
             ock_topk_finish(&t, out_dist, out_rows, 1)
             _rows_to_ids(job, out_rows)
             return
         # re-ranking: the candidates in the order they came (their set is what counts)
         candidates = buffers + _topk_items(job.width)
-        candidate_dist = <float *>(candidates + job.width)
         positions = candidates + job.width * 2
-        ock_topk_finish(&t, candidate_dist, candidates, 0)
-    # the k best candidates by exact value: their ids (the stored rows' ids), or their rows
-    flag = ock_rerank_query(job.rerank, job.rerank_queries + <Py_ssize_t>q * job.rerank.P, candidates, NULL,
-                            job.width, job.k, positions + job.k, job.values, out_dist, out_rows, positions)
+        ock_topk_finish(&t, <float *>(candidates + job.width), candidates, 0)
+    # the k best candidates by exact value: their ids (the stored rows' ids), or their handles
+    after = positions + job.k + (<Py_ssize_t>ock_rr_scratch_bytes(job.rerank.P, job.k) + 7) // 8 + 8
+    flag = _rerank_handles(job, q, candidates, positions, after, out_dist, out_rows)
     if not job.out_ids:
         for j in range(job.k):
             out_rows[j] = candidates[positions[j]] if positions[j] >= 0 else -1
@@ -682,56 +831,82 @@ cdef void _ivf_query(const IvfQuery *job, int q, const float *dots, int64_t *scr
         out_flag[0] = flag
 
 
+cdef int _rerank_handles(const IvfQuery *job, int q, const int64_t *handles, int64_t *positions, int64_t *split,
+                         float *out_dist, int64_t *out_ids) noexcept nogil:
+    """Re-rank query q's job.width candidates (row handles, -1 for none) from the stored rows: their k best by exact
+    value, ids and positions among the handles (rerank.h's flags returned). With several parts the handles are first
+    split into rows and parts (in `split`: 2 * width items)."""
+    cdef int64_t *rows
+    cdef int64_t *parts
+    cdef int j
+    cdef const float *query = job.rerank_queries + <Py_ssize_t>q * job.rerank.P
+    if job.n_parts == 1:
+        return ock_rerank_query(job.rerank, query, handles, NULL, job.width, job.k, positions + job.k, job.values,
+                                out_dist, out_ids, positions)
+    rows = split
+    parts = split + job.width
+    for j in range(job.width):
+        if handles[j] >= 0:
+            rows[j] = handles[j] & OCK_ROW_MASK
+            parts[j] = handles[j] >> OCK_PART_SHIFT
+        else:
+            rows[j] = -1
+            parts[j] = 0
+    return ock_rerank_query(job.rerank, query, rows, parts, job.width, job.k, positions + job.k, job.values, out_dist,
+                            out_ids, positions)
+
+
 cdef void _ivf_query_fast_scan(const IvfQuery *job, int q, const float *dots, const int64_t *lists, FsSlot *slot,
                                double *fs_work) noexcept nogil:
-    """The scan of query q's probed lists (lists, best first, -1 past the last) in fast-scan blocks: its tables, then
-    its lists, each from its own term (its exact stage done; its job.width best in slot.c.heap, in the heap's order),
-    as fastscan.pxi's exhaustive scan does for one run."""
-    cdef int j
+    """The scan of query q's probed lists (lists, best first, -1 past the last) in fast-scan blocks, in every part:
+    its tables, then its lists, each from its own term (its exact stage done; its job.width best in slot.c.heap, in
+    the heap's order), as fastscan.pxi's exhaustive scan does for one run."""
+    cdef int j, p
     cdef int64_t l
+    cdef const IvfPart *part
+    cdef bint in_list = job.panels != NULL
     _fs_prepare(slot, &job.tables, q, fs_work, job.fs_norm)
     _fs_start(slot, job.width, job.ids, INFINITY, job.by_bound)
     for j in range(job.n_probe):
         l = lists[j]
         if l < 0:
             break
-        if job.offsets[l + 1] > job.offsets[l]:
-            _fs_run(&slot.run, slot, job.blocks + <size_t>job.list_blocks[l] * job.block_bytes, job.offsets[l],
-                    job.offsets[l + 1] - job.offsets[l], True, job.term_factor * dots[l])
-            ock_fs_scan_run(&job.fs_base, &slot.q, &slot.run, &slot.c)
-    ock_fs_refine(&slot.c, &job.fs_base, &slot.q)
+        for p in range(job.n_parts):
+            part = &job.parts[p]
+            if part.offsets[l + 1] > part.offsets[l]:
+                _fs_run(&slot.run, slot, part.blocks + <size_t>part.list_blocks[l] * job.block_bytes, part.offsets[l],
+                        part.offsets[l + 1] - part.offsets[l], in_list, _list_term(job, dots, l))
+                slot.run.tag = part.tag
+                ock_fs_scan_run(&part.fs_base, &slot.q, &slot.run, &slot.c)
+    ock_fs_refine(&slot.c, &job.parts[job.flags_part].fs_base, &slot.q)
 
 
 cdef inline void _rows_to_ids(const IvfQuery *job, int64_t *out_rows) noexcept nogil:
-    """With out_ids: the k rows written replaced by their ids (-1 stays -1)."""
+    """With out_ids: the k row handles written replaced by their ids (-1 stays -1)."""
     cdef int j
     if job.out_ids:
         for j in range(job.k):
-            if out_rows[j] >= 0:
-                out_rows[j] = job.ids[out_rows[j]]
+            out_rows[j] = ock_row_id(job.ids, out_rows[j])
 
 
 # --------------------------------------------------------------------------------------------------------------------
 # One query per call.
 
 cdef class IvfOneQuery:
-    """ivf_search of one query with everything else bound: an index's lists, k, n_probe, and the stored rows to
-    re-rank from with R (or None). Index.search keeps it with the checked options of its last call, for an app that
-    searches a query per call: that call then costs the kernel's work and little more (the general path's Python
-    steps took about as long again in cache misses as they took themselves, ~9 us per query in all).
+    """ivf_search of one query with everything else bound: the parts' lists, k, n_probe, and the stored rows to
+    re-rank from with R (or None). A Searcher keeps it for an app that searches a query per call: that call then
+    costs the kernel's work and little more (the general path's Python steps took about as long again in cache misses
+    as they took themselves, ~9 us per query in all).
 
-    search(q) takes only what needs no check beyond its values -- a C-contiguous float32 vector of P values whose
-    magnitudes are at most max_value (NaN and inf fail that test), not zero with `normalize` -- and returns
-    (distances (k,) float32, ids (k,) int64) as ivf_search(out_ids=True) writes them. With `normalize` (metric
-    "cosine") it searches q / ||q||, computed as _validation.normalize_rows computes it (the float64 norm of
-    _sqnorm64, each value divided in float64 and rounded once). For anything else, or when a stored row among the
-    candidates is bad, it returns None: validation stays in Python, where the caller's general path checks the query,
-    names the problem or searches it. The results are ivf_search's: the same functions on the same values."""
+    search(q, norm, out_dist, out_ids) takes a query its caller checked (a C-contiguous float32 vector of P finite
+    values, search.searcher says how) and, with `normalize` (metric "cosine"), its norm > 0 (_sqnorm64's, as
+    _validation.normalize_rows computes it): it searches q / norm. It writes the k results as ivf_search(out_ids=True)
+    writes them and returns ivf_search's flag of bad stored rows among the candidates (0: none). The results are
+    ivf_search's: the same functions on the same values."""
 
     cdef IvfLists lists
     cdef RerankSource rerank_rows
     cdef IvfQuery job
-    cdef float max_value
     cdef bint normalize
     cdef Py_ssize_t unit_items   # where the query at unit length goes in the scratch (8-byte items from its start)
     cdef int64_t *scratch        # the scratch of one query, kept: a call that finds it in use allocates its own
@@ -739,15 +914,14 @@ cdef class IvfOneQuery:
     cdef bint busy
 
     def __cinit__(self, IvfLists lists not None, int k, int n_probe, RerankSource rerank_rows, int rerank,
-                  float max_value, bint normalize):
+                  bint normalize):
         self.scratch = NULL
         memset(&self.fs, 0, sizeof(self.fs))
         self.lists = lists
         self.rerank_rows = rerank_rows
-        self.max_value = max_value
         self.normalize = normalize
         self.job = lists.job
-        self.job.n_probe = n_probe
+        self.job.n_probe = n_probe if self.job.panels != NULL else 1
         self.job.k = k
         self.job.width = k
         self.job.out_ids = True
@@ -764,7 +938,7 @@ cdef class IvfOneQuery:
         floats: _unit_query); with fast-scan lists its slot in fs."""
         cdef int64_t *scratch = <int64_t *>_alloc(<size_t>(self.unit_items + (self.job.tables.P + 1) // 2)
                                                   * sizeof(int64_t), "the scratch of a search of one query")
-        if self.job.blocks != NULL:
+        if self.job.blocks:
             try:
                 _fs_scratch_alloc(fs, 1, 1, self.job.W, self.job.width, &self.job.tables)
             except MemoryError:
@@ -777,32 +951,15 @@ cdef class IvfOneQuery:
         free(self.scratch)
         _fs_scratch_free(&self.fs)
 
-    def search(self, q):
-        cdef const float[::1] values
+    def search(self, const float[::1] q not None, double norm, float[::1] out_dist not None,
+               int64_t[::1] out_ids not None):
         cdef IvfQuery job
         cdef int64_t *scratch
         cdef FsScratch own
         cdef FsScratch *fs
-        cdef float[::1] out_dist
-        cdef int64_t[::1] out_ids
         cdef int32_t flag = 0
         cdef bint mine
         cdef const float *query
-        cdef double norm = 0
-        try:
-            values = q
-        except (TypeError, ValueError, BufferError):
-            return None
-        if values.shape[0] != self.job.tables.P or not ock_max_abs(&values[0], values.shape[0]) <= self.max_value:
-            return None
-        if self.normalize:
-            norm = sqrt(_sqnorm64(&values[0], values.shape[0]))
-            if not norm > 0:  # a zero vector: the general path names it
-                return None
-        D = _np.empty(self.job.k, _np.float32)
-        I = _np.empty(self.job.k, _np.int64)
-        out_dist = D
-        out_ids = I
         job = self.job
         mine = not self.busy
         if mine:
@@ -811,9 +968,9 @@ cdef class IvfOneQuery:
         else:  # another thread is searching with this object (each call holds the GIL until here)
             memset(&own, 0, sizeof(own))
             scratch, fs = self._allocate(&own), &own
-        query = &values[0]
+        query = &q[0]
         if self.normalize:
-            query = _unit_query(&values[0], norm, job.tables.P, <float *>(scratch + self.unit_items))
+            query = _unit_query(&q[0], norm, job.tables.P, <float *>(scratch + self.unit_items))
         job.tables.queries = query
         job.rerank_queries = query
         try:
@@ -825,7 +982,14 @@ cdef class IvfOneQuery:
             else:
                 free(scratch)
                 _fs_scratch_free(&own)
-        return None if flag != 0 else (D, I)
+        return flag
+
+
+def query_checks(const float[::1] q not None):
+    """(the largest |value| of q, its squared norm in float64 as _validation.normalize_rows computes it): what a
+    Searcher checks of one query before the compiled one-query search (NaN and inf give a largest |value| that is no
+    number or inf)."""
+    return ock_max_abs(&q[0], q.shape[0]) if q.shape[0] > 0 else 0.0, _sqnorm64(&q[0], q.shape[0])
 
 
 cdef const float *_unit_query(const float *q, double norm, int P, float *out) noexcept nogil:

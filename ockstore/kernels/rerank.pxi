@@ -176,7 +176,7 @@ def rerank(RerankSource source not None,
         free(scratch)
 
 
-def exact_search(RerankSource source not None,
+def rerank_all_rows(RerankSource source not None,
                  const float[:, ::1] queries,   # IN (nq, P) as the model sees them
                  int64_t n_rows,                # IN the rows of part 0 searched: 0 .. n_rows - 1
                  float[:, ::1] out_values,      # OUT (nq, k) exact distances ascending / scores descending

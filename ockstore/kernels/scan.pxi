@@ -26,17 +26,35 @@ cdef extern from *:
 
 
 # --------------------------------------------------------------------------------------------------------------------
-# The order of results: pairs (distance, id), lexicographically, so a smaller id wins a tie. Rows map to ids through
-# `ids` (the id of row r is ids[r], or r itself when ids is NULL; row -1 is an empty slot).
+# The order of results: pairs (distance, id), lexicographically, so a smaller id wins a tie. Collectors hold row
+# handles (rows.h: part << PART_SHIFT | row; a single part's handles are its rows) and map them to ids through an id
+# table `ids` (one pointer per part, NULL for a part whose ids are its row numbers; NULL: every handle is its own id;
+# handle -1 is an empty slot).
 
-cdef inline int64_t _id_of(const int64_t *ids, int64_t row) noexcept nogil:
-    """The id of a row (its row number when ids is NULL); -1 for the empty slot of a heap (row -1)."""
-    if row < 0:
-        return -1
-    return ids[row] if ids != NULL else row
+cdef extern from "kernels/rows.h" nogil:
+    enum:
+        OCK_PART_SHIFT
+    int64_t OCK_ROW_MASK
+    int64_t ock_row_id(const int64_t **ids, int64_t handle)
+
+PART_SHIFT = OCK_PART_SHIFT
 
 
-cdef inline bint _worse(float d1, int64_t r1, float d2, int64_t r2, const int64_t *ids) noexcept nogil:
+cdef inline int64_t _id_of(const int64_t **ids, int64_t row) noexcept nogil:
+    """The id of a row handle (ock_row_id); -1 for the empty slot of a heap (row -1)."""
+    return ock_row_id(ids, row)
+
+
+cdef inline const int64_t **_one_part_ids(const int64_t[::1] ids, const int64_t **table) noexcept nogil:
+    """The id table of a single part whose ids are `ids` (None or empty: the row numbers), in `table` (one pointer,
+    the caller's, alive while the table is used)."""
+    if ids is None or ids.shape[0] == 0:
+        return NULL
+    table[0] = &ids[0]
+    return table
+
+
+cdef inline bint _worse(float d1, int64_t r1, float d2, int64_t r2, const int64_t **ids) noexcept nogil:
     """(d1, row r1) ranks after (d2, row r2): a larger distance, or an equal one and a larger id."""
     return d1 > d2 or (d1 == d2 and _id_of(ids, r1) > _id_of(ids, r2))
 
@@ -46,7 +64,7 @@ cdef inline bint _worse(float d1, int64_t r1, float d2, int64_t r2, const int64_
 # _heap_replace_top stays out of line: inlining it into the scan loop slowed that loop by ~14%.
 
 cdef void _heap_replace_top(float *hd, int64_t *hr, int k, float d, int64_t row,
-                            const int64_t *ids) noexcept nogil:
+                            const int64_t **ids) noexcept nogil:
     """Replace the worst element (the root) of a max-heap by (d, row) and restore the heap."""
     cdef int pos = 0
     cdef int child
@@ -65,7 +83,7 @@ cdef void _heap_replace_top(float *hd, int64_t *hr, int k, float d, int64_t row,
     hr[pos] = row
 
 
-cdef inline void _heap_push(float *hd, int64_t *hr, int k, float d, int64_t row, const int64_t *ids) noexcept nogil:
+cdef inline void _heap_push(float *hd, int64_t *hr, int k, float d, int64_t row, const int64_t **ids) noexcept nogil:
     if d < hd[0] or (d == hd[0] and _id_of(ids, row) < _id_of(ids, hr[0])):
         _heap_replace_top(hd, hr, k, d, row, ids)
 
@@ -78,7 +96,7 @@ cdef void _heap_init(float *hd, int64_t *hr, int k, float bound) noexcept nogil:
         hr[j] = -1
 
 
-cdef void _heap_sort_into(float *hd, int64_t *hr, int k, const int64_t *ids, float *out_d,
+cdef void _heap_sort_into(float *hd, int64_t *hr, int k, const int64_t **ids, float *out_d,
                           int64_t *out_r) noexcept nogil:
     """Write the heap's elements to out in ascending (dist, id) order; the heap is consumed.
 
@@ -104,7 +122,7 @@ cdef struct Heap:
     float *d                    # (k,) distances, the worst at d[0]
     int64_t *r                  # (k,) rows
     int k
-    const int64_t *ids          # row -> id (NULL: the row number), for ties
+    const int64_t **ids         # the id table of the row handles (NULL: a handle is its id), for ties
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -120,9 +138,9 @@ cdef extern from "kernels/topk.h" nogil:
         int cap
         int n
         float threshold         # a candidate enters when its distance is <= threshold
-        const int64_t *ids
+        const int64_t **ids
     int ock_topk_capacity(int k)
-    void ock_topk_init(ock_topk *t, float *d, int64_t *r, int64_t *scratch, int k, const int64_t *ids, float bound)
+    void ock_topk_init(ock_topk *t, float *d, int64_t *r, int64_t *scratch, int k, const int64_t **ids, float bound)
     void ock_topk_push(ock_topk *t, float d, int64_t row)
     void ock_topk_offer(ock_topk *t, float d, int64_t row)
     void ock_topk_offer4(ock_topk *t, float d0, float d1, float d2, float d3, int64_t row)
@@ -142,7 +160,7 @@ cdef inline Py_ssize_t _topk_items(int k) noexcept nogil:
     return (cap + 1) // 2 + 3 * cap
 
 
-cdef inline void _topk_start(TopK *t, int64_t *buffers, int k, const int64_t *ids, float bound) noexcept nogil:
+cdef inline void _topk_start(TopK *t, int64_t *buffers, int k, const int64_t **ids, float bound) noexcept nogil:
     """A collector of k in `buffers` (_topk_items(k) 8-byte items); only distances below `bound` enter."""
     cdef Py_ssize_t cap = ock_topk_capacity(k)
     ock_topk_init(t, <float *>buffers, buffers + (cap + 1) // 2, buffers + (cap + 1) // 2 + cap, k, ids,
@@ -185,12 +203,12 @@ cdef inline void _enter(Collector *c, float d, int64_t row) noexcept nogil:
 
 
 cdef inline void _offer(Collector *c, const float *threshold, float d, Py_ssize_t row,
-                        const uint64_t *allow) noexcept nogil:
-    """Offer code `row` at distance d, if the bitmap `allow` (NULL: every row) allows it. Almost every code fails the
-    first test, so its id (8 bytes, as much memory traffic as the code itself) and its bit are only read for the few
-    that may enter."""
+                        const uint64_t *allow, int64_t tag) noexcept nogil:
+    """Offer code `row` (handle tag | row) at distance d, if the bitmap `allow` (NULL: every row) allows it. Almost
+    every code fails the first test, so its id (8 bytes, as much memory traffic as the code itself) and its bit are
+    only read for the few that may enter."""
     if d <= threshold[0] and (allow == NULL or (allow[row >> 6] >> (row & 63)) & 1):
-        _enter(c, d, row)
+        _enter(c, d, row | tag)
 
 
 cdef struct NormTerms:
@@ -241,9 +259,9 @@ cdef inline float _code_distance(const uint8_t *c, int W, const float *lut, floa
 
 
 cdef void _scan_rows(Collector *sink, const uint8_t *codes, int W, const float *lut, float term, NormTerms norms,
-                     Py_ssize_t start, Py_ssize_t stop, const uint64_t *allow) noexcept nogil:
-    """Offer rows start..stop-1 to the collector (byte w of a code indexes lut + w * SLOTS); norms indexed from
-    `start`. Every distance is computed; with a bitmap `allow`, only the allowed rows are offered (the way to scan
+                     Py_ssize_t start, Py_ssize_t stop, const uint64_t *allow, int64_t tag) noexcept nogil:
+    """Offer rows start..stop-1 to the collector as handles tag | row (byte w of a code indexes lut + w * SLOTS);
+    norms indexed from `start`. Every distance is computed; with a bitmap `allow`, only the allowed rows are offered (the way to scan
     rows of which most are allowed; _scan_allowed_rows reads only the allowed ones)."""
     cdef const float *threshold = _threshold_of(sink)
     cdef Py_ssize_t i = start
@@ -318,23 +336,23 @@ cdef void _scan_rows(Collector *sink, const uint8_t *codes, int W, const float *
             d3 = _scaled(d3, &norms, i - start + 3)
         if Collector is TopK:
             if deep:
-                ock_topk_offer4(sink, d0, d1, d2, d3, i)
+                ock_topk_offer4(sink, d0, d1, d2, d3, i | tag)
                 i += 4
                 continue
-        _offer(sink, threshold, d0, i, allow)
-        _offer(sink, threshold, d1, i + 1, allow)
-        _offer(sink, threshold, d2, i + 2, allow)
-        _offer(sink, threshold, d3, i + 3, allow)
+        _offer(sink, threshold, d0, i, allow, tag)
+        _offer(sink, threshold, d1, i + 1, allow, tag)
+        _offer(sink, threshold, d2, i + 2, allow, tag)
+        _offer(sink, threshold, d3, i + 3, allow, tag)
         i += 4
     while i < stop:
         d0 = _code_distance(codes + <size_t>i * W, W, lut, _with_norm_term(term, &norms, i - start))
-        _offer(sink, threshold, _scaled(d0, &norms, i - start), i, allow)
+        _offer(sink, threshold, _scaled(d0, &norms, i - start), i, allow, tag)
         i += 1
 
 
 cdef void _scan_allowed_rows(Collector *sink, const uint8_t *codes, int W, const float *lut, float term,
                              NormTerms norms, Py_ssize_t start, Py_ssize_t stop,
-                             const uint64_t *allow) noexcept nogil:
+                             const uint64_t *allow, int64_t tag) noexcept nogil:
     """_scan_rows for the rows of start..stop-1 whose bit is set in `allow` (bit r % 64 of word r // 64; bits past
     the last row are zero); norms indexed from `start`. The bitmap is read 64 rows at a time (the first word masked
     below `start`) and a row's code is read only when its bit is set, so the cost falls with the fraction of rows
@@ -354,7 +372,7 @@ cdef void _scan_allowed_rows(Collector *sink, const uint8_t *codes, int W, const
             if row >= stop:
                 return
             d = _code_distance(codes + <size_t>row * W, W, lut, _with_norm_term(term, &norms, row - start))
-            _offer(sink, threshold, _scaled(d, &norms, row - start), row, NULL)
+            _offer(sink, threshold, _scaled(d, &norms, row - start), row, NULL, tag)
         first += 64
         if first >= stop:
             return
@@ -383,13 +401,15 @@ def topk_collect(const float[:, ::1] distances,   # IN (nq, n) the distances off
     """The TopK collector (topk.h) over given distances, for tests (its scans offer computed distances)."""
     cdef TopK t
     cdef int64_t *buffers = NULL
+    cdef const int64_t *id_part
+    cdef const int64_t **id_table = _one_part_ids(ids, &id_part)
     cdef int q
     cdef Py_ssize_t i
     try:
         buffers = <int64_t *>_alloc(<size_t>_topk_items(k) * sizeof(int64_t), "topk_collect's buffers")
         with nogil:
             for q in range(distances.shape[0]):
-                _topk_start(&t, buffers, k, &ids[0] if ids is not None and ids.shape[0] > 0 else NULL, bound)
+                _topk_start(&t, buffers, k, id_table, bound)
                 for i in range(distances.shape[1]):
                     ock_topk_offer(&t, distances[q, i], i)
                 ock_topk_finish(&t, &out_dist[q, 0], &out_rows[q, 0], sorted_output)

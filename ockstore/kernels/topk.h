@@ -1,6 +1,6 @@
 /* The top-k collector of the scans (docs/ARCHITECTURE.md, "Search"): the k best (distance, row) pairs of one query,
- * ordered by (distance, id, row) -- a smaller id wins a tie, the id of row r being ids[r] (r itself when ids is
- * NULL), and among equal ids (an index may hold an id twice) the smaller row.
+ * ordered by (distance, id, row) -- a smaller id wins a tie, the id of a row handle found by ock_row_id (rows.h:
+ * the handle itself when ids is NULL), and among equal ids (an index may hold an id twice) the smaller row.
  *
  * A heap pays a sift of log2(k) unpredictable comparisons for every candidate that enters it, and a scan that keeps
  * many candidates (k = 1,000 for re-ranking) lets thousands enter. The collector instead appends every candidate not
@@ -24,6 +24,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "rows.h"
+
 /* Candidates a collector buffers beyond k (at least; k more for k above it): each compaction, linear in the buffer,
  * then frees room for at least this many candidates. */
 #define OCK_TOPK_SLACK 256
@@ -36,7 +38,7 @@ typedef struct {
     int cap;                    /* > k */
     int n;                      /* candidates held */
     float threshold;            /* a candidate enters when its distance is <= threshold */
-    const int64_t *ids;         /* row -> id (NULL: the row number), for ties */
+    const int64_t **ids;        /* row handle -> id (rows.h; NULL: the handle), for ties */
 } ock_topk;
 
 /* The buffer size of a collector of k. */
@@ -44,7 +46,7 @@ static inline int ock_topk_capacity(int k) { return k + (k > OCK_TOPK_SLACK ? k 
 
 /* d, r: ock_topk_capacity(k) items each, scratch twice that. Only distances <= bound enter (FLT_MAX: every finite
  * one; a caller that wants "below b" passes the float just below b). */
-static inline void ock_topk_init(ock_topk *t, float *d, int64_t *r, int64_t *scratch, int k, const int64_t *ids,
+static inline void ock_topk_init(ock_topk *t, float *d, int64_t *r, int64_t *scratch, int k, const int64_t **ids,
                                  float bound) {
     t->d = d;
     t->r = r;
@@ -101,7 +103,7 @@ static inline void ock_topk_push(ock_topk *t, float d, int64_t row) {
     if (++t->n == t->cap) ock_topk_make_room(t);
 }
 
-static inline int64_t ock_topk_id(const ock_topk *t, int64_t row) { return t->ids != NULL ? t->ids[row] : row; }
+static inline int64_t ock_topk_id(const ock_topk *t, int64_t row) { return ock_row_id(t->ids, row); }
 
 /* A float's bit pattern mapped so that unsigned order is the order of the values; -0 is first made +0 (they are
  * equal distances, ranked by id like any other tie). */

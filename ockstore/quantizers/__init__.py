@@ -4,5 +4,6 @@ sq8 (norm_levels.py, sq8.py), the parameter table (params.py)."""
 
 from .cartesian import CKM, ECKM, METHODS, OCKM, PQ, Quantizer
 from .ivf import IVF
+from .default import default_quantizer
 
-__all__ = ["PQ", "CKM", "ECKM", "OCKM", "Quantizer", "IVF", "METHODS"]
+__all__ = ["PQ", "CKM", "ECKM", "OCKM", "Quantizer", "IVF", "METHODS", "default_quantizer"]

@@ -1,11 +1,18 @@
-"""The fast-scan layout of 4-bit codes: models with at most 16 words per codebook store their codes two words per
-byte, in blocks of 32 rows whose nibbles are interleaved so that one SIMD load feeds one table shuffle
-(docs/FORMAT.md, "Fast-scan files"; docs/ARCHITECTURE.md, "Fast scan").
+"""The code stores: how an index holds its codes, chosen when the index is made or opened (docs/ARCHITECTURE.md,
+"Search", *Code layouts*). Two layouts, one interface:
 
-Rows are stored in runs, each in whole blocks: one run for a flat index, one per list for an inverted file (each list
-padded to a whole block). ``CodeBlocks`` holds the blocks with the runs' row and block offsets; it answers what an
-index asks of its codes (their number, rows as one-byte words for copying them, their check) and is what the scans
-read. Encoding stays one byte per word (``Quantizer.encode``); the indexes and the file writers pack.
+* ``ByteCodes``: one byte per word, (N, W) uint8 (models with more than 16 words per codebook, and files written
+  before format 1.3).
+* ``CodeBlocks``: 4-bit words, two per byte, in blocks of 32 rows whose nibbles are interleaved so that one SIMD load
+  feeds one table shuffle (models with at most 16 words per codebook; docs/FORMAT.md, "Fast-scan files";
+  docs/ARCHITECTURE.md, "Fast scan"). Rows are stored in runs, each in whole blocks: one run for a flat index, one per
+  list for an inverted file (each list padded to a whole block).
+
+Both answer what indexes and searches ask of codes: their shape and bits, rows as one-byte words (``[start:stop]``,
+for copying them), their check, the exhaustive scan kernel of their layout (``scanner``), one part of a search of
+lists (``part_rows``), and how a scan of them ranks candidates for re-ranking (``ranks_by_bound``). Nothing outside
+this module asks which layout it holds. Encoding stays one byte per word (``Quantizer.encode``); the indexes and the
+file writers pack.
 """
 
 from __future__ import annotations
@@ -14,8 +21,8 @@ import numpy as np
 
 from .. import _kernels
 
-__all__ = ["FASTSCAN_MAX_WORDS", "BLOCK_ROWS", "CodeBlocks", "uses_blocks", "block_bytes", "blocks_of_runs",
-           "pack_rows"]
+__all__ = ["FASTSCAN_MAX_WORDS", "BLOCK_ROWS", "ByteCodes", "CodeBlocks", "code_store", "uses_blocks", "block_bytes",
+           "blocks_of_runs", "pack_rows"]
 
 # Models whose codebooks have at most this many words store their codes in the fast-scan layout.
 FASTSCAN_MAX_WORDS = 16
@@ -52,6 +59,81 @@ def pack_rows(codes):
     return blocks
 
 
+def code_store(codes):
+    """``codes`` as a code store: a ByteCodes or CodeBlocks as it is, or None for anything else (an array the caller
+    still has to check)."""
+    return codes if isinstance(codes, (ByteCodes, CodeBlocks)) else None
+
+
+# Rows of byte codes checked per step by ByteCodes.check: bounds its temporaries whatever N is.
+_CHECK_ROWS = 1 << 20
+
+
+class ByteCodes:
+    """Codes of one byte per word: an (N, W) uint8 array, C-contiguous (read-only views of a file welcome; never
+    written). No input validation: the indexes check the array first."""
+
+    bits = 8
+    ranks_by_bound = False  # a scan's candidates are ranked by their exact ADC distances
+    reranks_in_scan = True  # the exhaustive scan re-ranks its candidates itself (kernels/flat.pxi)
+
+    def __init__(self, array):
+        self.array = array
+
+    @property
+    def shape(self):
+        return self.array.shape
+
+    @property
+    def n_words(self):
+        return int(self.array.shape[1])
+
+    def __len__(self):
+        return int(self.array.shape[0])
+
+    def __getitem__(self, rows):
+        """Rows ``start:stop`` as one-byte words: a view."""
+        return self.array[rows]
+
+    def unpack(self, start=0, stop=None):
+        """Rows start..stop-1 as one-byte words, (stop - start, W) uint8: the array itself (all rows) or a view of
+        it, no copy."""
+        if start == 0 and (stop is None or stop == self.array.shape[0]):
+            return self.array
+        return self.array[start:stop]
+
+    def runs_are(self, offsets):
+        """Whether rows can be read in these runs (byte codes: any)."""
+        return True
+
+    def check(self, n_codewords):
+        """None, or (check, detail) of the first byte >= n_codewords (verify's FormatError)."""
+        codes = self.array
+        for start in range(0, codes.shape[0], _CHECK_ROWS):
+            block = codes[start:start + _CHECK_ROWS]
+            if block.size and int(block.max()) >= n_codewords:
+                row, byte = np.unravel_index(int(np.argmax(block >= n_codewords)), block.shape)
+                return ("code out of range", f"section 'codes': row {start + row}, byte {byte} holds "
+                        f"{int(block[row, byte])}, codes must be < K = {n_codewords}")
+        return None
+
+    def scanner(self, bound=None, norm_scales=False, scale_range=None, by_bound=False):
+        """The exhaustive scan of these codes (search.scan.scanner's contract), with the re-ranking keywords of
+        ``_kernels.scan``."""
+        codes = self.array
+
+        def scan(model, queries, rotated, *rest, **rerank):
+            _kernels.scan(model, queries, rotated, codes, *rest, bound=bound, norm_scales=norm_scales, **rerank)
+        return scan
+
+    def part_rows(self, rows, list_offsets, allow):
+        """These rows as one part of a search of lists (``_kernels.IvfPartRows``): ``rows`` a search.scan.CodeRows
+        of them (norm terms, ids), ``list_offsets`` their lists, ``allow`` the rows scanned by default."""
+        return _kernels.IvfPartRows(self.array, rows.norms, rows.norm_codes,
+                                    rows.norm_levels if rows.norm_codes is not None else None, rows.ids, list_offsets,
+                                    rows.norm_scales, allow=allow)
+
+
 class CodeBlocks:
     """The codes of N rows in fast-scan blocks (no input validation: the readers and indexes check the shapes).
 
@@ -67,6 +149,10 @@ class CodeBlocks:
     n_rows : int
         N, with ``run_offsets`` None.
     """
+
+    bits = 4
+    ranks_by_bound = True  # a re-ranked search's candidates are ranked by their quantized bounds (no exact ADC)
+    reranks_in_scan = False  # the exhaustive fast scan hands its candidates to the re-ranking loop (search.scan)
 
     def __init__(self, blocks, n_words, run_offsets=None, n_rows=None):
         self.blocks = blocks
@@ -87,6 +173,10 @@ class CodeBlocks:
         for r in np.flatnonzero(np.diff(offsets)):
             _kernels.fastscan_pack(codes[offsets[r]:offsets[r + 1]], blocks[starts[r]:starts[r + 1]])
         return cls(blocks, W, offsets)
+
+    def runs_are(self, offsets):
+        """Whether the runs of the blocks are these (an inverted file's lists must be its runs)."""
+        return np.array_equal(self.run_offsets, offsets)
 
     @property
     def shape(self):
@@ -122,6 +212,32 @@ class CodeBlocks:
         return out
 
     def check(self, n_codewords):
+        """None, or (check, detail) of the first row holding a word >= n_codewords, else of the first block whose
+        padding is not zero (verify's FormatError)."""
+        bad_row, bad_block = self.first_bad(n_codewords)
+        if bad_row >= 0:
+            return "code out of range", f"section 'code_blocks': row {bad_row} holds a word >= K = {n_codewords}"
+        if bad_block >= 0:
+            return ("non-zero block padding", f"section 'code_blocks': block {bad_block} has non-zero padding (its pad "
+                    "column or its rows past the end of its run)")
+        return None
+
+    def scanner(self, bound=None, norm_scales=False, scale_range=None, by_bound=False):
+        """The exhaustive fast scan of these codes (search.scan.scanner's contract; no re-ranking keywords)."""
+        def scan(model, queries, rotated, *rest):
+            _kernels.fastscan_scan(model, queries, rotated, self.blocks, len(self), *rest, bound, norm_scales,
+                                   scale_range, by_bound)
+        return scan
+
+    def part_rows(self, rows, list_offsets, allow):
+        """These rows as one part of a search of lists (``_kernels.IvfPartRows``), each list one run of blocks (the
+        runs must be the lists: a flat index's one run, an inverted file's lists)."""
+        return _kernels.IvfPartRows(self.blocks, rows.norms, rows.norm_codes,
+                                    rows.norm_levels if rows.norm_codes is not None else None, rows.ids, list_offsets,
+                                    rows.norm_scales, list_blocks=self.run_blocks, n_words=self.n_words,
+                                    scale_range=rows.scale_range, allow=allow)
+
+    def first_bad(self, n_codewords):
         """(the first row holding a word >= n_codewords, or -1; the first block whose padding is not zero, or -1)."""
         out = np.empty(2, dtype=np.int64)
         bad_row = bad_block = -1

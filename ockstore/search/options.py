@@ -20,7 +20,7 @@ import numpy as np
 from .._validation import MAX_K, check_choice, check_int, check_k, resolve_n_threads
 
 __all__ = ["SearchOptions", "search_options", "check_metric", "check_rerank", "default_rerank", "DEFAULT_RERANK_FACTOR",
-           "check_user_vectors", "check_id_vectors", "allow_ids", "allow_bitmap", "IdLookup", "unknown_ids_error"]
+           "check_user_vectors", "check_id_vectors", "allow_ids", "index_allow", "collection_allow", "allow_bitmap", "IdLookup", "unknown_ids_error"]
 
 # The re-ranking every search does by default when the searcher has vectors to re-rank from (``rerank=None``): the
 # best DEFAULT_RERANK_FACTOR * k candidates by code are re-ranked exactly. Measured on minilm-real (OCKM(16, 2, 10),
@@ -95,7 +95,7 @@ def search_options(model, n_rows, k, *, n_probe=None, distance="adc", rerank=Non
     n_probe = model._check_n_probe(n_probe, what)
     n_threads = None if n_threads is None else resolve_n_threads(n_threads)
     if allow is not None:
-        allow = _collection_allow(allow) if by_id else _index_allow(allow, n_rows)
+        allow = collection_allow(allow) if by_id else index_allow(allow, n_rows)
     return SearchOptions(k, distance, rerank, vectors, allow, n_probe, n_threads, by_bound=rerank is not None)
 
 
@@ -183,7 +183,7 @@ def allow_ids(arr, expected="an array of integer ids"):
     return np.asarray(arr, dtype=np.int64)
 
 
-def _index_allow(allow, n_rows):
+def index_allow(allow, n_rows):
     """``allow`` of an index's search: a boolean mask of shape (N,) (returned as is), or ids (int64, as given)."""
     arr = allow if isinstance(allow, np.ndarray) else np.asarray(allow)
     if arr.dtype == np.bool_:
@@ -193,7 +193,7 @@ def _index_allow(allow, n_rows):
     return allow_ids(arr, "an array of integer ids or a boolean mask over rows")
 
 
-def _collection_allow(allow):
+def collection_allow(allow):
     """``allow`` of a collection's search: ids (any order; duplicates, negative and unknown ids ignored), sorted
     unique int64. A boolean row mask is refused: rows have no meaning across segments."""
     arr = allow if isinstance(allow, np.ndarray) else np.asarray(allow)

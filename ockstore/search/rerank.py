@@ -9,10 +9,10 @@ only: never on the batch, the other candidates, the thread count or the SIMD lev
 
 Two ways in, one loop:
 
-* ``StoredRows`` + ``rerank_stored``: the rows are read where they are stored (an index's ``vectors`` section, the
+* ``StoredVectors`` + ``rerank_stored``: the rows are read where they are stored (an index's ``vectors`` section, the
   segments of a collection: one part each), candidates given as (part, row). The scans of an index call the same
   loop before their candidates leave the kernel (``search.search_codes`` and ``ivf_index.search_lists`` take a
-  StoredRows), so a search re-ranks without any array of candidates in Python.
+  StoredVectors), so a search re-ranks without any array of candidates in Python.
 * ``rerank``: candidates given as keys and a ``fetch`` that gathers their vectors (the caller's ``vectors=`` array,
   an HDF5 dataset, vectors fetched from Dask workers); the gathered block is then one part.
 """
@@ -25,7 +25,7 @@ from .. import _kernels
 from ..quantizers.sq8 import sq8_decode
 from .._validation import MAX_ABS_VALUE, resolve_n_threads, rows_beyond_limits
 
-__all__ = ["RERANK_STEP_BYTES", "StoredRows", "rerank_stored", "rerank_candidates", "exact_search", "rerank",
+__all__ = ["RERANK_STEP_BYTES", "StoredVectors", "rerank_stored", "rerank_candidates", "exact_neighbours", "rerank",
            "gather_rows", "check_vector_rows", "raise_zero_vector"]
 
 # Bytes of candidates' vectors gathered per step by ``rerank`` (the fetched block): bounds its memory whatever nq.
@@ -36,7 +36,7 @@ _KINDS = {np.dtype("<f4"): _kernels.RERANK_FLOAT32, np.dtype("<f2"): _kernels.RE
           np.dtype("<u1"): _kernels.RERANK_UINT8}
 
 
-class StoredRows:
+class StoredVectors:
     """Vectors re-ranking reads in place: one array per part, every part of one kind and dimension.
 
     Parameters
@@ -100,7 +100,7 @@ def _row_bytes(vectors):
 
 
 def rerank_stored(Q, rows, parts, stored, k, n_threads=None):
-    """The best k of each query's candidates, read from ``stored`` (a StoredRows) where they are.
+    """The best k of each query's candidates, read from ``stored`` (a StoredVectors) where they are.
 
     Q : (nq, P) float32, as the model sees them (unit rows for cosine); rows : (nq, R) int64, the candidates' rows,
     -1 for none; parts : (nq, R) int64 (the part of each) or None (part 0); k >= 1.
@@ -143,15 +143,15 @@ def rerank_candidates(Q, rows, stored, k, n_threads=None):
     return D, found
 
 
-def exact_search(Q, stored, k, n_threads=None):
-    """The exact k best rows of ``stored`` (a StoredRows of one part) for each prepared query ``Q`` (nq, P) float32, by
+def exact_neighbours(Q, stored, k, n_threads=None):
+    """The exact k best rows of ``stored`` (a StoredVectors of one part) for each prepared query ``Q`` (nq, P) float32, by
     the values re-ranking computes (brute force: every row a candidate). Returns (values, ids) as ``rerank_stored``;
     a bad row raises as re-ranking raises."""
     nq, n_rows = Q.shape[0], stored.arrays[0].shape[0]
     D = np.empty((nq, k), dtype=np.float32)
     I = np.empty((nq, k), dtype=np.int64)
     flags = np.empty(nq, dtype=np.int32)
-    _kernels.exact_search(stored.source, Q, n_rows, D, I, flags, resolve_n_threads(n_threads))
+    _kernels.rerank_all_rows(stored.source, Q, n_rows, D, I, flags, resolve_n_threads(n_threads))
     if flags.any():
         stored.raise_bad(np.arange(n_rows, dtype=np.int64)[None, :])
     return D, I
@@ -193,7 +193,7 @@ def rerank(Q, candidates, fetch, metric, k, *, sq8_ranges=None, n_threads=None):
             continue
         vectors, ids = fetch(keys)
         vectors = np.ascontiguousarray(vectors)
-        stored = StoredRows([vectors], [np.ascontiguousarray(ids, dtype=np.int64)], metric, sq8_ranges)
+        stored = StoredVectors([vectors], [np.ascontiguousarray(ids, dtype=np.int64)], metric, sq8_ranges)
         positions = np.full(cand.shape, -1, dtype=np.int64)
         positions[valid] = np.arange(keys.size)
         try:

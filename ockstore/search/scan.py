@@ -33,8 +33,9 @@ Robustness to corrupt codes: each byte's table has 256 slots whatever K is; slot
 >= K (possible only in a corrupt file, which ``verify`` reports) makes that vector's distance +inf and it is never
 returned, instead of reading outside the table.
 
-Codes in the fast-scan layout (K <= 16: ``_code_blocks.CodeBlocks``) are scanned by ``_kernels.fastscan_scan``, with
-the same arguments and the same results (docs/ARCHITECTURE.md, "Fast scan").
+Codes in the fast-scan layout (K <= 16: ``codes.CodeBlocks``) are scanned by ``_kernels.fastscan_scan``, with the same
+arguments and the same results (docs/ARCHITECTURE.md, "Fast scan"); each code store gives the scan of its layout
+(``scanner``).
 """
 
 from __future__ import annotations
@@ -45,10 +46,9 @@ import numpy as np
 
 from .. import _kernels
 from . import rerank as _rerank
-from .codes import CodeBlocks
 from .._validation import resolve_n_threads
 
-__all__ = ["QueryTables", "CodeRows", "search_codes", "scanner", "rows_bitmap", "panels", "LUT_SLOTS",
+__all__ = ["QueryTables", "CodeRows", "search_codes", "rows_bitmap", "panels", "LUT_SLOTS",
            "TABLE_L2_NORM_TERM", "TABLE_L2_WHOLE", "TABLE_NEG_DOT"]
 
 # Table slots per code byte, whatever K is: a byte can only index 0..255, so the scan never reads past a table.
@@ -161,7 +161,7 @@ class CodeRows:
     """The rows of an index as a scan reads them (an index, or one segment of a collection). Arrays may be read-only
     (views of a read-only memory map): a scan only reads them, never copies them.
 
-    codes : ndarray of shape (N, M*C), dtype uint8, C-contiguous; or _code_blocks.CodeBlocks (K <= 16), one run
+    codes : search.codes.ByteCodes, or search.codes.CodeBlocks (K <= 16) of one run
     ids : ndarray of shape (N,), dtype int64, C-contiguous, or None
         The id of each row, which breaks ties; None: the row number.
     norms : ndarray of shape (N,), dtype float32, or None
@@ -202,9 +202,9 @@ def search_codes(tables, Q, k, rows, *, distance="adc", n_threads=1, rerank=None
     rows : CodeRows
     distance : "adc" or "sdc"
     n_threads : int >= 1, or None (every core, resolved only when the scan is large enough to use them)
-    rerank : (StoredRows, R) or None
+    rerank : (StoredVectors, R) or None
         Re-rank inside the scan: keep R >= k candidates per query and return the k best of them by exact value,
-        read from the StoredRows (``_rerank``; part 0 holds these rows' vectors, the queries being ``Q``).
+        read from the StoredVectors (``_rerank``; part 0 holds these rows' vectors, the queries being ``Q``).
     by_bound : bool
         Fast-scan blocks only: rank the rows by their quantized lower bounds alone, no exact stage (the candidates of
         a re-ranked search; docs/ARCHITECTURE.md, "Fast scan"). D then holds those bounds.
@@ -236,11 +236,11 @@ def search_codes(tables, Q, k, rows, *, distance="adc", n_threads=1, rerank=None
     elif n_threads is None:
         n_threads = resolve_n_threads(None)
     out_d, out_r = (D, found) if kk == k else (D[:, :kk].copy(), found[:, :kk].copy())
-    if rerank is not None and isinstance(codes, CodeBlocks):  # 4-bit codes: the fast scan, then compiled re-ranking
+    if rerank is not None and not codes.reranks_in_scan:  # 4-bit codes: the fast scan, then compiled re-ranking
         return _search_blocks_reranked(tables, Q, k, rows, distance, n_threads, rerank)
     stored, width = (None, 0) if rerank is None else (rerank[0], min(rerank[1], N))
     flags = None if stored is None else np.empty(nq, dtype=np.int32)
-    scan = scanner(codes, None, rows.norm_scales, rows.scale_range, by_bound)
+    scan = codes.scanner(None, rows.norm_scales, rows.scale_range, by_bound)
     # re-ranking inside the byte-code scan: _kernels.scan's keywords (SDC re-ranks the queries, not their codes)
     reranking = {} if stored is None else {"rerank_rows": stored.source, "rerank": width, "out_flags": flags}
     if distance == "adc":
@@ -260,22 +260,6 @@ def search_codes(tables, Q, k, rows, *, distance="adc", n_threads=1, rerank=None
         D[:, :kk] = out_d
         found[:, :kk] = out_r
     return D, found
-
-
-def scanner(codes, bound=None, norm_scales=False, scale_range=None, by_bound=False):
-    """The exhaustive scan kernel of ``codes`` (byte codes, or fast-scan blocks) with the codes, the bound and whether
-    the norm terms are scales (``CodeRows.norm_scales``, ``scale_range``) bound: called as
-    ``scan(model, queries, rotated, norms, norm_codes, norm_levels, ids, allow, out_dist, out_rows, n_threads)``;
-    the byte-code scan also takes ``_kernels.scan``'s re-ranking keywords (``rerank_rows``, ``rerank``,
-    ``rerank_queries``, ``out_flags``), which the fast scan has not (``_search_blocks_reranked``)."""
-    if isinstance(codes, CodeBlocks):
-        def scan(model, queries, rotated, *rest):
-            _kernels.fastscan_scan(model, queries, rotated, codes.blocks, len(codes), *rest, bound, norm_scales,
-                                   scale_range, by_bound)
-    else:
-        def scan(model, queries, rotated, *rest, **rerank):
-            _kernels.scan(model, queries, rotated, codes, *rest, bound=bound, norm_scales=norm_scales, **rerank)
-    return scan
 
 
 def _search_blocks_reranked(tables, Q, k, rows, distance, n_threads, rerank):

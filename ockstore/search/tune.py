@@ -16,8 +16,7 @@ import time
 
 import numpy as np
 
-from .codes import CodeBlocks
-from .rerank import exact_search
+from .rerank import exact_neighbours
 from .._validation import MAX_K, as_vectors, check_float, check_k, resolve_n_threads
 
 __all__ = ["tune", "TuneResult"]
@@ -180,7 +179,7 @@ def _exact_neighbours(index, Q, k, n_threads):
     """The ids of the k nearest stored vectors of each query by exact value (the order of re-ranking): brute force
     over the stored representation, as re-ranking every row would give."""
     prepared = index.quantizer._prepare(Q, "queries")
-    return exact_search(prepared, index._stored_rows(), k, n_threads)[1]
+    return exact_neighbours(prepared, index._stored_vectors(), k, n_threads)[1]
 
 
 def _in_truth(ids, truth):
@@ -203,7 +202,7 @@ def _recalls(index, Q, truth, k, n_probe, grid, threads):
         if 0 in grid:  # no re-ranking: the scan's own k best -- the candidates' first k, except for 4-bit codes,
             # whose candidates are ranked by bound and whose searches without re-ranking by exact ADC
             plain = (index.search(block, k, rerank=0, n_threads=threads, **extra)[1]
-                     if isinstance(index._codes, CodeBlocks) else candidates[:, :k])
+                     if index._codes.ranks_by_bound else candidates[:, :k])
             hits[grid.index(0)] += _in_truth(plain, block_truth).sum()
         if grid[-1] == 0:
             continue

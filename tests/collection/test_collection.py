@@ -14,6 +14,8 @@ import io
 import os
 import tracemalloc
 
+import types
+
 import numpy as np
 import pytest
 
@@ -22,7 +24,8 @@ from ockstore import _kernels
 from ockstore import collection as coll
 from ockstore.search import scan as search_module
 from ockstore.collection import names, segments
-from ockstore.collection import scan as scan_module
+from ockstore.search import searcher as searcher_module
+from ockstore.search.options import search_options
 from ockstore.collection import snapshot as snapshot_module
 from ockstore.storage import writer as storage_writer
 from collection_model import P, Model, assert_same_search, populated, reference_index, vectors
@@ -62,41 +65,40 @@ def test_search_equals_one_index_of_the_live_rows(quantizers, tmp_path, name, no
     c.close()
 
 
-def test_the_general_path_of_segment_searches_gives_the_same_results(quantizers, tmp_path, monkeypatch):
-    """C13 for the path that IVF segments will take: each segment's own Index.search, merged by merge_topk."""
-    monkeypatch.setattr(snapshot_module, "_scan_jointly", lambda views: False)
-    for name in ("ockm", "ockm-ip"):
-        c, model = populated(tmp_path / name, quantizers[name], store_vectors="float32")
-        ref = reference_index(quantizers[name], model, store_vectors="float32")
-        Q = vectors(12, 8)
-        live = model.live_ids()
-        for options in ({}, {"distance": "sdc"}, {"rerank": 25}, {"allow": live[::3]}, {"allow": live[::5], "rerank": 19}):
-            assert_same_search(c, ref, Q, 10, **options)
-        assert_same_search(c, ref, Q, len(model) + 3)
-        c.close()
-
-
-def test_scan_parts_equals_one_scan_of_the_union(q):
-    """scan.scan_parts (one set of tables, each part bounded by the k-th best so far) gives exactly the results of
-    search_codes over the concatenated parts, ties included (duplicated codes in different parts)."""
+@pytest.mark.parametrize("n_codewords", [32, 16], ids=["bytes", "fastscan"])
+def test_the_parts_of_one_search_equal_one_scan_of_their_union(n_codewords):
+    """search.searcher.Parts: indexes of one model (a collection's segments) searched by one kernel call (one
+    collector per query over every part: a flat model's one list of every row) give exactly the results of one index
+    of their rows, ties included (duplicated codes in different parts); the candidates' handles name each row's part
+    and row; a part's own rows (a segment's live ones) and a call's bitmaps restrict the scan."""
+    model = ockstore.OCKM(3, 2, 4, n_codewords=n_codewords, n_iter=2, seed=0).fit(vectors(1200, 9))
     X = vectors(900, 3)
     X[500:520] = X[100:120]  # equal codes in two parts: equal distances, ordered by id
     ids = np.random.default_rng(0).permutation(900).astype(np.int64)
-    whole = ockstore.Index.from_vectors(q, X, ids)
-    tables = search_module.QueryTables(q)
+    whole = ockstore.Index.from_vectors(model, X, ids, store_vectors="float32")
     Q = vectors(7, 4)
     cuts = [0, 100, 480, 510, 900]
-    parts = [search_module.CodeRows(np.ascontiguousarray(whole.codes[a:b]), np.ascontiguousarray(ids[a:b]), None,
-                                    np.ascontiguousarray(whole.norms[a:b]), np.asarray(q.norm_levels, np.float32), None)
-             for a, b in zip(cuts, cuts[1:])]
-    for k in (1, 5, 40, 1000):
-        for distance in ("adc", "sdc"):
-            D, I, part, rows = scan_module.scan_parts(tables, Q, k, parts, distance=distance, n_threads=2)
-            D2, I2 = whole.search(Q, k, distance=distance)
-            assert np.array_equal(I, I2) and np.array_equal(D, D2)
-            found = I >= 0
-            starts = np.array(cuts[:-1])
-            assert np.array_equal(ids[starts[part[found]] + rows[found]], I[found])
+    pieces = [ockstore.Index.from_vectors(model, X[a:b], ids[a:b], store_vectors="float32")
+              for a, b in zip(cuts, cuts[1:])]
+    live = np.random.default_rng(1).random(900) < 0.8
+    cases = [(None, np.ones(900, bool)), ([search_module.rows_bitmap(live[a:b]) for a, b in zip(cuts, cuts[1:])], live)]
+    for bitmaps, allowed in cases:
+        parts = searcher_module.Parts(model, pieces, live=bitmaps)
+        source = types.SimpleNamespace(_search_parts=lambda parts=parts: parts)
+        for k in (1, 5, 40, 1000):
+            for distance in ("adc", "sdc"):
+                for rerank in (0, max(k, 50)):
+                    opts = search_options(model, 900, k, distance=distance, rerank=rerank, stored_vectors=True)
+                    D, I = searcher_module.Searcher(source, opts).search(Q)
+                    D2, I2 = whole.search(Q, k, distance=distance, rerank=rerank, allow=ids[allowed])
+                    assert np.array_equal(I, I2) and np.array_equal(D, D2)
+                opts = search_options(model, 900, k, distance=distance, rerank=0)
+                _, handles = searcher_module.Searcher(source, opts).candidates(Q, k)
+                found = handles >= 0
+                part, rows = handles >> searcher_module.PART_SHIFT, handles & searcher_module.ROW_MASK
+                starts = np.array(cuts[:-1])
+                assert np.array_equal(ids[starts[part[found]] + rows[found]],
+                                      whole._candidates(Q, k, distance=distance, allow=ids[allowed])[1][found])
 
 
 def test_the_scan_bound_keeps_only_codes_below_it(q):

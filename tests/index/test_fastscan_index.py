@@ -19,7 +19,7 @@ import ivf_checks
 import ockstore
 import search_checks
 from ockstore import _kernels
-from ockstore import ivf_index as ivf_index_module
+from ockstore.search.codes import ByteCodes
 from ockstore.search import scan as search_module
 
 P = 10  # not divisible by M = 4 or 3
@@ -66,7 +66,7 @@ def byte_scan(index, Q, k, *, distance="adc", allow_rows=None):
     Qp = q._prepare(np.ascontiguousarray(Q, dtype=np.float32), "Q")
     ids = np.arange(len(index)) if index.ids is None else np.asarray(index.ids)
     bitmap = None if allow_rows is None else search_module.rows_bitmap(np.isin(np.arange(len(index)), allow_rows))
-    rows = dataclasses.replace(index._code_rows(bitmap), codes=index.codes)  # the index's norm terms, or scales
+    rows = dataclasses.replace(index._code_rows(bitmap), codes=ByteCodes(index.codes))  # its norm terms, or scales
     D, R = search_module.search_codes(search_module.QueryTables(q), Qp, k, rows, distance=distance)
     I = np.where(R >= 0, ids[np.maximum(R, 0)], -1)
     return (D if q.metric == "l2" else -D), I
@@ -168,14 +168,9 @@ def ivf_byte_scan(index, Q, k, n_probe, distance="adc"):
     """The 8-bit IVF scan of the unpacked words (``IvfLists`` over them), as IVFIndex.search gives it."""
     ivf = index.quantizer
     Qp = ivf._prepare(np.ascontiguousarray(Q, dtype=np.float32), "Q")
-    rows = index._code_rows(None)
     if distance == "sdc":  # the queries' reconstructions (cosine: at unit length again, as IVFIndex scans them)
         Qp = np.ascontiguousarray(ivf_checks.query_vectors(index, Q, "sdc"), dtype=np.float32)
-    panels, c_sqnorms, kind, term_factor = ivf._probing()
-    lists = _kernels.IvfLists(index._query_tables().model, panels, c_sqnorms, kind, term_factor, index.codes, rows.norms,
-                              rows.norm_codes, rows.norm_levels if rows.norm_codes is not None else None, rows.ids,
-                              index.list_offsets, rows.norm_scales)
-    D, R = ivf_index_module.search_lists(lists, Qp, k, n_probe, None)
+    D, R = ivf_checks.search_lists(ivf_checks.index_lists(index, index.codes), Qp, k, n_probe)
     I = np.where(R >= 0, np.asarray(index.ids)[np.maximum(R, 0)], -1)
     return (D if ivf.metric == "l2" else -D), I
 

@@ -19,7 +19,7 @@ import ockstore
 from index_files import parts_of
 from ockstore import _kernels
 from ockstore.search import rerank as _rerank
-from ockstore import ivf_index as ivf_index_module
+import ivf_checks
 from ockstore.search import scan as search_module
 from ockstore.search.codes import CodeBlocks
 from ockstore.quantizers.sq8 import sq8_decode
@@ -114,7 +114,7 @@ def test_rerank_of_the_fast_scan_reranks_the_rows_of_smallest_bounds(kind, metri
     smallest sums."""
     index = ockstore.Index.from_vectors(model(kind, metric), BASE, store_vectors="sq8")
     assert isinstance(index._codes, CodeBlocks)
-    stored = index._stored_rows()
+    stored = index._stored_vectors()
     Qp = index.quantizer._prepare(np.ascontiguousarray(QUERIES), "Q")
     rows = index._code_rows(None)
     R = 10 * K
@@ -124,7 +124,7 @@ def test_rerank_of_the_fast_scan_reranks_the_rows_of_smallest_bounds(kind, metri
         runs = [(0, len(index), 0)] * len(QUERIES)
     else:
         ivf, n_probe = index.quantizer, 1
-        got_d, got_r = ivf_index_module.search_lists(index._ivf_lists(), Qp, K, n_probe, None, rerank=(stored, R))
+        got_d, got_r = ivf_checks.search_lists(ivf_checks.index_lists(index), Qp, K, n_probe, rerank=(stored, R))
         candidates = np.stack([_search_candidates_of_list(index, Qp[q:q + 1], R, n_probe)
                                for q in range(len(QUERIES))])
         offsets, run_blocks = index.list_offsets, rows.codes.run_blocks
@@ -152,7 +152,7 @@ def test_rerank_of_the_fast_scan_reranks_the_rows_of_smallest_bounds(kind, metri
 
 def _search_candidates_of_list(index, Qp, R, n_probe):
     """The R candidates a re-ranked IVF fast scan keeps for one query (the scan ranked by bound)."""
-    return ivf_index_module.search_lists(index._ivf_lists(), Qp, R, n_probe, None, by_bound=True)[1][0]
+    return ivf_checks.search_lists(ivf_checks.index_lists(index), Qp, R, n_probe, by_bound=True)[1][0]
 
 
 @pytest.mark.parametrize("kind", ["flat", "ivf"])

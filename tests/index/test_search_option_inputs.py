@@ -483,44 +483,45 @@ def test_repeated_searches_check_every_new_argument(indexes, data):
         np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.parametrize("kind", ["ivf", "flat"])
 @pytest.mark.parametrize("n_codewords", [256, 16], ids=["bytes", "fastscan"])
 @pytest.mark.parametrize("metric", ["l2", "ip", "cosine"])
-def test_one_query_per_call_through_the_kept_scan_equals_the_batch(tmp_path, data, metric, n_codewords):
-    """An inverted file keeps, with the checked options, its scan with the arguments bound and a compiled search of
-    one query (``_scan_runners``: no allow, no caller's vectors, ADC; none where _search negates scores from the
-    codes; for "cosine" the compiled search normalises the query as _prepare does): a query per call through them
-    gets the batch's results and the general path's, with and without re-ranking; a query the compiled search does
-    not take as it is (float64, a list, NaN, zero under cosine, a 2-D batch) goes the general way; closing the file
-    drops them (they hold views of the mapped arrays)."""
+def test_one_query_per_call_through_a_searcher_equals_the_batch(tmp_path, data, metric, n_codewords, kind):
+    """A searcher checks its options once and searches a 1-D query through a compiled one-query search (built on the
+    first such query): a query per call gets the batch's results and ``search``'s, with and without re-ranking, for
+    flat and inverted files; a query it does not take as it is (float64, a list, NaN, zero under cosine) goes the
+    general way, which converts it or names the problem; ``search`` keeps the searcher of its last scalar arguments;
+    closing the file makes the searcher unusable (it reads the mapped arrays)."""
     _, base, Q, ids = data
-    ivf = ockstore.IVF(6, ockstore.OCKM(2, 2, 4, n_codewords=n_codewords, metric=metric, n_iter=1, seed=3),
-                       n_iter=3).fit(base)
-    path = tmp_path / "ivf.ock"
-    ockstore.build_index(path, ivf, base, ids, store_vectors="float32")
+    fine = ockstore.OCKM(2, 2, 4, n_codewords=n_codewords, metric=metric, n_iter=1, seed=3)
+    model = (ockstore.IVF(6, fine, n_iter=3) if kind == "ivf" else fine).fit(base)
+    path = tmp_path / "index.ock"
+    ockstore.build_index(path, model, base, ids, store_vectors="float32")
     with ockstore.open_index(path) as index:
         for rerank in (0, 25):
-            options = {"n_probe": 3, "rerank": rerank}
+            options = {"n_probe": 3} if kind == "ivf" else {}
+            options["rerank"] = rerank
+            searcher = index.searcher(5, **options)
             D, I = index.search(Q, 5, **options)
-            _, opts, run, one = index._last_options
-            assert (run is None) == (metric != "l2" and rerank == 0)
-            assert (one is None) == (run is None)
-            for got, want in zip((D, I), index._search(Q, opts)):  # the steps they skip
+            assert index._searchers.get(lambda: None, 5, *[options.get("n_probe"), "adc", rerank, None, None]) \
+                is not None  # kept for these scalar arguments
+            for got, want in zip(searcher.search(Q), (D, I)):
                 np.testing.assert_array_equal(got, want)
             for i in range(len(Q)):
                 for query in (Q[i], Q[i].astype(np.float64), list(Q[i])):
-                    d, got = index.search(query, 5, **options)
-                    np.testing.assert_array_equal(d, D[i])
-                    np.testing.assert_array_equal(got, I[i])
-                if one is not None:
-                    assert one.search(Q[i].astype(np.float64)) is None and one.search(Q[i:i + 1]) is None
-                    np.testing.assert_array_equal(one.search(np.ascontiguousarray(Q[i]))[1], I[i])
+                    for d, got in (index.search(query, 5, **options), searcher.search(query)):
+                        np.testing.assert_array_equal(d, D[i])
+                        np.testing.assert_array_equal(got, I[i])
+            assert searcher._one is not None  # the compiled path served the float32 queries
             bad = np.array(Q[0])
             bad[1] = np.nan
-            with pytest.raises(ValueError, match="NaN"):
-                index.search(bad, 5, **options)
-            if metric == "cosine":
-                with pytest.raises(ValueError, match="zero vector"):
-                    index.search(np.zeros_like(Q[0]), 5, **options)
+            for search in (lambda q: index.search(q, 5, **options), searcher.search):
+                with pytest.raises(ValueError, match="NaN"):
+                    search(bad)
+                if metric == "cosine":
+                    with pytest.raises(ValueError, match="zero vector"):
+                        search(np.zeros_like(Q[0]))
         with pytest.raises(ValueError, match="rerank"):  # other arguments are checked again
-            index.search(Q[0], 5, n_probe=3, rerank=3)
-    assert index._last_options is None
+            index.search(Q[0], 5, rerank=3)
+    with pytest.raises(ValueError, match="closed"):
+        searcher.search(Q[0])

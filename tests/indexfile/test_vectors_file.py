@@ -9,7 +9,7 @@ import pytest
 
 import ockstore
 from ockstore._validation import normalize_rows
-from ockstore.exact_index import ExactIndex, exact_search
+from ockstore.exact_index import ExactIndex, screened_search
 from ockstore.indexfile.vectors_file import VectorsWriter
 from helpers import gaussian_mixture
 from index_files import expect_format_error, parts_of, write_parts
@@ -144,7 +144,7 @@ def test_exact_search_is_numpy_brute_force_E5(tmp_path, metric, store):
             np.testing.assert_array_equal(D1, D[3])
         screen = index._screen_arrays()
         Q32 = Q.astype(np.float32)
-        plain = exact_search(normalize_rows(Q32, "Q") if metric == "cosine" else Q32, 10, index.vectors, index.ids,
+        plain = screened_search(normalize_rows(Q32, "Q") if metric == "cosine" else Q32, 10, index.vectors, index.ids,
                              metric)  # without the screening arrays the index keeps
         D, I = index.search(Q, 10)
         np.testing.assert_array_equal(plain[1], I)

@@ -296,13 +296,13 @@ def test_ivf_search_of_blocks_is_the_8bit_search(data, metric, norm_encoding):
     tables = search.QueryTables(ivf.quantizer, kind=kind)
     rng = np.random.default_rng(2)
     panels, c_sqnorms, probe_kind, term_factor = ivf._probing()
-    byte_lists = _kernels.IvfLists(tables.model, panels, c_sqnorms, probe_kind, term_factor, codes, f32, u8, levels, ids,
-                                   offsets, False)  # the 8-bit scan of the same words, probing the same lists
-    block_lists = _kernels.IvfLists(tables.model, panels, c_sqnorms, probe_kind, term_factor, blocks, f32, u8, levels,
-                                    ids, offsets, False, list_blocks, codes.shape[1])
+    byte_part = _kernels.IvfPartRows(codes, f32, u8, levels, ids, offsets, False)
+    block_part = _kernels.IvfPartRows(blocks, f32, u8, levels, ids, offsets, False, list_blocks, codes.shape[1])
+    byte_lists = _kernels.IvfLists(tables.model, panels, c_sqnorms, probe_kind, term_factor, [byte_part])  # the 8-bit
+    block_lists = _kernels.IvfLists(tables.model, panels, c_sqnorms, probe_kind, term_factor, [block_part])  # scan
     for n_probe in (1, 4, 9):
         for k in (1, 8, 400):
-            for allow in (None, search.rows_bitmap(rng.random(len(codes)) < 0.4)):
+            for allow in (None, [search.rows_bitmap(rng.random(len(codes)) < 0.4)]):
                 for n_threads in (1, 2):
                     for out_ids in (False, True):
                         D = np.empty((len(Q), k), dtype=np.float32)

@@ -205,6 +205,6 @@ def test_exact_search_is_the_rerank_of_every_row(level, kind, metric):
         D = np.empty((13, 10), dtype=np.float32)
         I = np.empty((13, 10), dtype=np.int64)
         flags = np.empty(13, dtype=np.int32)
-        _kernels.exact_search(src, Q, n, D, I, flags, threads)
+        _kernels.rerank_all_rows(src, Q, n, D, I, flags, threads)
         np.testing.assert_array_equal(I, want_I)
         np.testing.assert_array_equal(D, want_D)

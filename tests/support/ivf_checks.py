@@ -139,3 +139,41 @@ def probed_rows(index, lists):
     """Per query, the rows of its probed lists."""
     offsets = index.list_offsets
     return [np.concatenate([np.arange(offsets[l], offsets[l + 1]) for l in row]).astype(np.int64) for row in lists]
+
+
+def index_lists(index, codes=None):
+    """The _kernels.IvfLists of an index's one part (a flat index: one list of every row); ``codes``: one-byte words
+    to scan in place of its own (the 8-bit scan of the same words, the oracle of the fast scan)."""
+    from ockstore._kernels import IvfLists
+    from ockstore.search.codes import ByteCodes
+
+    rows = index._code_rows(None)
+    store = index._codes if codes is None else ByteCodes(np.ascontiguousarray(codes))
+    offsets = (np.asarray(index.list_offsets, dtype=np.int64) if hasattr(index, "list_offsets")
+               else np.array([0, len(index)], dtype=np.int64))
+    part = store.part_rows(rows, offsets, None)
+    model = index.quantizer
+    if hasattr(model, "n_lists"):
+        panels, c_sqnorms, kind, term_factor = model._probing()
+    else:
+        panels = c_sqnorms = None
+        kind, term_factor = 0, 0.0
+    return IvfLists(index._query_tables().model, panels, c_sqnorms, kind, term_factor, [part])
+
+
+def search_lists(lists, Q, k, n_probe, *, allow=None, rerank=None, by_bound=False, n_threads=1, out_ids=False):
+    """(D, rows) of _kernels.ivf_search over ``lists`` (``rerank``: (StoredVectors, R) re-ranked inside the kernel;
+    ``allow``: one bitmap or None per part)."""
+    from ockstore import _kernels
+
+    D = np.empty((len(Q), k), dtype=np.float32)
+    R = np.empty((len(Q), k), dtype=np.int64)
+    if rerank is None:
+        _kernels.ivf_search(lists, Q, n_probe, allow, D, R, n_threads, None, 0, None, None, by_bound, out_ids)
+    else:
+        stored, width = rerank
+        flags = np.empty(len(Q), dtype=np.int32)
+        _kernels.ivf_search(lists, Q, n_probe, allow, D, R, n_threads, stored.source, width, None, flags, True,
+                            out_ids)
+        assert not flags.any()
+    return D, R
