@@ -478,6 +478,10 @@ class Index(StoredRows):
         D, rows = self.searcher(k, rerank=0, **options).candidates(Q, k, allow=allow)
         return D, self._search_parts().ids_of(rows)
 
+    def _tune_view(self):
+        """What ``ockstore.tune`` searches (this index, which it can tune)."""
+        return self
+
     def _search_parts(self):
         """The Parts of this index (one part: its rows), built on first search and kept."""
         parts = self._parts

@@ -264,6 +264,23 @@ class Collection(Closable):
                 k, n_probe, distance, rerank, n_threads, metric)
         return searcher.search(Q, allow=allow)
 
+    def _search_parts(self):
+        """The search Parts of the current generation (ockstore.tune reads them)."""
+        return self._snap._search_parts()
+
+    def _tune_view(self):
+        """What ``ockstore.tune`` searches: this collection, once it has trained its quantizer."""
+        if not self._snap.spec.trained:
+            raise ValueError("tune: this collection has not trained its quantizer yet: its searches are exact "
+                             "(brute force over the stored vectors), there is nothing to tune")
+        return self
+
+    def _candidates(self, Q, k, *, allow=None, **options):
+        """(values, ids) of the k best live rows of each query by their codes, as a re-ranked search keeps its
+        candidates before re-ranking them (for ``tune``, which re-ranks them itself)."""
+        D, handles = self.searcher(k, rerank=0, **options).candidates(Q, k, allow=allow)
+        return D, self._snap._search_parts().ids_of(handles)
+
     def searcher(self, k, *, n_probe=None, distance="adc", rerank=None, vectors=None, n_threads=None, metric=None):
         """A search with its options checked once: ``searcher(k, **options).search(Q, allow=None)`` returns what
         ``search(Q, k, **options, allow=allow)`` returns, for a batch or one 1-D query (an app searching one query

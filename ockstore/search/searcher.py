@@ -111,6 +111,18 @@ class Parts:
                 sq8_ranges=self.model.value_ranges if self.store_vectors == "sq8" else None, damaged=damaged)
         return stored
 
+    def stored_part(self, p):
+        """The _rerank.StoredVectors of part p's stored vectors alone (its rows as part 0)."""
+        stored = self.stored()
+        return _rerank.StoredVectors([stored.arrays[p]], [stored.ids[p]], self.metric, sq8_ranges=stored.sq8_ranges,
+                                     damaged=[stored.damaged[p]])
+
+    @property
+    def ranks_by_bound(self):
+        """Whether a re-ranked search's candidates are ranked by quantized bounds (4-bit codes), not by the values a
+        search without re-ranking returns."""
+        return any(index._codes.ranks_by_bound for index in self.indexes)
+
     def check_open(self):
         for index in self.indexes:
             index._check_open()

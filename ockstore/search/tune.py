@@ -16,6 +16,7 @@ import time
 
 import numpy as np
 
+from .merge import merge_topk
 from .rerank import exact_neighbours
 from .._validation import MAX_K, as_vectors, check_float, check_k, resolve_n_threads
 
@@ -58,8 +59,10 @@ def tune(index, queries, *, k=10, target_recall=0.95, ground_truth=None, n_threa
 
     Parameters
     ----------
-    index : Index or IVFIndex
-        Searched as it is: the settings are measured on this index, on this machine.
+    index : Index, IVFIndex or Collection
+        Searched as it is: the settings are measured on this index (a collection: on its current generation), on
+        this machine. A collection must have trained its quantizer (before, its searches are exact: nothing to
+        tune).
     queries : array-like of shape (nq, P)
         Queries like those the index will serve (any real dtype; a 1-D vector is one query).
     k : int >= 1
@@ -83,9 +86,12 @@ def tune(index, queries, *, k=10, target_recall=0.95, ground_truth=None, n_threa
 
     Raises ValueError when no setting reaches the target (the message gives the best recall measured).
     """
-    from ..ivf_index import IVFIndex  # the tuner sits above both kinds of index
-
+    tunable = getattr(index, "_tune_view", None)
+    if tunable is None:
+        raise TypeError("index must be an Index, IVFIndex or Collection (an open one, searched by codes), got "
+                        f"{type(index).__name__}")
     index._check_open()
+    tunable()  # refuses what cannot be tuned (a collection that has not trained its quantizer)
     target = check_float(target_recall, "target_recall", min_value=0.0)
     if not 0.0 < target <= 1.0:
         raise ValueError(f"target_recall must be in (0, 1], got {target}")
@@ -97,7 +103,7 @@ def tune(index, queries, *, k=10, target_recall=0.95, ground_truth=None, n_threa
     Q, _ = as_vectors(queries, "queries", index.dim)
     if Q.shape[0] == 0:
         raise ValueError("queries must hold at least one query")
-    stored = index.vectors is not None
+    stored = index.store_vectors is not None
     if ground_truth is None:
         if not stored:
             raise ValueError("tune needs the true neighbours: pass ground_truth=, or build the index with "
@@ -105,8 +111,8 @@ def tune(index, queries, *, k=10, target_recall=0.95, ground_truth=None, n_threa
         truth = _exact_neighbours(index, Q, k, threads)
     else:
         truth = _check_ground_truth(ground_truth, Q.shape[0], k)
-    is_ivf = isinstance(index, IVFIndex)
-    probes = _probe_grid(index.n_lists) if is_ivf else [None]
+    is_ivf = hasattr(index.quantizer, "n_lists")
+    probes = _probe_grid(index.quantizer.n_lists) if is_ivf else [None]
     max_rerank = min(N, MAX_K, max(FIRST_MAX_RERANK, 64 * k)) if stored else k
     measurements, best = [], None
     while True:
@@ -177,9 +183,31 @@ def _check_ground_truth(ground_truth, nq, k):
 
 def _exact_neighbours(index, Q, k, n_threads):
     """The ids of the k nearest stored vectors of each query by exact value (the order of re-ranking): brute force
-    over the stored representation, as re-ranking every row would give."""
+    over the stored representation, as re-ranking every row would give (a collection: over every segment's live
+    rows, merged)."""
     prepared = index.quantizer._prepare(Q, "queries")
-    return exact_neighbours(prepared, index._stored_vectors(), k, n_threads)[1]
+    parts = index._search_parts()
+    results = []
+    for p, (one, live) in enumerate(zip(parts.indexes, parts.live)):
+        if not len(one):
+            continue
+        stored = parts.stored_part(p)
+        if live is None:
+            results.append(exact_neighbours(prepared, stored, min(k, len(one)), n_threads))
+            continue
+        deleted = one.ids[~_mask_of(live, len(one))]
+        D, I = exact_neighbours(prepared, stored, min(k + deleted.size, len(one)), n_threads)
+        alive = ~np.isin(I, deleted) & (I >= 0)  # the deleted rows left out, the live ones first in their order
+        order = np.argsort(~alive, axis=1, kind="stable")
+        pad = np.float32(np.inf if index.quantizer.metric == "l2" else -np.inf)
+        results.append((np.take_along_axis(np.where(alive, D, pad), order, axis=1)[:, :k],
+                        np.take_along_axis(np.where(alive, I, -1), order, axis=1)[:, :k]))
+    return merge_topk(results, k, descending=index.quantizer.metric != "l2", n_queries=Q.shape[0])[1]
+
+
+def _mask_of(bitmap, n):
+    """The boolean mask of a scan's bitmap of n rows."""
+    return np.unpackbits(bitmap.view(np.uint8), bitorder="little")[:n].astype(bool)
 
 
 def _in_truth(ids, truth):
@@ -202,7 +230,7 @@ def _recalls(index, Q, truth, k, n_probe, grid, threads):
         if 0 in grid:  # no re-ranking: the scan's own k best -- the candidates' first k, except for 4-bit codes,
             # whose candidates are ranked by bound and whose searches without re-ranking by exact ADC
             plain = (index.search(block, k, rerank=0, n_threads=threads, **extra)[1]
-                     if index._codes.ranks_by_bound else candidates[:, :k])
+                     if index._search_parts().ranks_by_bound else candidates[:, :k])
             hits[grid.index(0)] += _in_truth(plain, block_truth).sum()
         if grid[-1] == 0:
             continue

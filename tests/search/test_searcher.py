@@ -178,3 +178,32 @@ def test_a_collection_without_a_quantizer_picks_its_model(tmp_path, base, querie
     reader.close()
     with pytest.raises(ValueError, match="metric"):
         ockstore.create_collection(tmp_path / "d", ockstore.OCKM(3, 2, metric="l2"), metric="cosine")
+
+
+def test_tune_takes_a_collection(tmp_path, base, queries):
+    """ockstore.tune(collection, ...): the keywords of the fastest setting reaching the target on the collection's
+    live rows (ground truth by brute force over every segment's live stored vectors, deleted rows left out), valid
+    for its search; an untrained collection and other objects are refused with what tune takes."""
+    model = ockstore.IVF(8, ockstore.OCKM(3, 2, 4, n_codewords=16, n_iter=2, seed=1), n_iter=4).fit(base)
+    col = ockstore.create_collection(tmp_path / "c", model, store_vectors="float32")
+    for start in range(0, len(base), 800):
+        col.add(base[start:start + 800])
+    col.delete(np.arange(0, len(base), 3))
+    Q = gaussian_mixture(60, P, seed=9)
+    result = ockstore.tune(col, Q, k=5, target_recall=0.9)
+    assert set(result) == {"n_probe", "rerank"} and result.recall >= 0.9
+    D, I = col.search(Q, 5, **result)
+    assert not np.isin(I, np.arange(0, len(base), 3)).any()
+    live = np.setdiff1d(np.arange(len(base)), np.arange(0, len(base), 3))
+    truth = live[np.argsort(((Q[:, None, :] - base[live][None, :, :]) ** 2).sum(-1), axis=1, kind="stable")[:, :5]]
+    got = np.mean([len(np.intersect1d(a, b)) / 5 for a, b in zip(I, truth)])
+    assert got >= 0.85
+    col.close()
+    fresh = ockstore.create_collection(tmp_path / "d", train_size=1000)
+    fresh.add(base[:100])
+    with pytest.raises(ValueError, match="not trained"):
+        ockstore.tune(fresh, Q)
+    fresh.close()
+    for bad in (None, str(tmp_path / "c"), base):
+        with pytest.raises(TypeError, match="Index, IVFIndex or Collection"):
+            ockstore.tune(bad, Q)
