@@ -21,7 +21,7 @@ from .._validation import as_vectors, resolve_n_threads
 from ..errors import FormatError
 from ..exact_index import exact_search
 from ..search.scan import QueryTables, rows_bitmap
-from ..indexfile.reader import load_quantizer
+from ..indexfile.reader import load_linked_model
 from . import names
 from .manifest import check_regular_file, read_deletions, read_manifest
 from .merge import merge_topk
@@ -276,11 +276,11 @@ def _open_generation(folder, manifest, user, cache, problems, files=None):
     if manifest.training is not None:  # not trained yet: the quantizer's parameters, segments of stored vectors
         spec = SegmentSpec(manifest.training.quantizer(), manifest.norm_encoding, manifest.store_vectors,
                            manifest.training.dim)
-    else:
-        quantizer = cache.get(("quantizer", manifest.quantizer))
-        if quantizer is None:
-            quantizer = load_quantizer(check_regular_file(os.path.join(folder, manifest.quantizer)))
-        spec = SegmentSpec(quantizer, manifest.norm_encoding, manifest.store_vectors)
+    else:  # the quantizer file, loaded once with its fingerprint: segments by reference are opened with it
+        linked = cache.get(("quantizer", manifest.quantizer))
+        if linked is None:
+            linked = load_linked_model(check_regular_file(os.path.join(folder, manifest.quantizer)))
+        spec = SegmentSpec(linked.model, manifest.norm_encoding, manifest.store_vectors, model_ref=linked.ref)
     views, opened = [], []
     try:
         for entry in manifest.segments:
@@ -324,7 +324,7 @@ def remember(cache, snapshot):
     views and query tables, for the next generation to reuse."""
     cache.clear()
     if snapshot.spec.trained:
-        cache[("quantizer", snapshot.manifest.quantizer)] = snapshot.spec.quantizer
+        cache[("quantizer", snapshot.manifest.quantizer)] = snapshot.spec.linked_model(snapshot.folder)
     if snapshot._tables is not None:
         cache[("tables", snapshot.manifest.quantizer)] = snapshot._tables
     for view in snapshot.views:
