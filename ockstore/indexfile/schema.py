@@ -229,10 +229,15 @@ class _Reader:
         expected = storage.canonical_metadata(files.meta(files.quantizer_kind, model)) \
             if _registry.find_model(model) is kind else None
         for key in ("method", "params", "ivf"):
-            if expected is None or self.meta.get(key) != expected.get(key):
-                theirs = "another kind of model" if expected is None else _short(expected.get(key))
-                raise self.fail("model mismatch", f"meta {key!r} = {_short(self.meta.get(key))}, but the model of "
-                                                  f"{given.path!r} has {theirs}")
+            ours, theirs = self.meta.get(key), None if expected is None else expected.get(key)
+            if expected is not None and ours == theirs:
+                continue
+            where = f"meta {key!r}"
+            if isinstance(ours, dict) and isinstance(theirs, dict):  # name the first parameter that differs
+                name = sorted(k for k in {*ours, *theirs} if ours.get(k) != theirs.get(k))[0]
+                where, ours, theirs = f"meta {key!r}[{name!r}]", ours.get(name), theirs.get(name)
+            what = "another kind of model" if expected is None else _short(theirs)
+            raise self.fail("model mismatch", f"{where} = {_short(ours)}, but the model of {given.path!r} has {what}")
         if self.meta.get("store_vectors") == "sq8" and model.value_ranges is None:
             raise self.fail("model mismatch", f"meta 'store_vectors' = 'sq8' needs the model's value ranges, which "
                                               f"{given.path!r} does not hold")
