@@ -17,7 +17,7 @@ Writes into ``--out`` (default: tests/data of this repository):
                                    default search, re-ranked from the stored vectors, k = 10) and D0, I0 (rerank=0:
                                    by codes; the IVF at n_probe 2)
 
-tests/collection/test_collection_compat.py opens copies of the committed folders with today's reader and requires
+tests/collection/test_collection_models.py opens copies of the committed folders with today's reader and requires
 these results (ids exactly, values to 1e-5), then adds to them: the old self-contained segments and the new ones by
 reference live side by side. The queries are chosen so that the 11 best values of each are separated by a relative
 gap of at least 1e-4 (the expected neighbours do not depend on the rounding of another machine). Do not regenerate
