@@ -10,7 +10,7 @@ import os
 from .. import storage
 from ..errors import FormatError
 from .schema import read_file
-from .segment_file import KIND_SEGMENT, LinkedModel, ModelRef, file_fingerprint, model_ref_of
+from .segment_file import KIND_SEGMENT, OPEN_THE_COLLECTION, LinkedModel, ModelRef, file_fingerprint, model_ref_of
 from .vectors_file import KIND_VECTORS, read_vectors_file
 
 __all__ = ["open_index", "load_quantizer", "file_info", "load_linked_model", "open_segment"]
@@ -97,7 +97,7 @@ def _segment_model(mf):
     naming the segment (and the quantizer file) when it cannot be loaded."""
     ref = model_ref_of(mf.meta, functools.partial(storage.format_error, mf.path))
     path = os.path.join(os.path.dirname(mf.path), ref.file)
-    advice = "open the collection it belongs to with ockstore.open_collection(folder)"
+    advice = OPEN_THE_COLLECTION
     try:
         return load_linked_model(path)
     except FileNotFoundError:

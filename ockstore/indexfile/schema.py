@@ -27,7 +27,7 @@ from .._validation import MAX_ABS_VALUE
 from .._version import __version__
 from ..quantizers.params import STORED_PARAMETERS
 from ..quantizers.cartesian import METHODS, PARAMETERS, quantizer_from_state
-from .segment_file import KIND_SEGMENT, SEGMENT_MINOR_VERSION, model_ref_of
+from .segment_file import KIND_SEGMENT, OPEN_THE_COLLECTION, SEGMENT_MINOR_VERSION, model_ref_of
 
 __all__ = ["KIND_INDEX", "KIND_QUANTIZER", "KIND_FASTSCAN_INDEX", "FASTSCAN_MINOR_VERSION", "HEADER_MARGIN",
            "ROTATION_TOLERANCE", "ROW_SECTIONS", "FileSchema", "FLAT_FILES", "check_user_metadata", "quantizer_meta",
@@ -219,8 +219,7 @@ class _Reader:
             self.absent(name, f"a segment by reference holds no model (its model is in {ref.file!r})")
         if given is None:
             raise self.fail("missing model", f"the file is a segment of a collection whose model is in its quantizer "
-                                             f"file {ref.file!r}; open the collection (ockstore.open_collection of "
-                                             "its folder)")
+                                             f"file {ref.file!r}: {OPEN_THE_COLLECTION}")
         if given.ref != ref:
             raise self.fail("model mismatch", f"the segment was written with the model of quantizer file {ref.file!r} "
                                               f"(fingerprint {ref.fingerprint[:16]}...), but is opened with "
