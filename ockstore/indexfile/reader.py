@@ -97,17 +97,16 @@ def _segment_model(mf):
     naming the segment (and the quantizer file) when it cannot be loaded."""
     ref = model_ref_of(mf.meta, functools.partial(storage.format_error, mf.path))
     path = os.path.join(os.path.dirname(mf.path), ref.file)
-    advice = OPEN_THE_COLLECTION
     try:
         return load_linked_model(path)
     except FileNotFoundError:
         raise storage.format_error(mf.path, "missing model", f"the file is a segment of a collection whose model is "
                                                              f"in the quantizer file {ref.file!r}, which is not in its "
-                                                             f"folder ({path!r}): {advice}") from None
+                                                             f"folder ({path!r}): {OPEN_THE_COLLECTION}") from None
     except (FormatError, ValueError, OSError) as exc:
         raise storage.format_error(mf.path, "bad model file", f"the file is a segment of a collection whose model is "
                                                               f"in {path!r}, which cannot be loaded ({exc}): "
-                                                              f"{advice}") from None
+                                                              f"{OPEN_THE_COLLECTION}") from None
 
 
 def _refuse_collection_folder(path):

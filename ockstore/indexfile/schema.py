@@ -527,7 +527,7 @@ FLAT_FILES = FileSchema()
 
 
 def read_file(mf, index_only, model=None):
-    """Run every open-time check of docs/FORMAT.md sections 11.4, 14.4 and 18.3 on an opened container; returns
+    """Run every open-time check of docs/FORMAT.md sections 11.4, 14.4 and 18.4 on an opened container; returns
     (file kind, IndexKind, model, rows): the model is the quantizer, or the IVF of an inverted file; ``rows`` None for
     a quantizer file, else the keyword arguments of the kind's index class (codes, norms, ids, norm_encoding,
     vectors, and what the kind adds: list_offsets). ``index_only``: a quantizer file is refused ("wrong kind").

@@ -34,18 +34,18 @@ import numpy as np
 from .. import _registry, storage
 from ..storage.layout import flat_bytes
 
-__all__ = ["KIND_SEGMENT", "SEGMENT_MINOR_VERSION", "OPEN_THE_COLLECTION", "ModelRef", "LinkedModel", "fingerprint", "model_fingerprint",
-           "file_fingerprint", "segment_meta", "model_ref_of"]
+__all__ = ["KIND_SEGMENT", "SEGMENT_MINOR_VERSION", "OPEN_THE_COLLECTION", "ModelRef", "LinkedModel", "fingerprint",
+           "model_fingerprint", "file_fingerprint", "segment_meta", "model_ref_of"]
 
 # docs/FORMAT.md section 18: the meta "kind" of segment files by reference, and the format version that added them.
 KIND_SEGMENT = "segment"
 SEGMENT_MINOR_VERSION = 4
 
-# A plain file name of the segment's folder (no path separator, no leading dot: a hostile segment cannot make a
-# reader open a file elsewhere), as a collection's manifest names its files.
 # What messages about a segment opened alone advise (the command line's advice rewrites it: cli/advice.py).
 OPEN_THE_COLLECTION = "open the collection it belongs to with ockstore.open_collection(folder)"
 
+# A plain file name of the segment's folder (no path separator, no leading dot: a hostile segment cannot make a
+# reader open a file elsewhere), as a collection's manifest names its files.
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,254}")
 _FINGERPRINT = re.compile(r"[0-9a-f]{64}")
 
@@ -60,9 +60,6 @@ class ModelRef:
 
     def meta(self):
         return {"file": self.file, "fingerprint": self.fingerprint}
-
-    def describe(self):
-        return f"{self.file!r} (fingerprint {self.fingerprint[:16]}...)"
 
 
 @dataclass(frozen=True)
