@@ -156,6 +156,7 @@ class Index(StoredRows):
         self._norm_scales = None  # cosine: 1 / ||x_hat|| per row ("f32") or per level ("u8"), built on first search
         self._resource = _resource
         self._file = None  # the storage.MappedFile of an index opened by open_index
+        self._model_link = None  # a collection's segment by reference: the LinkedModel it was opened with
         self._metadata = {}  # user metadata (the file's "user" map); written again by save()
         self._closed = False
 
@@ -363,13 +364,17 @@ class Index(StoredRows):
 
         For an index opened from a file: every byte of the file (padding zero, CRC-32 of every section, through the
         container), then the large sections, which opening does not read (I7): every code byte < K, every float32
-        norm and stored float vector finite, every id >= 0. The small sections were checked at open (I6). An index
-        built in memory gets the same checks of its arrays. Reads the arrays in blocks: memory stays bounded whatever N is.
+        norm and stored float vector finite, every id >= 0. The small sections were checked at open (I6). A
+        collection's segment that refers to its quantizer file also gets the fingerprint of its model recomputed
+        (docs/FORMAT.md S5). An index built in memory gets the same checks of its arrays. Reads the arrays in blocks:
+        memory stays bounded whatever N is.
         """
         self._check_open()
         where = self._file.path if self._file is not None else "<in-memory index>"
         if self._file is not None:
             self._file.verify()
+        if self._model_link is not None:  # a segment by reference: its model is the one it names (FORMAT.md S5)
+            self._model_link.check(self._quantizer, where)
         bad = self._codes.check(self._quantizer.n_codewords)
         if bad is not None:
             raise storage.format_error(where, *bad)

@@ -74,7 +74,9 @@ from _peers import GRAPH_EF, Hnswlib, _ids  # noqa: E402
 
 K = 10
 METRIC, STORE = "cosine", "float16"
-DATA = REPO.parent.parent / "shared" / "data" / "minilm-real"
+from _pareto_data import DEFAULT_DATA_ROOT  # noqa: E402  (shared/data beside the repository, or above a worktree)
+
+DATA = DEFAULT_DATA_ROOT / "minilm-real"
 GOALS = {"recall": 0.95, "over_hnswlib": 2.0, "over_compacted": 0.9, "bytes_over_compacted": 1.3,
          "one_over_batch": 1.15}
 

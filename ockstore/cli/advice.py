@@ -28,6 +28,8 @@ RULES = [
     (r"; use 'float32'", "; use --store-vectors float32"),
     (r"pass None \(or its own, ockstore\.load_quantizer of its quantizer\.ockq\) to add to it",
      "build into it with its own quantizer file, {folder}/quantizer.ockq"),
+    (r"open the collection it belongs to with ockstore\.open_collection\(folder\)",
+     "give the command the collection's folder, not one of its segment files"),
     (r"\bX row (\d+)", r"{base} row \1"),
     (r"^X has (\d+) rows; fit needs", r"{base} has \1 rows; need"),
     (r"the dimension of X\b", "the dimension of {base}"),

@@ -14,6 +14,7 @@ from .._closable import Closable
 from .._stored_rows import ids_to_get
 from .._validation import as_ids, as_vectors, check_bool, check_choice, check_int
 from ..errors import FormatError
+from ..indexfile.segment_file import file_fingerprint
 from . import commit as _commit
 from . import names
 from .manifest import MAX_ID, OPERATIONS, SegmentEntry
@@ -414,10 +415,11 @@ class Collection(Closable):
     def verify(self):
         """Check the whole collection; returns None or raises FormatError naming the file and the check.
 
-        Every segment as ``Index.verify`` checks it (CRCs, codes < K, finite norms and vectors, ids >= 0), ids unique
+        Every segment as ``Index.verify`` checks it (CRCs, codes < K, finite norms and vectors, ids >= 0; for a
+        segment that refers to the quantizer file, the fingerprint of the model recomputed from its arrays), ids unique
         within each segment and within the manifest's id range, deleted ids present in their segment, every live id
-        live in one segment only, the quantizer file's CRCs; and no manifest newer than this generation failed to
-        verify (``info()["problems"]``).
+        live in one segment only, the quantizer file's CRCs and fingerprint; and no manifest newer than this
+        generation failed to verify (``info()["problems"]``).
         """
         self._check_open()
         snap = self._snap
@@ -427,6 +429,9 @@ class Collection(Closable):
         if snap.manifest.quantizer is not None:  # None: not trained yet
             with storage.open_file(os.path.join(self._folder, snap.manifest.quantizer)) as mf:
                 mf.verify()
+                if file_fingerprint(mf) != snap.spec.model_ref.fingerprint:  # replaced since it was loaded
+                    raise storage.format_error(mf.path, "model mismatch", "the quantizer file holds another model "
+                                                                          "than the one the collection opened")
         live = []
         for view in snap.views:
             index, entry = view.index, view.entry

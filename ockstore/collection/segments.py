@@ -3,7 +3,10 @@ deletion masks, and writing them: new rows (``SegmentWriter``, ``write_pending_s
 (``copy_live_rows``, by copying codes, norm terms, ids and stored vectors, never re-encoding).
 
 A segment is an ordinary index file that always stores ids (docs/FORMAT.md rule C7). Its ids are unique within it;
-an id may appear in several segments, but is live (not deleted) in at most one.
+an id may appear in several segments, but is live (not deleted) in at most one. Segments are written by reference
+(docs/FORMAT.md section 18): they name the collection's quantizer file and carry its fingerprint instead of a copy of
+the model (``SegmentSpec.model_ref``), and are opened with the model the collection loaded once (``open_segment``).
+Segments of older collections, each with its own copy of the model, open as any index file.
 
 IVF segments (inverted files, rows stored list after list): ``SegmentWriter`` and ``copy_live_rows`` hand the writer
 each row's list with its code (``IndexWriter._append(..., list_ids=...)``); the writer sorts the rows by list.
@@ -21,7 +24,8 @@ from .._closable import AbortOnError
 from .._index_rows import BUILD_CHUNK, encode_step
 from .._validation import as_ids, as_vectors, resolve_n_threads
 from ..exact_index import ExactIndex
-from ..indexfile.reader import open_index
+from ..indexfile.reader import open_index, open_segment
+from ..indexfile.segment_file import LinkedModel, ModelRef
 from ..indexfile.vectors_file import VectorsWriter, checked_vector_rows
 from ..indexfile.writer import IndexWriter
 from ..search.scan import rows_bitmap
@@ -45,13 +49,17 @@ class SegmentSpec:
 
     While the collection has not trained its quantizer, ``quantizer`` is the unfitted one (its parameters), ``dim``
     the dimension of the vectors (None before the first), and segments are files of stored vectors only
-    (``ExactIndex``). Picklable (a quantizer pickles), so that a distributed build can ship it to its workers.
+    (``ExactIndex``). Once trained, ``model_ref`` names the collection's quantizer file (loaded as ``quantizer``) with
+    its fingerprint: segments are written by reference to it (docs/FORMAT.md section 18); None writes segments that
+    hold their own copy of the model, as collections did before format 1.4. Picklable (a quantizer pickles), so that a
+    distributed build can ship it to its workers.
     """
 
     quantizer: object
     norm_encoding: str
     store_vectors: str | None
     dim: int | None = None
+    model_ref: ModelRef | None = None
 
     @property
     def trained(self) -> bool:
@@ -65,6 +73,12 @@ class SegmentSpec:
     def vector_dim(self):
         """The dimension of the vectors (None only before the first vector of an untrained collection)."""
         return self.quantizer.dim if self.trained else self.dim
+
+    def linked_model(self, folder):
+        """The LinkedModel segments of ``folder`` by reference are opened with (None without ``model_ref``)."""
+        if self.model_ref is None:
+            return None
+        return LinkedModel(self.quantizer, self.model_ref, os.path.join(folder, self.model_ref.file))
 
 
 # ====================================================================================================================
@@ -106,7 +120,9 @@ class Segment:
         self.name = entry.file
         self.path = os.path.join(folder, entry.file)
         # FileNotFoundError propagates: the caller may retry with a newer manifest
-        index = open_index(check_regular_file(self.path))
+        linked = spec.linked_model(folder)
+        path = check_regular_file(self.path)
+        index = open_index(path) if linked is None else open_segment(path, linked)
         try:
             _check_segment(index, self.path, entry, spec)
         except BaseException:
@@ -146,7 +162,7 @@ def _check_segment(index, path, entry, spec):
     if index.norm_encoding != spec.norm_encoding or index.store_vectors != spec.store_vectors:
         raise fail(f"norm_encoding {index.norm_encoding!r} and store_vectors {index.store_vectors!r}, the collection "
                    f"has {spec.norm_encoding!r} and {spec.store_vectors!r}")
-    if index.quantizer != spec.quantizer:
+    if index.quantizer is not spec.quantizer and index.quantizer != spec.quantizer:  # a segment with its own model
         raise fail("its quantizer differs from the collection's quantizer file")
 
 
@@ -256,9 +272,9 @@ class SegmentWriter(AbortOnError):
             spec = SegmentSpec(spec.quantizer, spec.norm_encoding, spec.store_vectors, dim)
         self._spec = spec
         self._threads = resolve_n_threads(n_threads)
-        if spec.trained:
+        if spec.trained:  # by reference to the collection's quantizer file (model_ref; None: a copy of the model)
             self._writer = IndexWriter(self.path, spec.quantizer, norm_encoding=spec.norm_encoding,
-                                       store_vectors=spec.store_vectors, n_threads=1)
+                                       store_vectors=spec.store_vectors, n_threads=1, _model_ref=spec.model_ref)
         else:  # stored vectors only, until the collection trains its quantizer
             if spec.dim is None:
                 raise ValueError("the collection has no vectors yet: its dimension is set by its first add")
@@ -336,8 +352,9 @@ def copy_live_rows(path, spec, views):
     list after list (within a list in the order copied), through temporary files.
     """
     rows, low, high = 0, None, None
-    if spec.trained:
-        writer = IndexWriter(path, spec.quantizer, norm_encoding=spec.norm_encoding, store_vectors=spec.store_vectors)
+    if spec.trained:  # by reference to the collection's quantizer file, as every new segment
+        writer = IndexWriter(path, spec.quantizer, norm_encoding=spec.norm_encoding, store_vectors=spec.store_vectors,
+                             _model_ref=spec.model_ref)
     else:  # files of stored vectors (ExactIndex._copy_rows appends their vectors and ids)
         writer = VectorsWriter(path, spec.dim, spec.metric, spec.store_vectors)
     with writer:

@@ -19,7 +19,7 @@ from .. import storage
 from ..errors import FormatError
 from ..search.scan import rows_bitmap
 from ..search.searcher import Parts, Searcher, tables_of
-from ..indexfile.reader import load_quantizer
+from ..indexfile.reader import load_linked_model
 from . import names
 from .manifest import check_regular_file, read_deletions, read_manifest
 from .segments import Segment, SegmentSpec, SegmentView
@@ -213,11 +213,11 @@ def _open_generation(folder, manifest, user, cache, problems, files=None):
     if manifest.training is not None:  # not trained yet: the quantizer's parameters, segments of stored vectors
         spec = SegmentSpec(manifest.training.quantizer(), manifest.norm_encoding, manifest.store_vectors,
                            manifest.training.dim)
-    else:
-        quantizer = cache.get(("quantizer", manifest.quantizer))
-        if quantizer is None:
-            quantizer = load_quantizer(check_regular_file(os.path.join(folder, manifest.quantizer)))
-        spec = SegmentSpec(quantizer, manifest.norm_encoding, manifest.store_vectors)
+    else:  # the quantizer file, loaded once with its fingerprint: segments by reference are opened with it
+        linked = cache.get(("quantizer", manifest.quantizer))
+        if linked is None:
+            linked = load_linked_model(check_regular_file(os.path.join(folder, manifest.quantizer)))
+        spec = SegmentSpec(linked.model, manifest.norm_encoding, manifest.store_vectors, model_ref=linked.ref)
     views, opened = [], []
     try:
         for entry in manifest.segments:
@@ -261,7 +261,7 @@ def remember(cache, snapshot):
     views and query tables, for the next generation to reuse."""
     cache.clear()
     if snapshot.spec.trained:
-        cache[("quantizer", snapshot.manifest.quantizer)] = snapshot.spec.quantizer
+        cache[("quantizer", snapshot.manifest.quantizer)] = snapshot.spec.linked_model(snapshot.folder)
     if snapshot._tables is not None:
         cache[("tables", snapshot.manifest.quantizer)] = snapshot._tables
     for view in snapshot.views:

@@ -28,6 +28,7 @@ import os
 import numpy as np
 
 from .._index_rows import check_store_vectors
+from ..indexfile.reader import load_linked_model
 from ..indexfile.writer import save_quantizer
 from ..quantizers.ivf import IVF
 from ..quantizers.cartesian import Quantizer
@@ -252,7 +253,10 @@ def train_commit(snapshot, generation, model, *, fit, sample_rows, operation, pe
         quantizer_file = names.quantizer_name(generation)
         save_quantizer(os.path.join(folder, quantizer_file), model)
         written.append(quantizer_file)
-        spec = SegmentSpec(model, old.norm_encoding, check_store_vectors(old.store_vectors))
+        # The model as readers will load it, with its fingerprint: the new segments refer to the file (FORMAT.md 18).
+        linked = load_linked_model(os.path.join(folder, quantizer_file))
+        spec = SegmentSpec(linked.model, old.norm_encoding, check_store_vectors(old.store_vectors),
+                           model_ref=linked.ref)
         entries = _encode_live_rows(folder, generation, spec, views, masks, old.max_merge_rows, written, n_threads)
         manifest = Manifest(generation, quantizer_file, old.norm_encoding, old.store_vectors,
                             old.next_id if next_id is None else next_id, old.merge_factor, old.max_merge_rows,

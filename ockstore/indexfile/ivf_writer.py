@@ -31,6 +31,7 @@ from ..quantizers.ivf import ivf_from_state
 from ..quantizers.cartesian import quantizer_from_state
 from .ivf_schema import IVF_FILES
 from .schema import check_user_metadata, put_value_ranges
+from .segment_file import SEGMENT_MINOR_VERSION, segment_meta
 from .writer import IndexWriter, RowPacker
 
 __all__ = ["IVFIndexWriter", "ROWS_PER_SORT"]
@@ -89,7 +90,8 @@ class IVFIndexWriter(IndexWriter):
     file stores them (rows are reordered list after list).
     """
 
-    def __init__(self, path, quantizer, *, norm_encoding=None, store_vectors=None, metadata=None, n_threads=None):
+    def __init__(self, path, quantizer, *, norm_encoding=None, store_vectors=None, metadata=None, n_threads=None,
+                 _model_ref=None):
         ivf = check_model_for(type(self), quantizer)
         self._norm_encoding = resolve_norm_encoding(ivf, norm_encoding)
         self._store_vectors = check_store_vectors(store_vectors, ivf)
@@ -103,9 +105,11 @@ class IVFIndexWriter(IndexWriter):
         self._ntotal = 0
         self._has_ids = None  # decided by the first add
         self._counts = np.zeros(self._quantizer.n_lists, dtype=np.int64)
+        self._model_ref = _model_ref  # a segment by reference (IndexWriter's parameter)
+        minor = IVF_FILES.minor_version(self._quantizer, self._store_vectors, self._norm_encoding, index=True)
         # checks the path; creates nothing yet
-        self._writer = storage.FileWriter(path, minor_version=IVF_FILES.minor_version(
-            self._quantizer, self._store_vectors, self._norm_encoding, index=True))
+        self._writer = storage.FileWriter(path, minor_version=minor if _model_ref is None else max(
+            minor, SEGMENT_MINOR_VERSION))
         self._columns = None  # the spill files, created by the first append
         self._blocks = uses_blocks(self._quantizer.n_codewords)  # 4-bit words: each list in fast-scan blocks
 
@@ -183,13 +187,16 @@ class IVFIndexWriter(IndexWriter):
         meta.update(ntotal=self._ntotal, norm_encoding=self._norm_encoding, has_ids=True)
         if self._store_vectors is not None:
             meta["store_vectors"] = self._store_vectors
+        if self._model_ref is not None:
+            meta = segment_meta(meta, self._model_ref)
         offsets = np.zeros(ivf.n_lists + 1, dtype=np.int64)
         np.cumsum(self._counts, out=offsets[1:])
         try:
             writer = self._writer
-            IVF_FILES.put_model(writer, ivf)
-            if self._store_vectors == "sq8":
-                put_value_ranges(writer, ivf)
+            if self._model_ref is None:  # a segment by reference holds no model
+                IVF_FILES.put_model(writer, ivf)
+                if self._store_vectors == "sq8":
+                    put_value_ranges(writer, ivf)
             writer.put("list_offsets", offsets)
             N = self._ntotal
             if self._blocks:  # each list padded to whole blocks (docs/FORMAT.md section 16)

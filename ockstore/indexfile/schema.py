@@ -27,6 +27,7 @@ from .._validation import MAX_ABS_VALUE
 from .._version import __version__
 from ..quantizers.params import STORED_PARAMETERS
 from ..quantizers.cartesian import METHODS, PARAMETERS, quantizer_from_state
+from .segment_file import KIND_SEGMENT, OPEN_THE_COLLECTION, SEGMENT_MINOR_VERSION, model_ref_of
 
 __all__ = ["KIND_INDEX", "KIND_QUANTIZER", "KIND_FASTSCAN_INDEX", "FASTSCAN_MINOR_VERSION", "HEADER_MARGIN",
            "ROTATION_TOLERANCE", "ROW_SECTIONS", "FileSchema", "FLAT_FILES", "check_user_metadata", "quantizer_meta",
@@ -49,6 +50,9 @@ FASTSCAN_MINOR_VERSION = 3
 
 # The sections of the rows of an index (sections 11.2 and 16), which a quantizer file does not hold.
 ROW_SECTIONS = ("codes", "code_blocks", "norms", "ids", "vectors")
+# The sections of a flat model (section 11.2, and value_ranges, section 17), which a segment by reference does not hold
+# (section 18, S3; each kind adds its own, e.g. the coarse sections of an inverted file).
+MODEL_SECTIONS = ("rotation", "codebooks", "objective_history", "norm_levels", "value_ranges")
 
 # docs/FORMAT.md rule I6: the largest max |R^T R - I| a rotation may show. ockstore's own float32 rotations show about
 # 6e-8 (every method with a rotation, flat and IVF, on sift and minilm, and the golden files), the float32 product at
@@ -161,6 +165,7 @@ class _Reader:
         self.mf = mf
         self.path = mf.path
         self.meta = mf.meta
+        self.by_reference = False  # a segment by reference (meta "kind" "segment", section 18)
 
     def fail(self, check, detail):
         return storage.format_error(self.path, check, detail)
@@ -168,19 +173,74 @@ class _Reader:
     # ---- meta (I1-I3)
 
     def kind(self, index_only):
-        """meta 'kind' (I1): (the file kind, its IndexKind, whether the file is an index)."""
+        """meta 'kind' (I1): (the file kind, its IndexKind, whether the file is an index). For a segment by reference
+        (section 18, S1), the kind of index file its meta 'index_kind' names."""
         kind = self.meta.get("kind")
         if type(kind) is not str:
             raise self.fail("bad meta", f"meta 'kind' = {_short(kind)}, expected a str: is this an ockstore index "
                                         "or quantizer file?")
+        if kind == KIND_SEGMENT:
+            return self.segment_kind()
         found = _registry.of_file(kind)
         if found is None:
             raise self.fail("unknown kind", f"meta 'kind' = {_short(kind)}, expected "
-                                            f"{', '.join(repr(k) for k in _registry.file_kinds())}")
+                                            f"{', '.join(repr(k) for k in (*_registry.file_kinds(), KIND_SEGMENT))}")
         if index_only and not found[1]:
             raise self.fail("wrong kind", f"the file holds a {kind}, not an index (meta 'kind' = {kind!r}); "
                                           "load it with ockstore.load_quantizer")
         return (kind, *found)
+
+    # ---- segments by reference (section 18)
+
+    def segment_kind(self):
+        """A segment by reference (S1): format 1.4 or more, meta 'index_kind' one of the index kinds; returns the
+        file kind, IndexKind and is-index of that index kind."""
+        self.by_reference = True
+        major, minor = self.mf.version
+        if (major, minor) < (1, SEGMENT_MINOR_VERSION):
+            raise self.fail("bad format version", f"meta 'kind' = {KIND_SEGMENT!r} exists from format "
+                                                  f"1.{SEGMENT_MINOR_VERSION}, but the file says {major}.{minor}")
+        kind = self.meta.get("index_kind")
+        found = _registry.of_file(kind) if type(kind) is str else None
+        if found is None or not found[1]:
+            index_kinds = [k for k in _registry.file_kinds() if _registry.of_file(k)[1]]
+            raise self.fail("bad meta", f"meta 'index_kind' = {_short(kind)}, expected the kind of an index file: "
+                                        f"{', '.join(repr(k) for k in index_kinds)}")
+        return (kind, *found)
+
+    def linked_model(self, files, kind, given):
+        """The model of a segment by reference: ``given`` (a segment_file.LinkedModel) when it is the model meta
+        'model' names (S2, S4), else a FormatError naming both files; its sections are not in the segment (S3)."""
+        ref = model_ref_of(self.meta, self.fail)
+        if self.meta.get("has_ids") is not True:
+            raise self.fail("bad meta", f"meta 'has_ids' = {_short(self.meta.get('has_ids'))}, expected true: a "
+                                        "segment always stores its ids")
+        for name in MODEL_SECTIONS + tuple(n for n in kind.files.own_sections if n not in kind.files.row_sections):
+            self.absent(name, f"a segment by reference holds no model (its model is in {ref.file!r})")
+        if given is None:
+            raise self.fail("missing model", f"the file is a segment of a collection whose model is in its quantizer "
+                                             f"file {ref.file!r}: {OPEN_THE_COLLECTION}")
+        if given.ref != ref:
+            raise self.fail("model mismatch", f"the segment was written with the model of quantizer file {ref.file!r} "
+                                              f"(fingerprint {ref.fingerprint[:16]}...), but is opened with "
+                                              f"{given.path!r} (fingerprint {given.ref.fingerprint[:16]}...)")
+        model = given.model
+        expected = storage.canonical_metadata(files.meta(files.quantizer_kind, model)) \
+            if _registry.find_model(model) is kind else None
+        for key in ("method", "params", "ivf"):
+            ours, theirs = self.meta.get(key), None if expected is None else expected.get(key)
+            if expected is not None and ours == theirs:
+                continue
+            where = f"meta {key!r}"
+            if isinstance(ours, dict) and isinstance(theirs, dict):  # name the first parameter that differs
+                name = sorted(k for k in {*ours, *theirs} if ours.get(k) != theirs.get(k))[0]
+                where, ours, theirs = f"meta {key!r}[{name!r}]", ours.get(name), theirs.get(name)
+            what = "another kind of model" if expected is None else _short(theirs)
+            raise self.fail("model mismatch", f"{where} = {_short(ours)}, but the model of {given.path!r} has {what}")
+        if self.meta.get("store_vectors") == "sq8" and model.value_ranges is None:
+            raise self.fail("model mismatch", f"meta 'store_vectors' = 'sq8' needs the model's value ranges, which "
+                                              f"{given.path!r} does not hold")
+        return model
 
     def _int(self, where, value, lo, hi=None):
         if type(value) is not int or value < lo or (hi is not None and value > hi):
@@ -434,6 +494,13 @@ class FileSchema:
         """The sections of ``model``, in file order (I4, I5)."""
         put_quantizer_sections(writer, model)
 
+    def put_quantizer_file(self, writer, model):
+        """Every section of a quantizer file of ``model``: its model's, then its value ranges when it learned them
+        (I21). What ``save_quantizer`` writes and what the fingerprint of a model covers (section 18)."""
+        self.put_model(writer, model)
+        if model.value_ranges is not None:
+            put_value_ranges(writer, model)
+
     # ---- reading (called by read_file, in this order)
     def read_meta(self, reader):
         """What the kind adds to the meta map, checked (None: nothing)."""
@@ -459,19 +526,24 @@ class FileSchema:
 FLAT_FILES = FileSchema()
 
 
-def read_file(mf, index_only):
-    """Run every open-time check of docs/FORMAT.md sections 11.4 and 14.4 on an opened container; returns
+def read_file(mf, index_only, model=None):
+    """Run every open-time check of docs/FORMAT.md sections 11.4, 14.4 and 18.4 on an opened container; returns
     (file kind, IndexKind, model, rows): the model is the quantizer, or the IVF of an inverted file; ``rows`` None for
     a quantizer file, else the keyword arguments of the kind's index class (codes, norms, ids, norm_encoding,
-    vectors, and what the kind adds: list_offsets). ``index_only``: a quantizer file is refused ("wrong kind")."""
+    vectors, and what the kind adds: list_offsets). ``index_only``: a quantizer file is refused ("wrong kind").
+    ``model``: the segment_file.LinkedModel a segment by reference (section 18) is opened with (its model is returned;
+    "missing model" without it); ignored for any other file. For a segment the file kind is its meta 'index_kind'."""
     reader = _Reader(mf)
     file_kind, kind, is_index = reader.kind(index_only)
     files = kind.files
     p = reader.params()
     meta = files.read_meta(reader)
     index_meta = files.index_meta(reader, p) if is_index else None
-    arrays = reader.quantizer_sections(p)
-    model = files.read_model(reader, meta, p, quantizer_from_state(p, arrays))
+    if reader.by_reference:
+        model = reader.linked_model(files, kind, model)
+    else:
+        arrays = reader.quantizer_sections(p)
+        model = files.read_model(reader, meta, p, quantizer_from_state(p, arrays))
     rows = None
     if is_index:
         ntotal, encoding, has_ids, store_vectors = index_meta
@@ -488,6 +560,7 @@ def read_file(mf, index_only):
     else:
         reader.for_quantizer_file()
     reader.absent_sections_of_other_kinds(kind)
-    sq8 = is_index and index_meta[3] == "sq8"
-    reader.value_ranges(model, p["dim"], required=sq8, allowed=sq8 or not is_index)
+    if not reader.by_reference:  # a segment's model has its ranges (checked by linked_model; S3: none here)
+        sq8 = is_index and index_meta[3] == "sq8"
+        reader.value_ranges(model, p["dim"], required=sq8, allowed=sq8 or not is_index)
     return file_kind, kind, model, rows

@@ -14,6 +14,7 @@ from ..search.codes import BLOCK_ROWS, block_bytes, pack_rows, uses_blocks
 from .._validation import as_ids, as_vectors, check_int, resolve_n_threads
 from ..quantizers.cartesian import quantizer_from_state
 from .schema import FLAT_FILES, check_user_metadata, put_value_ranges
+from .segment_file import SEGMENT_MINOR_VERSION, segment_meta
 
 __all__ = ["IndexWriter", "RowPacker", "build_index", "save_quantizer"]
 
@@ -65,7 +66,11 @@ class IndexWriter:
                 cls = kind.writer_class
         return super().__new__(cls)
 
-    def __init__(self, path, quantizer, *, norm_encoding=None, store_vectors=None, metadata=None, n_threads=None):
+    def __init__(self, path, quantizer, *, norm_encoding=None, store_vectors=None, metadata=None, n_threads=None,
+                 _model_ref=None):
+        # _model_ref (a segment_file.ModelRef): write a collection's segment by reference (docs/FORMAT.md section 18):
+        # no model section, meta "kind" "segment" naming the quantizer file that holds ``quantizer`` (the caller
+        # vouches for it: the collection made the ModelRef from that file).
         quantizer = check_model_for(type(self), quantizer)
         self._norm_encoding = resolve_norm_encoding(quantizer, norm_encoding)
         self._store_vectors = check_store_vectors(store_vectors, quantizer)
@@ -78,12 +83,15 @@ class IndexWriter:
         self._state = "open"  # "open", "committed" or "aborted"
         self._ntotal = 0
         self._has_ids = None  # decided by the first add
+        self._model_ref = _model_ref
+        minor = FLAT_FILES.minor_version(self._quantizer, self._store_vectors, self._norm_encoding, index=True)
         # checks the path; creates nothing yet
-        writer = storage.FileWriter(path, minor_version=FLAT_FILES.minor_version(self._quantizer, self._store_vectors,
-                                                                                 self._norm_encoding, index=True))
-        FLAT_FILES.put_model(writer, self._quantizer)
-        if self._store_vectors == "sq8":
-            put_value_ranges(writer, self._quantizer)
+        writer = storage.FileWriter(path, minor_version=minor if _model_ref is None else max(minor,
+                                                                                             SEGMENT_MINOR_VERSION))
+        if _model_ref is None:  # a segment by reference holds no model (its quantizer file has the value ranges)
+            FLAT_FILES.put_model(writer, self._quantizer)
+            if self._store_vectors == "sq8":
+                put_value_ranges(writer, self._quantizer)
         self._blocks = RowPacker(self._quantizer) if uses_blocks(self._quantizer.n_codewords) else None
         if self._blocks is not None:  # 4-bit words, in fast-scan blocks (docs/FORMAT.md section 16)
             writer.declare_growing("code_blocks", "<u1", (self._blocks.block_bytes,))
@@ -226,6 +234,8 @@ class IndexWriter:
         meta.update(ntotal=self._ntotal, norm_encoding=self._norm_encoding, has_ids=bool(self._has_ids))
         if self._store_vectors is not None:  # absent means none: files without vectors stay as format 1.0 wrote them
             meta["store_vectors"] = self._store_vectors
+        if self._model_ref is not None:
+            meta = segment_meta(meta, self._model_ref)
         try:
             if self._blocks is not None:
                 self._writer.append("code_blocks", self._blocks.finish())  # the last rows, in a padded block
@@ -317,7 +327,5 @@ def save_quantizer(path, quantizer, *, metadata=None):
     files = _registry.of_model(quantizer).files
     ranges = quantizer.value_ranges is not None
     with storage.FileWriter(path, minor_version=files.minor_version(quantizer, None, value_ranges=ranges)) as writer:
-        files.put_model(writer, quantizer)
-        if ranges:
-            put_value_ranges(writer, quantizer)
+        files.put_quantizer_file(writer, quantizer)
         writer.commit(files.meta(files.quantizer_kind, quantizer), user)

@@ -22,8 +22,9 @@ MAGIC = b"\x89OCK\r\n\x1a\n"
 # files without newer features stay byte-identical to those of earlier versions. 1.1: float16 sections (and the index
 # layer's metric and stored vectors); 1.2: the index layer's inverted files (docs/FORMAT.md section 14); 1.3: files of
 # stored vectors without codes (section 15), the norm term of cosine indexes (section 11), fast-scan files, 4-bit
-# codes in blocks (section 16), and vectors stored as sq8 codes with the model's value ranges (section 17).
-FORMAT_VERSION = (1, 3)
+# codes in blocks (section 16), and vectors stored as sq8 codes with the model's value ranges (section 17); 1.4: the
+# index layer's segments that refer to their collection's quantizer file instead of holding a model (section 18).
+FORMAT_VERSION = (1, 4)
 MAX_HEADER_BYTES = 16 * 1024 * 1024
 ALIGNMENT = 64  # every section starts at a multiple of this (a cache line; also any dtype's alignment)
 DTYPES = ("<u1", "<u2", "<i4", "<u4", "<i8", "<f4", "<f8", "<f2")

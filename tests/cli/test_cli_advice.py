@@ -88,6 +88,20 @@ def test_training_errors_name_the_options_and_the_file(data, tmp_path):
                           "--lists", "5000"), f"{learn} has 2000 rows; need at least --lists 5000 training vectors")
 
 
+def test_a_segment_alone_says_to_give_the_collection_folder(data, tmp_path):
+    """A segment of a collection copied out of its folder (its quantizer file is not beside it): info, verify and
+    search name the quantizer file it needs and say to give the collection's folder, not a Python call."""
+    folder = tmp_path / "c"
+    run("create", data["q"], folder, check=0)
+    run("add", folder, data["base"], check=0)
+    segment = next(p for p in folder.iterdir() if p.name.startswith("segment."))
+    alone = tmp_path / "alone.ock"
+    alone.write_bytes(segment.read_bytes())
+    for command in (("info", alone), ("verify", alone), ("search", alone, data["query"], "-k", "3")):
+        assert_cli_advice(run(*command), "missing model", "'quantizer.ockq'", "the collection's folder")
+    assert "model_file:" in run("info", segment, check=0).stdout
+
+
 def test_every_rule_rewrites_what_it_is_for():
     """Each rule of advice.RULES changes a message it matches, leaving no Python advice behind."""
     class Args:
@@ -109,6 +123,9 @@ def test_every_rule_rewrites_what_it_is_for():
         "X has 300 rows; fit needs at least n_lists=400 training vectors",
         "n_subspaces=40 is larger than the dimension of X (16)",
         "X has 10 rows; fit needs at least n_codewords=256 training vectors",
+        "'/x/segment.0000000003.0.ock': missing model: the file is a segment of a collection whose model is in the "
+        "quantizer file 'quantizer.ockq', which is not in its folder ('/x/quantizer.ockq'): open the collection it "
+        "belongs to with ockstore.open_collection(folder)",
     ]
     used = set()
     for sample in samples:

@@ -498,8 +498,8 @@ def test_paths_that_are_not_collections(q, tmp_path):
         ockstore.create_collection(tmp_path / "a" / "b", q)
     with pytest.raises(ValueError, match="merge_factor must be >= 2"):
         ockstore.create_collection(tmp_path / "m", q, merge_factor=1)
-    with pytest.raises(ValueError, match="store_vectors is required with an unfitted quantizer"):
-        ockstore.create_collection(tmp_path / "m", ockstore.PQ(2))
+    with ockstore.create_collection(tmp_path / "u", ockstore.PQ(2)) as c:  # unfitted: float16 stored by default
+        assert c.store_vectors == "float16"
     with pytest.raises(ValueError, match="train_size applies to an unfitted quantizer"):
         ockstore.create_collection(tmp_path / "m", q, train_size=1000)
     with pytest.raises(ValueError, match="train_size must be >= 256"):

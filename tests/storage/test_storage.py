@@ -31,7 +31,7 @@ from storage_files import DTYPES, canonical, small_sections, write_file
 def test_constants_match_the_specification_R1_R2_R6_R11():
     """R1, R2, R6, R11: the module's constants are the specification's."""
     assert storage.MAGIC == b"\x89OCK\r\n\x1a\n" and storage.PREAMBLE_SIZE == 24
-    assert storage.FORMAT_VERSION == (1, 3) and storage.MAX_HEADER_BYTES == 16 * 1024 * 1024
+    assert storage.FORMAT_VERSION == (1, 4) and storage.MAX_HEADER_BYTES == 16 * 1024 * 1024
     assert storage.DTYPES == tuple(DTYPES) and storage.ALIGNMENT == 64
     assert storage.MAX_NAME_LENGTH == 255 and storage.MAX_NDIM == 32
 

@@ -17,6 +17,7 @@ import numpy as np
 import ockstore
 from helpers import gaussian_mixture
 from ockstore.collection import names
+from ockstore.indexfile.segment_file import ModelRef, model_fingerprint
 
 DIM = 12
 N = 2600
@@ -39,13 +40,15 @@ def quantizers():
 
 def reference_segments(folder, quantizer, X, bounds, ids=None, **options):
     """The oracle: each partition [a, b) of X encoded by a single-process IndexWriter into its own file (the name a
-    build's commit gives it); returns the files' bytes in partition order."""
+    build's commit gives it), by reference to the collection's quantizer.ockq as a collection writes its segments
+    (docs/FORMAT.md section 18); returns the files' bytes in partition order."""
     os.makedirs(folder, exist_ok=True)
     out = []
     spec_options = {key: options[key] for key in ("norm_encoding", "store_vectors") if key in options}
+    ref = ModelRef(names.QUANTIZER_NAME, model_fingerprint(quantizer))
     for number, (a, b) in enumerate(bounds):
         path = os.path.join(folder, f"ref.{number}.ock")
-        with ockstore.IndexWriter(path, quantizer, n_threads=1, **spec_options) as writer:
+        with ockstore.IndexWriter(path, quantizer, n_threads=1, _model_ref=ref, **spec_options) as writer:
             writer.add(X[a:b], ids=np.arange(a, b) if ids is None else ids[a:b])
         with open(path, "rb") as f:
             out.append(f.read())

@@ -235,7 +235,7 @@ def _random(runner, n_random, seed):
             runner.failures.append({"kind": "harness", "case": test.__name__, "problem": repr(exc)})
 
 
-def fuzz_file(opener, valid_path, workdir, *, n_random=8000, seed=0, exhaustive=True, max_failures=20):
+def fuzz_file(opener, valid_path, workdir, *, n_random=8000, seed=0, exhaustive=True, max_failures=20, extra=()):
     """Mutate the valid file at ``valid_path`` and check every variant with ``opener``; returns a report dict.
 
     Parameters
@@ -247,6 +247,9 @@ def fuzz_file(opener, valid_path, workdir, *, n_random=8000, seed=0, exhaustive=
         An existing folder for the mutated copies.
     n_random : int
         Hypothesis cases, split evenly over flips, insertions, deletions and header edits.
+    extra : sequence of callables
+        More mutations of a layer above the container, each called with the runner after the others (its
+        ``original`` bytes, and ``run(kind, data, must_refuse, description)`` for each case).
 
     Returns
     -------
@@ -262,6 +265,8 @@ def fuzz_file(opener, valid_path, workdir, *, n_random=8000, seed=0, exhaustive=
         _exhaustive(runner)
     if n_random:
         _random(runner, n_random, seed)
+    for step in extra:
+        step(runner)
     return {"cases": runner.total, "counts": dict(sorted(runner.counts.items())), "failures": runner.failures}
 
 
