@@ -477,7 +477,10 @@ class Collection(Closable):
             segment = Segment(  # the checks of any segment at open, against the entry it will get
                 folder, SegmentEntry(name, p.rows, p.min_id, p.max_id), spec)
             try:
-                ids = np.array(segment.index.ids)
+                check = segment.copy_check(["ids"], advice="; the pending segment is damaged: nothing was committed "
+                                                           "(write it again)")
+                ids = np.array(segment.index.ids)  # read once, its CRC checked on the way (C15)
+                check.finish()
             finally:
                 segment.close()
             if ids.size and (int(ids.min()) != p.min_id or int(ids.max()) != p.max_id):

@@ -115,12 +115,12 @@ def commit(snapshot, generation, *, operation, pending=(), deletes=None, compact
                 view = SegmentView(view.segment, SegmentEntry(entry.file, entry.rows, entry.min_id, entry.max_id,
                                                               file, int(deleted.size)), deleted)
             views.append(view)
-        renamed = False
+        renamed = {}  # final name -> pending path, to give a pending file its name back when the commit fails
         for p in pending:
             file = new_name("segment")
             if p.path != os.path.join(folder, file):  # a pending file (the collection's own adds write the final name)
                 os.replace(p.path, os.path.join(folder, file))
-                renamed = True
+                renamed[file] = p.path
             written.append(file)
             entry = SegmentEntry(file, p.rows, p.min_id, p.max_id)
             views.append(SegmentView(open_segment(entry), entry, np.empty(0, dtype=np.int64)))
@@ -158,6 +158,10 @@ def commit(snapshot, generation, *, operation, pending=(), deletes=None, compact
         for segment in opened:
             segment.close()
         for file in written:
+            if file in renamed:  # the caller's pending file stays, for a retry (commit_segments' promise)
+                with contextlib.suppress(OSError):
+                    os.replace(os.path.join(folder, file), renamed[file])
+                    continue
             _remove(folder, file)
         raise
     # Files this commit wrote that its own merges made useless (a new segment merged at once, the deletion file of a
