@@ -55,8 +55,13 @@ class Collection(Closable):
         self._cache = cache
         self._next_generation = None
         self._searchers = SearcherCache()  # the searcher of the last search call
+        self._leftovers = []
         if mode == "a":
             self._next_generation = max(manifest_generations(folder)[0], snapshot.generation) + 1
+            # Pending and temporary files present when this writer took the lock were left by writers that are dead
+            # (a live one would hold the lock), or by the workers of a dead distributed build: the first commit
+            # removes them. Those that appear later are this writer's own (its distributed build's workers).
+            self._leftovers = _commit.leftover_files(folder)
         self._closed = False
 
     # ---------------------------------------------------------------------------------------------------- lifecycle
@@ -589,6 +594,8 @@ class Collection(Closable):
         for path in consumed:
             _remove_file(path)  # no manifest references them
         _commit.remove_older_generations(self._folder, [new.manifest, previous])
+        leftovers, self._leftovers = self._leftovers, []
+        _commit.remove_leftovers(self._folder, leftovers)
 
 
 def _generation_of(pending):
