@@ -49,17 +49,21 @@ class _Column:
         self.dtype = np.dtype(dtype)
         self.row_shape = tuple(row_shape)
         self.row_bytes = self.dtype.itemsize * int(np.prod(self.row_shape, dtype=np.int64))
-        self.path, fd = _atomic.new_temp_sibling(target)
+        self.target = target
+        with _atomic.naming_no_space(target):
+            self.path, fd = _atomic.new_temp_sibling(target)
         self.file = open(fd, "w+b")
 
     def append(self, rows):
         data = np.ascontiguousarray(rows, dtype=self.dtype)
         if data.size:
-            self.file.write(memoryview(data).cast("B"))
+            with _atomic.naming_no_space(self.target):
+                self.file.write(memoryview(data).cast("B"))
 
     def read(self, start, count):
         """Rows start..start+count-1, as an array of (count, *row_shape)."""
-        self.file.flush()
+        with _atomic.naming_no_space(self.target):
+            self.file.flush()
         data = os.pread(self.file.fileno(), count * self.row_bytes, start * self.row_bytes)
         if len(data) != count * self.row_bytes:
             raise OSError(f"spill file {self.path!r} is shorter than its rows")

@@ -151,3 +151,31 @@ def test_vacuum_removes_leftovers_and_keeps_foreign_files(q, tmp_path):
     with pytest.raises(ValueError, match="keep_generations must be >= 1"):
         c.vacuum(keep_generations=0)
     c.close()
+
+
+def test_after_retrain_and_compact_the_folder_holds_the_live_generation_and_one_fallback(q, tmp_path):
+    """Issue 28: retrain() then compact() leave the live generation and one fallback (the generation before the last
+    commit), nothing else: about twice the live data right after a retrain (the fallback's segments hold the same
+    rows), back to the live data plus the last commit's files after the next commit, or at once with
+    vacuum(keep_generations=1) (docs/ARCHITECTURE.md, "Collections")."""
+    folder = tmp_path / "c"
+    c, model = populated(folder, q, store_vectors="float32")
+    with c:
+        c.retrain()
+        c.compact()  # one segment and no deletion after a retrain: nothing to do
+        live = c.generation
+        files = _folder_files(folder)
+        assert set(files) == _generation_files(folder, live) | _generation_files(folder, live - 1) | {names.LOCK_NAME}
+        live_bytes = sum(files[name] for name in _generation_files(folder, live))
+        c.delete(model.live_ids()[:3])
+        model.delete(model.live_ids()[:3])
+        c.compact()
+        live = c.generation
+        files = _folder_files(folder)
+        assert set(files) == _generation_files(folder, live) | _generation_files(folder, live - 1) | {names.LOCK_NAME}
+        assert sum(files.values()) <= 2.2 * live_bytes  # this generation and the retrained one it compacted
+        c.vacuum(keep_generations=1)
+        files = _folder_files(folder)
+        assert set(files) == _generation_files(folder, live) | {names.LOCK_NAME}
+        assert sum(files.values()) <= 1.05 * live_bytes
+        assert_same_search(c, reference_index(c.quantizer, model, store_vectors="float32"), vectors(4, 1), 5)
