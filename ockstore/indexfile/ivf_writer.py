@@ -29,7 +29,7 @@ from .._index_rows import (
 from .._validation import resolve_n_threads
 from ..quantizers.ivf import ivf_from_state
 from ..quantizers.cartesian import quantizer_from_state
-from .ivf_schema import IVF_FILES
+from .ivf_schema import IVF_FILES, check_ivf
 from .schema import check_user_metadata, put_value_ranges
 from .writer import IndexWriter, RowPacker
 
@@ -103,6 +103,7 @@ class IVFIndexWriter(IndexWriter):
         params, arrays = ivf.quantizer._get_state()
         ivf_params, ivf_arrays = ivf._get_state()
         self._quantizer = ivf_from_state(ivf_params, ivf_arrays, quantizer_from_state(params, arrays))
+        check_ivf(self._quantizer)  # a model whose file would not open is refused now, not after the rows' spill
         self._state = "open"
         self._ntotal = 0
         self._has_ids = None  # decided by the first add
