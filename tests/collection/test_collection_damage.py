@@ -59,7 +59,7 @@ def assert_nothing_committed(c, folder, before, generation, path):
             reader.verify()  # the damage is still reported: not laundered
 
 
-def test_compact_and_retrain_refuse_a_segment_with_an_overwritten_stored_vector_row(q, tmp_path):
+def test_compact_and_retrain_refuse_a_segment_with_an_overwritten_stored_vector_row_C15(q, tmp_path):
     """The issue's case: one stored-vector row overwritten; compact() and retrain() raise FormatError naming the
     segment file and the section, commit nothing, and verify() still reports the damage."""
     folder = tmp_path / "c"
@@ -83,7 +83,7 @@ def test_compact_and_retrain_refuse_a_segment_with_an_overwritten_stored_vector_
 
 
 @pytest.mark.parametrize("section", ["codes", "norms", "ids", "vectors"])
-def test_merges_check_every_section_they_copy(quantizers, tmp_path, section):
+def test_merges_check_every_section_they_copy_C15(quantizers, tmp_path, section):
     """Codes (4-bit blocks for K = 16), norm terms, ids, stored vectors: a damaged row of any fails the automatic
     merge of the add that would copy it; the add commits nothing and its new segment is removed."""
     q = quantizers["ockm"]
@@ -100,7 +100,7 @@ def test_merges_check_every_section_they_copy(quantizers, tmp_path, section):
         assert_nothing_committed(c, folder, before, generation, path)
 
 
-def test_ivf_merges_check_their_segments(tmp_path):
+def test_ivf_merges_check_their_segments_C15(tmp_path):
     learn = vectors(800, 1)
     ivf = ockstore.IVF(4, ockstore.PQ(5, n_codewords=16, n_iter=2, seed=0), seed=0).fit(learn)
     folder = tmp_path / "c"
@@ -115,7 +115,7 @@ def test_ivf_merges_check_their_segments(tmp_path):
         assert_nothing_committed(c, folder, before, generation, path)
 
 
-def test_retrain_reads_only_the_stored_vectors_and_ids(q, tmp_path):
+def test_retrain_reads_only_the_stored_vectors_and_ids_C15(q, tmp_path):
     """retrain re-encodes from the stored vectors: damaged codes are not copied (the commit writes new ones, and
     verify passes after it), damaged stored vectors are refused."""
     folder = tmp_path / "c"
@@ -137,7 +137,7 @@ def test_retrain_reads_only_the_stored_vectors_and_ids(q, tmp_path):
         assert_nothing_committed(c, folder, before, generation, path)
 
 
-def test_the_training_commit_refuses_damaged_stored_vectors(tmp_path):
+def test_the_training_commit_refuses_damaged_stored_vectors_C15(tmp_path):
     """The commit that crosses train_size re-encodes every live row: a damaged file of stored vectors fails it, and
     the collection stays untrained at its generation."""
     folder = tmp_path / "c"
@@ -154,7 +154,7 @@ def test_the_training_commit_refuses_damaged_stored_vectors(tmp_path):
         assert_nothing_committed(c, folder, before, generation, path)
 
 
-def test_commit_segments_checks_what_it_copies(q, tmp_path):
+def test_commit_segments_checks_what_it_copies_C15(q, tmp_path):
     """A distributed build's commit: the ids of each pending file (read to check them) are CRC-checked, and the merges
     it runs check the segments they copy."""
     folder = tmp_path / "c"

@@ -67,7 +67,7 @@ def test_twenty_writer_launches_keep_the_live_generation_and_one_fallback(q, tmp
         reader.verify()
 
 
-def test_the_first_commit_of_a_writer_removes_what_older_writers_left(q, tmp_path):
+def test_the_first_commit_of_a_writer_removes_what_older_writers_left_C16(q, tmp_path):
     """A folder whose earlier writers left several old generations (and the segment of a killed commit, never
     referenced), pending segments and temporary files: the next writer's first commit removes them all (C16), keeping
     the generation it opened as the fallback; foreign files are left alone (C1)."""
@@ -96,7 +96,7 @@ def test_the_first_commit_of_a_writer_removes_what_older_writers_left(q, tmp_pat
                                               | {names.LOCK_NAME, *untouched})
 
 
-def test_a_writers_commits_keep_the_pending_files_of_its_own_build(q, tmp_path):
+def test_a_writers_commits_keep_the_pending_files_of_its_own_build_C16(q, tmp_path):
     """Pending segments written after the writer took the lock are its own (a distributed build's workers write them
     for its next commit): its commits leave them, and committing them works."""
     folder = tmp_path / "c"
@@ -110,7 +110,7 @@ def test_a_writers_commits_keep_the_pending_files_of_its_own_build(q, tmp_path):
 
 
 @pytest.mark.parametrize("point", ["spill", "before-replace", "pending"])
-def test_a_new_writers_first_commit_removes_what_a_killed_writer_left(q, tmp_path, point):
+def test_a_new_writers_first_commit_removes_what_a_killed_writer_left_C16(q, tmp_path, point):
     """kill -9 of a writer in the middle of an add (its segment's spill files, its complete temporary file, or a
     pending segment written and not committed): the next writer's first commit removes the leftovers (C16); the
     folder then holds the live generation, its fallback and the lock, nothing else."""

@@ -184,7 +184,7 @@ def _without(model, ids):
 
 
 @pytest.mark.parametrize("damage", ["missing", "truncated", "header", "deletions"])
-def test_skip_damaged_opens_the_rest_of_a_collection_for_reading(q, tmp_path, damage):
+def test_skip_damaged_opens_the_rest_of_a_collection_for_reading_C4(q, tmp_path, damage):
     """One segment missing, truncated, with a damaged header, or with a damaged deletion file: open_collection fails
     with FormatError naming the file and skip_damaged=True; with skip_damaged=True a reader opens, warns, names the
     segment in ``skipped`` and info()["problems"], searches and reads the other segments exactly, and verify fails."""
@@ -224,7 +224,7 @@ def test_skip_damaged_opens_the_rest_of_a_collection_for_reading(q, tmp_path, da
             assert reader.refresh() == reader.generation and reader.skipped == (files[1],)
 
 
-def test_skip_damaged_is_for_readers_and_cannot_skip_the_quantizer(q, tmp_path):
+def test_skip_damaged_is_for_readers_and_cannot_skip_the_quantizer_C4(q, tmp_path):
     folder = tmp_path / "c"
     _three_segments(folder, q)
     with pytest.raises(ValueError, match=r"skip_damaged=True opens a collection for reading only \(mode='r'\)"):

@@ -336,7 +336,7 @@ def test_an_untrained_collection_of_uint8_vectors_adds_searches_and_trains(tmp_p
         c.verify()
 
 
-def test_a_manifest_of_an_untrained_collection_that_says_sq8_is_refused(tmp_path):
+def test_a_manifest_of_an_untrained_collection_that_says_sq8_is_refused_C14(tmp_path):
     """A collection that has not trained its quantizer stores files of stored vectors, which cannot hold sq8 codes
     (no value ranges without a fitted model): a manifest that says so does not verify (C14; issue 28: it opened and
     verified, and the next add raised AttributeError)."""
