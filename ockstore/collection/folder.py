@@ -178,7 +178,12 @@ def create_collection(path, quantizer=None, *, metric=None, norm_encoding=None, 
             raise PermissionError(exc.errno, f"path: cannot create the collection folder {folder!r}: "
                                              f"{os.strerror(exc.errno)} (its parent folder is read-only for this "
                                              "process); create it in a folder you may write") from None
-    lock = WriterLock(folder)
+    try:
+        lock = WriterLock(folder)
+    except PermissionError as exc:  # an empty folder that exists, read-only: not a collection to open with mode "r"
+        raise PermissionError(exc.errno, f"path: cannot create a collection in {folder!r}: {os.strerror(exc.errno)} "
+                                         "(the folder is read-only for this process); create it in a folder you may "
+                                         "write") from None
     cache = {}
     try:
         if trained:

@@ -44,6 +44,11 @@ def test_a_read_only_lock_file_or_file_system_names_the_folder_and_mode_r(q, tmp
         assert repr(str(folder)) in message and "open it with mode 'r'" in message and os.strerror(code) in message
     with ockstore.open_collection(folder) as reader:
         assert len(reader) == 20
+    monkeypatch.setattr(os, "open", refusing)
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(PermissionError, match=r"cannot create a collection in .*empty.*read-only") as caught:
+        ockstore.create_collection(tmp_path / "empty", q)
+    assert "mode 'r'" not in str(caught.value)  # not a collection yet: nothing to read
 
 
 def test_a_folder_that_cannot_be_written_is_refused_at_open_not_at_the_first_commit(q, tmp_path, monkeypatch):
