@@ -14,10 +14,35 @@ import errno
 import os
 import secrets
 
-__all__ = ["new_temp_sibling", "atomic_write", "fsync_folder", "remove_quietly"]
+__all__ = ["new_temp_sibling", "atomic_write", "fsync_folder", "remove_quietly", "NoSpaceError", "naming_no_space"]
 
 # Characters of the target's name kept in a temporary name: the name stays within NAME_MAX (255).
 _MAX_STEM = 200
+
+
+# errno values of a write that found no room: the file system is full, or the user's quota is.
+NO_SPACE = frozenset({errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)})
+
+
+class NoSpaceError(OSError):
+    """A write found no space (errno ENOSPC or EDQUOT, kept): the message names the file being written and the fix.
+    The operating system's own error says only "No space left on device", which an app cannot act on."""
+
+
+@contextlib.contextmanager
+def naming_no_space(path):
+    """Inside the block, an OSError of a full file system or quota becomes a NoSpaceError naming ``path`` (the file
+    the caller writes, not a temporary name) and what to do; other errors pass unchanged."""
+    try:
+        yield
+    except NoSpaceError:
+        raise
+    except OSError as exc:
+        if exc.errno not in NO_SPACE:
+            raise
+        raise NoSpaceError(exc.errno, f"{os.strerror(exc.errno)} while writing {os.fspath(path)!r}: nothing was "
+                                      "written under that name; free space on its file system (or write to another "
+                                      "one) and try again") from exc
 
 
 def new_temp_sibling(path):
@@ -84,14 +109,15 @@ def atomic_write(path, *, replace=True):
 
     ``path`` must already be checked (``ockstore.paths.check_output_file``).
     """
-    temp, fd = new_temp_sibling(path)
-    try:
-        with open(fd, "wb") as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        _put_in_place(temp, path, replace)
-    except BaseException:
-        remove_quietly(temp)
-        raise
-    fsync_folder(os.path.dirname(os.path.abspath(path)))
+    with naming_no_space(path):
+        temp, fd = new_temp_sibling(path)
+        try:
+            with open(fd, "wb") as f:
+                yield f
+                f.flush()
+                os.fsync(f.fileno())
+            _put_in_place(temp, path, replace)
+        except BaseException:
+            remove_quietly(temp)
+            raise
+        fsync_folder(os.path.dirname(os.path.abspath(path)))

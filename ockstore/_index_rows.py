@@ -26,7 +26,7 @@ from ._validation import check_choice, to_float32_rows
 from .errors import NotFittedError
 
 __all__ = ["NORM_ENCODINGS", "NORM_DTYPES", "DEFAULT_NORM_ENCODING", "BUILD_CHUNK", "STORE_VECTORS",
-           "STORED_VECTOR_DTYPES", "check_fitted_model", "check_model_for", "resolve_norm_encoding",
+           "STORED_VECTOR_DTYPES", "EXACT_STORE_VECTORS", "check_fitted_model", "check_model_for", "resolve_norm_encoding",
            "check_store_vectors", "vectors_for_storage", "encode_rows", "encode_step", "encode_all", "norm_scales"]
 
 NORM_ENCODINGS = ("f32", "u8", "none")
@@ -36,6 +36,9 @@ NORM_DTYPES = {"f32": np.dtype("<f4"), "u8": np.dtype("<u1")}
 STORE_VECTORS = ("float16", "float32", "uint8", "sq8")
 STORED_VECTOR_DTYPES = {"float16": np.dtype("<f2"), "float32": np.dtype("<f4"), "uint8": np.dtype("<u1"),
                         "sq8": np.dtype("<u1")}
+# What a file of stored vectors without a model (kind "vectors", an ExactIndex) may store: sq8 codes need the value
+# ranges of a fitted model. One dtype each, so the dtype of such vectors says which they are (uint8 and sq8 share one).
+EXACT_STORE_VECTORS = ("float16", "float32", "uint8")
 FLOAT16_MAX = float(np.finfo(np.float16).max)
 
 # The norm encoding of quantizers with C >= 2 when none is asked for. "u8" keeps 64-bit OCKM codes at 9 bytes per

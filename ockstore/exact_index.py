@@ -23,7 +23,7 @@ import numpy as np
 from .search import rerank as _rerank, options as _search_options
 from . import storage
 from ._blas import blas_threads
-from ._index_rows import STORED_VECTOR_DTYPES
+from ._index_rows import EXACT_STORE_VECTORS, STORED_VECTOR_DTYPES
 from ._stored_rows import StoredRows
 from ._validation import as_vectors, check_choice, check_k, normalize_rows, resolve_n_threads
 
@@ -186,7 +186,8 @@ class ExactIndex(StoredRows):
     @property
     def store_vectors(self) -> str:
         self._check_open()
-        return {dt: name for name, dt in STORED_VECTOR_DTYPES.items()}[self._vectors.dtype.newbyteorder("<")]
+        # uint8, not sq8 (the same dtype): an ExactIndex has no model, hence no sq8 codes (EXACT_STORE_VECTORS)
+        return {STORED_VECTOR_DTYPES[name]: name for name in EXACT_STORE_VECTORS}[self._vectors.dtype.newbyteorder("<")]
 
     def info(self) -> dict:
         """N, P, metric, store_vectors, bytes_per_vector (of the stored vectors) and, from a file, format_version,

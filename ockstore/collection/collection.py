@@ -48,16 +48,22 @@ class Collection(Closable):
         The generation this object sees (a reader keeps it until :meth:`refresh`).
     """
 
-    def __init__(self, folder, mode, snapshot, lock, cache):
+    def __init__(self, folder, mode, snapshot, lock, cache, skip_damaged=False):
         self._folder = folder
         self._mode = mode
+        self._skip_damaged = skip_damaged
         self._snap = snapshot
         self._lock = lock
         self._cache = cache
         self._next_generation = None
         self._searchers = SearcherCache()  # the searcher of the last search call
+        self._leftovers = []
         if mode == "a":
             self._next_generation = max(manifest_generations(folder)[0], snapshot.generation) + 1
+            # Pending and temporary files present when this writer took the lock were left by writers that are dead
+            # (a live one would hold the lock), or by the workers of a dead distributed build: the first commit
+            # removes them. Those that appear later are this writer's own (its distributed build's workers).
+            self._leftovers = _commit.leftover_files(folder)
         self._closed = False
 
     # ---------------------------------------------------------------------------------------------------- lifecycle
@@ -165,6 +171,13 @@ class Collection(Closable):
         return self._snap.manifest.next_id
 
     @property
+    def skipped(self) -> tuple:
+        """The segment files a reader opened with ``skip_damaged=True`` left out of this generation because they are
+        missing or damaged (their rows are not searched; ``info()["problems"]`` says why); () otherwise."""
+        self._check_open()
+        return tuple(s.file for s in self._snap.skipped)
+
+    @property
     def segment_spec(self):
         """The SegmentSpec (quantizer, norm encoding, stored vectors) every segment of this collection shares: what a
         worker of a distributed build needs for ``write_pending_segment``."""
@@ -203,8 +216,8 @@ class Collection(Closable):
         quantizer), train_size (the live rows whose commit trains it; None once trained), quantizer_file (None while
         untrained), the quantizer's P (None before the first vector), method, metric, M, C, K, T, bits,
         norm_encoding, store_vectors, bytes_per_vector (once trained), merge_factor, metadata, problems (why newer
-        manifests were skipped, if any) and segment_files (file, rows, deleted, deletions, min_id, max_id of each
-        segment)."""
+        manifests or, with ``skip_damaged``, segments were skipped, if any), skipped (the segment files left out) and
+        segment_files (file, rows, deleted, deletions, min_id, max_id of each segment searched)."""
         self._check_open()
         snap = self._snap
         m, q = snap.manifest, snap.spec.quantizer
@@ -216,7 +229,7 @@ class Collection(Closable):
             **model_summary(snap.spec), "norm_encoding": m.norm_encoding, "store_vectors": m.store_vectors,
             "bytes_per_vector": int(q.code_size) + {"f32": 4, "u8": 1, "none": 0}[m.norm_encoding],
             "merge_factor": m.merge_factor, "metadata": storage.canonical_metadata(snap.user),
-            "problems": list(snap.problems),
+            "problems": list(snap.problems), "skipped": [s.file for s in snap.skipped],
             "segment_files": [{"file": s.file, "rows": s.rows, "deleted": s.deleted, "deletions": s.deletions,
                                "min_id": s.min_id, "max_id": s.max_id} for s in m.segments],
         }
@@ -399,7 +412,7 @@ class Collection(Closable):
         """Move to the newest committed generation (a reader; a writer is always there). Returns the generation."""
         self._check_open()
         if self._mode == "r":
-            self._snap = load_newest(self._folder, self._cache)
+            self._snap = load_newest(self._folder, self._cache, skip_damaged=self._skip_damaged)
         return self._snap.generation
 
     def vacuum(self, *, keep_generations=KEEP_GENERATIONS):
@@ -423,6 +436,9 @@ class Collection(Closable):
         """
         self._check_open()
         snap = self._snap
+        if snap.skipped:
+            raise FormatError(f"{self._folder!r}: skipped segments: generation {snap.generation} was opened without "
+                              "them (skip_damaged=True): " + "; ".join(snap.problems))
         if snap.problems:
             raise FormatError(f"{self._folder!r}: skipped manifest: the collection is at generation "
                               f"{snap.generation}, but " + "; ".join(snap.problems))
@@ -482,7 +498,10 @@ class Collection(Closable):
             segment = Segment(  # the checks of any segment at open, against the entry it will get
                 folder, SegmentEntry(name, p.rows, p.min_id, p.max_id), spec)
             try:
-                ids = np.array(segment.index.ids)
+                check = segment.copy_check(["ids"], advice="; the pending segment is damaged: nothing was committed "
+                                                           "(write it again)")
+                ids = np.array(segment.index.ids)  # read once, its CRC checked on the way (C15)
+                check.finish()
             finally:
                 segment.close()
             if ids.size and (int(ids.min()) != p.min_id or int(ids.max()) != p.max_id):
@@ -591,6 +610,8 @@ class Collection(Closable):
         for path in consumed:
             _remove_file(path)  # no manifest references them
         _commit.remove_older_generations(self._folder, [new.manifest, previous])
+        leftovers, self._leftovers = self._leftovers, []
+        _commit.remove_leftovers(self._folder, leftovers)
 
 
 def _generation_of(pending):

@@ -34,7 +34,8 @@ from .policy import plan_merges
 from .segments import Segment, SegmentView, copy_live_rows
 from .snapshot import Snapshot, manifest_generations
 
-__all__ = ["GenerationTaken", "commit", "write_checked_manifest", "remove_older_generations", "vacuum"]
+__all__ = ["GenerationTaken", "commit", "write_checked_manifest", "remove_older_generations", "leftover_files",
+           "remove_leftovers", "vacuum"]
 
 
 def _remove(folder, name):
@@ -115,12 +116,12 @@ def commit(snapshot, generation, *, operation, pending=(), deletes=None, compact
                 view = SegmentView(view.segment, SegmentEntry(entry.file, entry.rows, entry.min_id, entry.max_id,
                                                               file, int(deleted.size)), deleted)
             views.append(view)
-        renamed = False
+        renamed = {}  # final name -> pending path, to give a pending file its name back when the commit fails
         for p in pending:
             file = new_name("segment")
             if p.path != os.path.join(folder, file):  # a pending file (the collection's own adds write the final name)
                 os.replace(p.path, os.path.join(folder, file))
-                renamed = True
+                renamed[file] = p.path
             written.append(file)
             entry = SegmentEntry(file, p.rows, p.min_id, p.max_id)
             views.append(SegmentView(open_segment(entry), entry, np.empty(0, dtype=np.int64)))
@@ -158,6 +159,10 @@ def commit(snapshot, generation, *, operation, pending=(), deletes=None, compact
         for segment in opened:
             segment.close()
         for file in written:
+            if file in renamed:  # the caller's pending file stays, for a retry (commit_segments' promise)
+                with contextlib.suppress(OSError):
+                    os.replace(os.path.join(folder, file), renamed[file])
+                    continue
             _remove(folder, file)
         raise
     # Files this commit wrote that its own merges made useless (a new segment merged at once, the deletion file of a
@@ -200,8 +205,9 @@ def remove_older_generations(folder, kept):
     ``kept`` references (C12: manifests first, so that no manifest ever references a removed file). Run by the writer after
     each commit, it removes whatever older generations left, also those of earlier writers of the folder (a writer
     starts with no memory of them): after any number of writer launches the folder holds the current generation and
-    one fallback. Pending segments and temporary files are left alone (a distributed build's workers may be writing
-    them for a later commit; ``vacuum`` removes leftovers), as are foreign files (C1)."""
+    one fallback. Pending segments and temporary files are left alone here (a distributed build's workers may be
+    writing them for a later commit; those that were there when the writer took the lock are removed by
+    ``remove_leftovers``), as are foreign files (C1)."""
     newest = max(m.generation for m in kept)
     keep_manifests = {names.manifest_name(m.generation) for m in kept}
     referenced = set()
@@ -216,6 +222,21 @@ def remove_older_generations(folder, kept):
     for name in listing:
         if (names.is_segment(name) or names.is_deletions(name) or names.is_quantizer(name)) and \
                 name not in referenced and _is_regular(os.path.join(folder, name)):
+            _remove(folder, name)
+
+
+def leftover_files(folder):
+    """The pending segments and temporary files of the folder (names of section 13.1), sorted: read by a writer as it
+    takes the lock, when every such file is a leftover of a writer (or a distributed build's worker) that died."""
+    return sorted(name for name in os.listdir(folder)
+                  if (names.is_pending(name) or names.is_temporary(name)) and _is_regular(os.path.join(folder, name)))
+
+
+def remove_leftovers(folder, leftovers):
+    """Remove the files ``leftovers`` (leftover_files of the folder when the writer locked it) that are still there:
+    the first commit of a writer does, so that what killed writers left does not wait for a vacuum (C16)."""
+    for name in leftovers:
+        if _is_regular(os.path.join(folder, name)):
             _remove(folder, name)
 
 

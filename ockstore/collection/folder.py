@@ -4,10 +4,11 @@ itself; docs/ARCHITECTURE.md, "Collections for apps")."""
 
 from __future__ import annotations
 
+import errno
 import os
 
 from .._index_rows import check_fitted_model, check_store_vectors, resolve_norm_encoding
-from .._validation import check_choice, check_int
+from .._validation import check_bool, check_choice, check_int
 from ..errors import FormatError
 from ..indexfile.schema import check_user_metadata
 from ..indexfile.writer import save_quantizer
@@ -32,7 +33,7 @@ def _folder_path(path):
     return os.path.abspath(_as_str(path, "path"))
 
 
-def open_collection(path, mode="r"):
+def open_collection(path, mode="r", *, skip_damaged=False):
     """Open a collection folder.
 
     Parameters
@@ -42,7 +43,13 @@ def open_collection(path, mode="r"):
     mode : "r" or "a"
         "r": a read-only snapshot of the newest committed generation, kept until :meth:`Collection.refresh`; takes no
         lock. "a": the writer; takes the folder's lock (CollectionLockedError naming the folder and the lock when
-        another writer holds it).
+        another writer holds it; PermissionError naming the folder and mode "r" when the folder is read-only).
+    skip_damaged : bool, default False
+        Mode "r" only. True: a segment file that is missing or fails its checks at open (or whose deletion file does)
+        is left out, with a CollectionWarning; the others are searched, ``skipped`` names the files left out and
+        ``info()["problems"]`` says why (``verify()`` fails). A damaged quantizer file cannot be skipped. False: such
+        a segment is a FormatError naming its file (and this option). A writer sees every segment: its commits would
+        otherwise drop the rows of those it skipped.
 
     The newest generation whose manifest verifies is opened; newer manifests that do not are skipped with a
     CollectionWarning and listed in ``info()["problems"]``. Raises FileNotFoundError (no such folder), ValueError
@@ -50,6 +57,10 @@ def open_collection(path, mode="r"):
     """
     folder = _folder_path(path)
     mode = check_choice(mode, "mode", ("r", "a"))
+    skip_damaged = check_bool(skip_damaged, "skip_damaged")
+    if skip_damaged and mode != "r":
+        raise ValueError("skip_damaged=True opens a collection for reading only (mode='r'): a writer's commits would "
+                         "drop the rows of the segments it skipped")
     if not os.path.exists(folder):
         raise FileNotFoundError(f"path: no such collection folder: {folder!r}")
     if not os.path.isdir(folder):
@@ -60,12 +71,12 @@ def open_collection(path, mode="r"):
     lock = WriterLock(folder) if mode == "a" else None
     cache = {}
     try:
-        snapshot = load_newest(folder, cache)
+        snapshot = load_newest(folder, cache, skip_damaged=skip_damaged)
     except BaseException:
         if lock is not None:
             lock.release()
         raise
-    return Collection(folder, mode, snapshot, lock, cache)
+    return Collection(folder, mode, snapshot, lock, cache, skip_damaged)
 
 
 def create_collection(path, quantizer=None, *, metric=None, norm_encoding=None, store_vectors=None, metadata=None,
@@ -159,8 +170,20 @@ def create_collection(path, quantizer=None, *, metric=None, norm_encoding=None, 
         parent = os.path.dirname(folder)
         if not os.path.isdir(parent):
             raise FileNotFoundError(f"path: folder does not exist: {parent!r}")
-        os.mkdir(folder)
-    lock = WriterLock(folder)
+        try:
+            os.mkdir(folder)
+        except OSError as exc:
+            if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+                raise
+            raise PermissionError(exc.errno, f"path: cannot create the collection folder {folder!r}: "
+                                             f"{os.strerror(exc.errno)} (its parent folder is read-only for this "
+                                             "process); create it in a folder you may write") from None
+    try:
+        lock = WriterLock(folder)
+    except PermissionError as exc:  # an empty folder that exists, read-only: not a collection to open with mode "r"
+        raise PermissionError(exc.errno, f"path: cannot create a collection in {folder!r}: {os.strerror(exc.errno)} "
+                                         "(the folder is read-only for this process); create it in a folder you may "
+                                         "write") from None
     cache = {}
     try:
         if trained:

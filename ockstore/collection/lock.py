@@ -38,6 +38,17 @@ _HELD = {errno.EAGAIN, errno.EACCES, getattr(errno, "EWOULDBLOCK", errno.EAGAIN)
 # Attempts at locking when the lock file is replaced between opening and locking it.
 _OPEN_ATTEMPTS = 10
 
+# errno values of a folder (or lock file) this process may not write: permissions, or a read-only file system.
+_READ_ONLY = {errno.EACCES, errno.EPERM, errno.EROFS}
+
+
+def read_only_error(folder, code):
+    """The PermissionError of a writer refused by the file system (``code``, an errno of _READ_ONLY, kept): names the
+    folder and says how to read it instead."""
+    return PermissionError(code, f"collection {folder!r} cannot be opened for writing: {os.strerror(code)} (the folder "
+                                 f"or its lock file {LOCK_NAME!r} is read-only for this process); open it with mode "
+                                 "'r' to read it")
+
 
 def _same_file(fd, path):
     """Whether ``path`` names the file open as ``fd`` (False when it is gone)."""
@@ -49,11 +60,19 @@ def _same_file(fd, path):
     return (named.st_dev, named.st_ino) == (mine.st_dev, mine.st_ino)
 
 
+def _read_only_file_system(folder):
+    try:
+        return bool(os.statvfs(folder).f_flag & getattr(os, "ST_RDONLY", 1))
+    except (AttributeError, OSError):  # pragma: no cover - Windows
+        return False
+
+
 class WriterLock:
     """The exclusive lock of one writer on ``folder``; :meth:`release` (or closing the process) frees it.
 
-    Raises CollectionLockedError naming the folder and the lock file when another writer holds it; other OSErrors
-    (a read-only folder, a file system without locks) propagate as they are.
+    Raises CollectionLockedError naming the folder and the lock file when another writer holds it, PermissionError
+    naming the folder and mode "r" when the folder or its lock file is read-only (permissions, or a read-only file
+    system); other OSErrors (a file system without locks) propagate as they are.
     """
 
     def __init__(self, folder):
@@ -61,7 +80,12 @@ class WriterLock:
         self.path = os.path.join(folder, LOCK_NAME)
         self._fd = None
         for _attempt in range(_OPEN_ATTEMPTS):
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_BINARY", 0), 0o666)
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_BINARY", 0), 0o666)
+            except OSError as exc:
+                if exc.errno in _READ_ONLY:
+                    raise read_only_error(folder, exc.errno) from None
+                raise
             try:
                 if fcntl is not None:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -77,6 +101,9 @@ class WriterLock:
                 raise
             if _same_file(fd, self.path):
                 self._fd = fd
+                if not os.access(folder, os.W_OK):  # a writable lock file in a folder this process cannot write
+                    self.release()
+                    raise read_only_error(folder, errno.EROFS if _read_only_file_system(folder) else errno.EACCES)
                 return
             os.close(fd)  # the name was removed or replaced between our open and our lock: lock what it names now
         raise CollectionLockedError(f"collection {folder!r}: its lock file {self.path!r} keeps being replaced; "

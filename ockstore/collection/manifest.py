@@ -24,7 +24,7 @@ import msgpack
 import numpy as np
 
 from .. import storage
-from .._index_rows import NORM_ENCODINGS, STORE_VECTORS
+from .._index_rows import EXACT_STORE_VECTORS, NORM_ENCODINGS, STORE_VECTORS
 from ..quantizers.params import PARAMETERS, STORED_PARAMETERS
 from ..indexfile.schema import LIBRARY
 from ..quantizers.ivf import IVF, MAX_LISTS
@@ -297,6 +297,10 @@ def read_manifest(path, generation):
     if training is not None and store_vectors is None:
         raise b.fail("key 'store_vectors' = nil in a collection that has not trained its quantizer: its rows are "
                      "stored vectors")
+    if training is not None and store_vectors not in EXACT_STORE_VECTORS:  # C14
+        raise b.fail(f"key 'store_vectors' = {store_vectors!r} in a collection that has not trained its quantizer: "
+                     f"its rows are files of stored vectors, which store {', '.join(map(repr, EXACT_STORE_VECTORS))} "
+                     "(sq8 codes need the value ranges of a fitted model)")
     next_id = b.int("next_id", 0, MAX_ID + 1)
     merge_factor = b.int("merge_factor", 2, 2**31 - 1)
     max_merge_rows = b.int("max_merge_rows", 1, MAX_ID)

@@ -33,7 +33,7 @@ from . import names
 from .manifest import check_regular_file
 
 __all__ = ["SegmentSpec", "IdIndex", "Segment", "SegmentView", "PendingSegment", "SegmentWriter",
-           "write_pending_segment", "copy_live_rows", "COPY_ROWS"]
+           "write_pending_segment", "copy_live_rows", "COPY_ROWS", "COPY_DAMAGED_ADVICE"]
 
 # Chunks of at most this many rows are encoded on one thread (as the codec's own SMALL_ENCODE_ROWS).
 SMALL_CHUNK_ROWS = 256
@@ -138,8 +138,21 @@ class Segment:
             ids = self._ids = IdIndex(self.index.ids)
         return ids
 
+    def copy_check(self, sections=None, advice=None):
+        """The storage.SectionCheck of the CRCs of this segment's sections (``sections``, or all of them) for a commit
+        that copies its rows (merges, compaction, training): damage stops at the first copy instead of being carried
+        into a new file under a fresh checksum, after which ``verify`` would pass. ``advice`` follows the error
+        (COPY_DAMAGED_ADVICE when None)."""
+        return self.index._file.section_check(sections, advice=COPY_DAMAGED_ADVICE if advice is None else advice)
+
     def close(self):
         self.index.close()
+
+
+# What a commit that meets a damaged segment says after the check that failed.
+COPY_DAMAGED_ADVICE = ("; the segment is damaged: nothing was committed (a copy of it would carry the damage on "
+                       "under a fresh checksum). Restore the file from a backup, or delete the ids it holds (a "
+                       "segment none of whose rows is live is dropped without being read)")
 
 
 def _check_segment(index, path, entry, spec):
@@ -360,8 +373,12 @@ def copy_live_rows(path, spec, views):
     with writer:
         for view in views:
             live = view.live_mask()
+            # Every section's CRC, checked step by step as the copy reads the rows (one pass over the file): a
+            # damaged segment aborts the merge before its rows get a fresh checksum (docs/FORMAT.md C15).
+            check = view.segment.copy_check()
             for start in range(0, view.segment.rows, COPY_ROWS):
                 stop = min(view.segment.rows, start + COPY_ROWS)
+                check.advance(stop, view.segment.rows)
                 keep = None if live is None else live[start:stop]
                 if keep is not None and not keep.any():
                     continue
@@ -369,6 +386,7 @@ def copy_live_rows(path, spec, views):
                 rows += ids.size
                 low = int(ids.min()) if low is None else min(low, int(ids.min()))
                 high = int(ids.max()) if high is None else max(high, int(ids.max()))
+            check.finish()
         if rows == 0:
             writer.abort()
             return 0, None, None

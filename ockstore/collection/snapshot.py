@@ -24,8 +24,8 @@ from . import names
 from .manifest import check_regular_file, read_deletions, read_manifest
 from .segments import Segment, SegmentSpec, SegmentView
 
-__all__ = ["CollectionWarning", "Snapshot", "manifest_generations", "load_newest", "open_generation", "remember",
-           "vectors_by_id", "by_unique_ids"]
+__all__ = ["CollectionWarning", "Snapshot", "SkippedSegment", "manifest_generations", "load_newest", "open_generation",
+           "remember", "vectors_by_id", "by_unique_ids"]
 
 # Loading retries with a newer manifest this many times when files of the chosen one vanish meanwhile (a writer
 # removed an old generation's files between our reading its manifest and opening them).
@@ -35,7 +35,7 @@ class CollectionWarning(UserWarning):
     """A collection was opened at an older generation than its newest manifest file: that manifest does not verify
     (the message says why). The data of the skipped generations are not visible; ``info()["problems"]`` keeps the
     reasons and ``verify()`` fails, until a writer commits a newer generation (a vacuum then removes the damaged
-    file)."""
+    file). Also: a reader opened with ``skip_damaged=True`` left out damaged or missing segments (``skipped``)."""
 
 
 def manifest_generations(folder):
@@ -46,6 +46,8 @@ def manifest_generations(folder):
 
 class Snapshot:
     """A generation opened for searching; ``views`` are its segments with their deletions, in manifest order."""
+
+    skipped = ()  # the segments a reader opened with skip_damaged left out (SkippedSegment; see _open_generation)
 
     def __init__(self, folder, manifest, user, spec, views, problems, tables=None, cache=None):
         self.folder = folder
@@ -206,10 +208,31 @@ def vectors_by_id(vectors, ids):
 # loading
 
 
-def _open_generation(folder, manifest, user, cache, problems, files=None):
+@dataclasses.dataclass(frozen=True)
+class SkippedSegment:
+    """A segment that a reader opened with ``skip_damaged`` left out: its file, its live rows (not searched) and why."""
+
+    file: str
+    live: int
+    problem: str
+
+    def describe(self):
+        return f"{self.file} skipped ({self.live} live rows not searched): {self.problem}"
+
+
+# What the error of a damaged or missing segment says a reader can do.
+SKIP_ADVICE = "open_collection({folder!r}, 'r', skip_damaged=True) reads the other segments"
+
+
+def _open_generation(folder, manifest, user, cache, problems, files=None, skip_damaged=False):
     """The Snapshot of a verified manifest; ``cache`` (a dict kept by the caller) holds the quantizer, the Segments and
     SegmentViews already opened, reused when the files are the same. FileNotFoundError when a file is missing.
-    ``files``: open only the segments of these names (a share of the generation; see open_generation)."""
+    ``files``: open only the segments of these names (a share of the generation; see open_generation).
+
+    A segment that is missing (and no newer manifest appeared: a writer did not just remove it) or fails its checks at
+    open, or whose deletion file does: ``skip_damaged`` leaves it out of the snapshot (whose manifest then lists the
+    other segments only), reported in ``problems`` and ``skipped``; otherwise FormatError naming the file and the way
+    to read the rest (SKIP_ADVICE). The quantizer cannot be skipped: every segment needs it."""
     if manifest.training is not None:  # not trained yet: the quantizer's parameters, segments of stored vectors
         spec = SegmentSpec(manifest.training.quantizer(), manifest.norm_encoding, manifest.store_vectors,
                            manifest.training.dim)
@@ -218,30 +241,55 @@ def _open_generation(folder, manifest, user, cache, problems, files=None):
         if linked is None:
             linked = load_linked_model(check_regular_file(os.path.join(folder, manifest.quantizer)))
         spec = SegmentSpec(linked.model, manifest.norm_encoding, manifest.store_vectors, model_ref=linked.ref)
-    views, opened = [], []
+    views, opened, skipped = [], [], []
     try:
         for entry in manifest.segments:
             if files is not None and entry.file not in files:
                 continue
             view = cache.get(("view", entry.file, entry.deletions))
             if view is None or view.segment.index.closed:
-                segment = cache.get(("segment", entry.file))
-                if segment is None or segment.index.closed:
-                    segment = Segment(folder, entry, spec)
-                    opened.append(segment)
-                deleted = np.empty(0, dtype=np.int64)
-                if entry.deletions is not None:
-                    deleted = read_deletions(os.path.join(folder, entry.deletions), entry)
-                view = SegmentView(segment, entry, deleted)
+                try:
+                    view = _open_view(folder, entry, spec, cache, opened)
+                except (FormatError, OSError) as exc:
+                    if isinstance(exc, FileNotFoundError) and _newer_manifest(folder, manifest.generation):
+                        raise  # a writer removed this generation's files: load_newest takes the newer one
+                    if not skip_damaged:
+                        if isinstance(exc, FormatError):
+                            raise FormatError(f"{exc}; " + SKIP_ADVICE.format(folder=folder)) from exc
+                        raise
+                    skipped.append(SkippedSegment(entry.file, entry.live, str(exc)))
+                    continue
             views.append(view)
     except BaseException:
         for segment in opened:
             segment.close()
         raise
+    if skipped:  # the snapshot holds the other segments: its counts and searches are theirs
+        manifest = dataclasses.replace(manifest, segments=tuple(v.entry for v in views))
+        problems = [*problems, *(s.describe() for s in skipped)]
     snapshot = Snapshot(folder, manifest, user, spec, views, problems, cache.get(("tables", manifest.quantizer)),
                         cache)
+    snapshot.skipped = tuple(skipped)
     remember(cache, snapshot)
     return snapshot
+
+
+def _open_view(folder, entry, spec, cache, opened):
+    """The SegmentView of a manifest entry: its segment (from ``cache``, or opened and appended to ``opened``) and
+    its deletions."""
+    segment = cache.get(("segment", entry.file))
+    if segment is None or segment.index.closed:
+        segment = Segment(folder, entry, spec)
+        opened.append(segment)
+    deleted = np.empty(0, dtype=np.int64)
+    if entry.deletions is not None:
+        deleted = read_deletions(os.path.join(folder, entry.deletions), entry)
+    return SegmentView(segment, entry, deleted)
+
+
+def _newer_manifest(folder, generation):
+    newest = manifest_generations(folder)
+    return bool(newest) and newest[0] > generation
 
 
 def open_generation(folder, generation, *, files=None, cache=None):
@@ -269,12 +317,13 @@ def remember(cache, snapshot):
         cache[("view", view.entry.file, view.entry.deletions)] = view
 
 
-def load_newest(folder, cache, *, warn=True):
+def load_newest(folder, cache, *, warn=True, skip_damaged=False):
     """The Snapshot of the newest generation of ``folder`` whose manifest verifies (C4).
 
     Newer manifests that do not verify are skipped, each reason kept in ``problems`` (and warned about with a
     CollectionWarning when ``warn``). FormatError when the folder holds no manifest, when none verifies, or when a file
-    that the chosen manifest references is missing and no newer manifest appeared meanwhile.
+    that the chosen manifest references is missing and no newer manifest appeared meanwhile. ``skip_damaged``: a
+    segment that is missing or damaged is left out instead (``_open_generation``), reported as newer manifests are.
     """
     for _attempt in range(LOAD_ATTEMPTS):
         generations = manifest_generations(folder)
@@ -296,14 +345,17 @@ def load_newest(folder, cache, *, warn=True):
             raise FormatError(f"{folder!r}: no manifest verifies: " + "; ".join(problems))
         generation, manifest, user = chosen
         try:
-            snapshot = _open_generation(folder, manifest, user, cache, problems)
+            snapshot = _open_generation(folder, manifest, user, cache, problems, skip_damaged=skip_damaged)
         except FileNotFoundError as exc:
             newest = manifest_generations(folder)
             if newest and newest[0] > generation:
                 continue  # the writer moved on and removed this generation's files: take the newer one
+            missing = os.path.basename(exc.filename) if isinstance(exc.filename, str) else ""
+            advice = "" if names.is_quantizer(missing) else "; " + SKIP_ADVICE.format(folder=folder)
             raise storage.format_error(folder, "missing file",
                                        f"a file that {names.manifest_name(generation)} references is missing ({exc})"
-                                       ) from None
+                                       f"{advice}") from None
+        problems = snapshot.problems
         if problems and warn:
             warnings.warn(CollectionWarning(f"collection {folder!r} opened at generation {generation}: "
                                             + "; ".join(problems)), stacklevel=3)

@@ -294,8 +294,13 @@ def _encode_live_rows(folder, generation, spec, views, masks, max_rows, written,
     try:
         for view, mask in zip(views, masks):
             index = view.index
+            # The CRCs of what is read (stored vectors, ids, sq8 value ranges), checked step by step as the rows are
+            # read: a damaged segment aborts the commit instead of being re-encoded under fresh checksums (C15).
+            check = view.segment.copy_check([name for name in ("value_ranges", "vectors", "ids")
+                                             if name in index._file.sections])
             for start in range(0, view.segment.rows, COPY_ROWS):
                 stop = min(view.segment.rows, start + COPY_ROWS)
+                check.advance(stop, view.segment.rows)
                 keep = np.flatnonzero(mask[start:stop]) + start
                 while keep.size:
                     if writer is None:
@@ -309,6 +314,7 @@ def _encode_live_rows(folder, generation, spec, views, masks, max_rows, written,
                     if writer.rows >= max_rows:
                         entries.append(_close(writer))
                         writer = None
+            check.finish()
         if writer is not None:
             entries.append(_close(writer))
     except BaseException:

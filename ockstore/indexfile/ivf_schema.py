@@ -16,12 +16,13 @@ import numpy as np
 from ..search.codes import uses_blocks
 from ..quantizers.ivf import MAX_LISTS, ivf_from_state
 from .schema import (
-    FASTSCAN_MINOR_VERSION, N_NORM_LEVELS, FileSchema, _short, check_bounded, format_minor_version, model_value_bounds,
-    put_quantizer_sections, quantizer_meta,
+    FASTSCAN_MINOR_VERSION, N_NORM_LEVELS, FileSchema, _short, check_bounded, check_quantizer, format_minor_version,
+    model_error, model_value_bounds, put_quantizer_sections, quantizer_meta,
 )
 
 __all__ = ["KIND_IVF_INDEX", "KIND_IVF_QUANTIZER", "KIND_IVF_FASTSCAN_INDEX", "IVF_MINOR_VERSION", "IVFFileSchema",
-           "IVF_FILES", "ivf_meta", "put_ivf_sections", "read_ivf_meta", "read_ivf_model", "read_list_offsets"]
+           "IVF_FILES", "ivf_meta", "coarse_arrays", "check_coarse_arrays", "check_ivf", "put_ivf_sections",
+           "read_ivf_meta", "read_ivf_model", "read_list_offsets"]
 
 # docs/FORMAT.md section 14.1: the kinds of inverted-file files. Readers of format 1.0 and 1.1 know only "index" and
 # "quantizer": they refuse these files ("unknown kind") instead of reading their rows as a flat index (V1).
@@ -43,12 +44,40 @@ def ivf_meta(ivf):
     return ivf._stored_params()
 
 
-def put_ivf_sections(writer, ivf):
-    """coarse_centroids, coarse_objective_history, ivf_norm_levels, in this order, after the fine quantizer's (V3)."""
+def coarse_arrays(ivf):
+    """coarse_centroids, coarse_objective_history, ivf_norm_levels, in this order and in their file dtypes."""
     _params, arrays = ivf._get_state()
-    writer.put("coarse_centroids", np.ascontiguousarray(arrays["coarse_centroids"], dtype="<f4"))
-    writer.put("coarse_objective_history", np.ascontiguousarray(arrays["coarse_objective_history"], dtype="<f8"))
-    writer.put("ivf_norm_levels", np.ascontiguousarray(arrays["ivf_norm_levels"], dtype="<f4"))
+    return {"coarse_centroids": np.ascontiguousarray(arrays["coarse_centroids"], dtype="<f4"),
+            "coarse_objective_history": np.ascontiguousarray(arrays["coarse_objective_history"], dtype="<f8"),
+            "ivf_norm_levels": np.ascontiguousarray(arrays["ivf_norm_levels"], dtype="<f4")}
+
+
+def check_coarse_arrays(fail, arrays, P):
+    """V3 on the coarse sections: finite, centroids and norm levels bounded (levels >= 0), levels ascending. Shared by
+    the reader and the writers (schema.check_model_arrays says why)."""
+    for name, arr in arrays.items():
+        if not np.isfinite(arr).all():
+            raise fail("non-finite values", f"section {name!r} holds NaN or infinite values")
+    bounds = model_value_bounds(P)
+    check_bounded(fail, "coarse_centroids", arrays["coarse_centroids"], bounds["centroids"])
+    check_bounded(fail, "ivf_norm_levels", arrays["ivf_norm_levels"], bounds["levels"], non_negative=True)
+    if (np.diff(arrays["ivf_norm_levels"]) < 0).any():
+        raise fail("unsorted norm levels", "section 'ivf_norm_levels' is not in ascending order")
+
+
+def check_ivf(ivf):
+    """ValueError (schema.model_error) when a file of ``ivf`` would break I6 or V3, before anything is written."""
+    check_quantizer(ivf.quantizer)
+    check_coarse_arrays(model_error, coarse_arrays(ivf), ivf.dim)
+
+
+def put_ivf_sections(writer, ivf):
+    """coarse_centroids, coarse_objective_history, ivf_norm_levels, in this order, after the fine quantizer's (V3),
+    checked as the reader checks them."""
+    arrays = coarse_arrays(ivf)
+    check_coarse_arrays(model_error, arrays, ivf.dim)
+    for name, arr in arrays.items():
+        writer.put(name, arr)
 
 
 # ====================================================================================================================
@@ -83,14 +112,7 @@ def read_ivf_model(reader, ivf_params, p, quantizer):
              "coarse_objective_history": reader.section("coarse_objective_history", "<f8", (None,)),
              "ivf_norm_levels": reader.section("ivf_norm_levels", "<f4", (N_NORM_LEVELS,))}
     arrays = {name: np.array(view) for name, view in views.items()}
-    for name, arr in arrays.items():
-        if not np.isfinite(arr).all():
-            raise reader.fail("non-finite values", f"section {name!r} holds NaN or infinite values")
-    bounds = model_value_bounds(P)
-    check_bounded(reader, "coarse_centroids", arrays["coarse_centroids"], bounds["centroids"])
-    check_bounded(reader, "ivf_norm_levels", arrays["ivf_norm_levels"], bounds["levels"], non_negative=True)
-    if (np.diff(arrays["ivf_norm_levels"]) < 0).any():
-        raise reader.fail("unsorted norm levels", "section 'ivf_norm_levels' is not in ascending order")
+    check_coarse_arrays(reader.fail, arrays, P)
     return ivf_from_state({"dim": P, **ivf_params}, arrays, quantizer)
 
 

@@ -29,7 +29,7 @@ from .._index_rows import (
 from .._validation import resolve_n_threads
 from ..quantizers.ivf import ivf_from_state
 from ..quantizers.cartesian import quantizer_from_state
-from .ivf_schema import IVF_FILES
+from .ivf_schema import IVF_FILES, check_ivf
 from .schema import check_user_metadata, put_value_ranges
 from .segment_file import SEGMENT_MINOR_VERSION, segment_meta
 from .writer import IndexWriter, RowPacker
@@ -50,17 +50,21 @@ class _Column:
         self.dtype = np.dtype(dtype)
         self.row_shape = tuple(row_shape)
         self.row_bytes = self.dtype.itemsize * int(np.prod(self.row_shape, dtype=np.int64))
-        self.path, fd = _atomic.new_temp_sibling(target)
+        self.target = target
+        with _atomic.naming_no_space(target):
+            self.path, fd = _atomic.new_temp_sibling(target)
         self.file = open(fd, "w+b")
 
     def append(self, rows):
         data = np.ascontiguousarray(rows, dtype=self.dtype)
         if data.size:
-            self.file.write(memoryview(data).cast("B"))
+            with _atomic.naming_no_space(self.target):
+                self.file.write(memoryview(data).cast("B"))
 
     def read(self, start, count):
         """Rows start..start+count-1, as an array of (count, *row_shape)."""
-        self.file.flush()
+        with _atomic.naming_no_space(self.target):
+            self.file.flush()
         data = os.pread(self.file.fileno(), count * self.row_bytes, start * self.row_bytes)
         if len(data) != count * self.row_bytes:
             raise OSError(f"spill file {self.path!r} is shorter than its rows")
@@ -101,6 +105,7 @@ class IVFIndexWriter(IndexWriter):
         params, arrays = ivf.quantizer._get_state()
         ivf_params, ivf_arrays = ivf._get_state()
         self._quantizer = ivf_from_state(ivf_params, ivf_arrays, quantizer_from_state(params, arrays))
+        check_ivf(self._quantizer)  # a model whose file would not open is refused now, not after the rows' spill
         self._state = "open"
         self._ntotal = 0
         self._has_ids = None  # decided by the first add

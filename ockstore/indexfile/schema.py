@@ -13,7 +13,9 @@ the schema of a file's kind from ``ockstore._registry`` and never names a kind i
 
 from __future__ import annotations
 
+import collections
 import math
+import threading
 
 import msgpack
 import numpy as np
@@ -31,7 +33,9 @@ from .segment_file import KIND_SEGMENT, OPEN_THE_COLLECTION, SEGMENT_MINOR_VERSI
 
 __all__ = ["KIND_INDEX", "KIND_QUANTIZER", "KIND_FASTSCAN_INDEX", "FASTSCAN_MINOR_VERSION", "HEADER_MARGIN",
            "ROTATION_TOLERANCE", "ROW_SECTIONS", "FileSchema", "FLAT_FILES", "check_user_metadata", "quantizer_meta",
-           "format_minor_version", "put_quantizer_sections", "put_value_ranges", "SQ8_MINOR_VERSION", "read_file"]
+           "format_minor_version", "quantizer_arrays", "check_quantizer", "check_model_arrays", "check_value_ranges",
+           "check_bounded", "model_error", "put_quantizer_sections", "put_value_ranges", "SQ8_MINOR_VERSION",
+           "read_file"]
 
 # docs/FORMAT.md section 11: the values of meta "kind" of flat files and the number of levels of the one-byte norm
 # quantizer. (Inverted files: ivf_schema.py; every kind's values: ockstore._registry.file_kinds().)
@@ -70,16 +74,87 @@ def model_value_bounds(P):
     return {"words": MAX_ABS_VALUE * math.sqrt(P), "centroids": MAX_ABS_VALUE, "levels": 4.0 * P * MAX_ABS_VALUE ** 2}
 
 
-def check_bounded(reader, name, arr, bound, non_negative=False):
-    """FormatError "value out of range" naming the section when a value of ``arr`` (finite) is beyond +-bound, or
-    negative with ``non_negative`` (I6, V3)."""
+def check_bounded(fail, name, arr, bound, non_negative=False):
+    """``fail("value out of range", detail)`` naming the section when a value of ``arr`` (finite) is beyond +-bound,
+    or negative with ``non_negative`` (I6, V3, I21)."""
     largest = float(np.abs(arr).max()) if arr.size else 0.0
     if largest > bound:
-        raise reader.fail("value out of range", f"section {name!r} holds values of magnitude up to {largest:.3g}, "
-                                                f"beyond {bound:.3g}")
+        raise fail("value out of range", f"section {name!r} holds values of magnitude up to {largest:.3g}, "
+                                         f"beyond {bound:.3g}")
     if non_negative and arr.size and float(arr.min()) < 0:
-        raise reader.fail("value out of range", f"section {name!r} holds {float(arr.min()):.3g}: squared norms are "
-                                                ">= 0")
+        raise fail("value out of range", f"section {name!r} holds {float(arr.min()):.3g}: squared norms are >= 0")
+
+
+# The checks of a model's sections below are shared by the readers (``fail`` gives a FormatError naming the file) and
+# the writers (``model_error``: a ValueError naming the model): a writer refuses, before writing anything, a model
+# whose file its reader would refuse, instead of writing a file that does not open.
+def model_error(check, detail):
+    """The error of a writer given a model whose file would not open (the reader's check and detail)."""
+    return ValueError(f"quantizer: {check}: {detail}; a file holding this model would not open (docs/FORMAT.md I6, "
+                      "V3, I21), so nothing was written")
+
+
+def check_model_arrays(fail, arrays, P, M):
+    """I6 on the sections of a model (``arrays``: rotation when it has one, codebooks, objective_history, norm_levels
+    when it has them, in their file dtypes): finite ("non-finite values"), bounded ("value out of range"), the
+    rotation orthogonal, the codebooks' padding zero, the norm levels ascending."""
+    for name, arr in arrays.items():
+        if not np.isfinite(arr).all():
+            raise fail("non-finite values", f"section {name!r} holds NaN or infinite values")
+    bounds = model_value_bounds(P)
+    check_bounded(fail, "codebooks", arrays["codebooks"], bounds["words"])
+    if "norm_levels" in arrays:
+        check_bounded(fail, "norm_levels", arrays["norm_levels"], bounds["levels"], non_negative=True)
+    if "rotation" in arrays:
+        _check_orthogonal(fail, arrays["rotation"], P)
+    S = arrays["codebooks"].shape[-1]
+    sizes = SubspaceLayout(P, M).sizes
+    for m in range(M):
+        if arrays["codebooks"][m, :, :, sizes[m]:].any():
+            raise fail("non-zero codebook padding",
+                       f"section 'codebooks': subspace {m} has {sizes[m]} dimensions, but its words have "
+                       f"non-zero values in columns {sizes[m]}..{S - 1}")
+    if "norm_levels" in arrays and (np.diff(arrays["norm_levels"]) < 0).any():
+        raise fail("unsorted norm levels", "section 'norm_levels' is not in ascending order")
+
+
+# Rotations found orthogonal lately (copies): a collection writes and opens a segment file of the same model at every
+# add, and the check's product, O(P^3), would cost each add about a millisecond at P = 384 (5 ms at P = 960), where
+# comparing the rotation with one checked before costs a read of it.
+_ORTHOGONAL = collections.deque(maxlen=8)
+_ORTHOGONAL_LOCK = threading.Lock()
+
+
+def _check_orthogonal(fail, R, P):
+    """I6: max |R^T R - I| <= ROTATION_TOLERANCE (``fail`` "rotation not orthogonal" otherwise)."""
+    with _ORTHOGONAL_LOCK:
+        known = list(_ORTHOGONAL)
+    if any(checked.shape == R.shape and np.array_equal(checked, R) for checked in known):
+        return
+    # One BLAS thread: a multi-threaded product would leave OpenBLAS's threads spinning for a while after it,
+    # competing with the encoder's OpenMP threads (a collection opens each segment it commits: adds were 1.4x slower).
+    with np.errstate(over="ignore", invalid="ignore"), blas_single_thread():  # huge values: inf/NaN, below
+        gram = R.T @ R  # O(P^3) in float32 BLAS: 5 ms at P = 960
+        gram[np.diag_indices(P)] -= 1
+        deviation = float(np.abs(gram).max())
+    if not deviation <= ROTATION_TOLERANCE:
+        raise fail("rotation not orthogonal", f"section 'rotation': max |R^T R - I| = {deviation:.3g}, "
+                                              f"more than {ROTATION_TOLERANCE:g}")
+    with _ORTHOGONAL_LOCK:
+        _ORTHOGONAL.append(np.array(R, dtype=np.float32))
+
+
+def check_value_ranges(fail, ranges):
+    """I21 on the section 'value_ranges' (2, P) float32: finite, within the bound of every vector input (the ranges
+    are the smallest and largest training values: a value beyond it would make every sq8 row's distance infinite),
+    lo <= hi in every dimension."""
+    if not np.isfinite(ranges).all():
+        raise fail("non-finite values", "section 'value_ranges' holds NaN or infinite values")
+    check_bounded(fail, "value_ranges", ranges, MAX_ABS_VALUE)
+    if (ranges[0] > ranges[1]).any():
+        p = int(np.argmax(ranges[0] > ranges[1]))
+        raise fail("bad value ranges", f"section 'value_ranges': dimension {p} has lowest value "
+                                       f"{float(ranges[0, p])!r} above its highest {float(ranges[1, p])!r}")
 
 
 # The header holds the user metadata plus the index's own meta and section list, which take well under 1 KiB (eight
@@ -134,19 +209,40 @@ def format_minor_version(quantizer, store_vectors, norm_encoding="none", value_r
     return 1 if quantizer.metric != "l2" or store_vectors is not None else 0
 
 
-def put_quantizer_sections(writer, quantizer):
-    """rotation (not for PQ), codebooks, objective_history, norm_levels (C >= 2), in this order (I4, I5)."""
+def quantizer_arrays(quantizer):
+    """The sections of a model as its file stores them: rotation (not for PQ), codebooks, objective_history,
+    norm_levels (C >= 2, and cosine quantizers), in this order (I4, I5), in their file dtypes."""
+    arrays = {}
     if quantizer.rotation is not None:
-        writer.put("rotation", np.ascontiguousarray(quantizer.rotation, dtype="<f4"))
-    writer.put("codebooks", np.ascontiguousarray(quantizer.codebooks, dtype="<f4"))
-    writer.put("objective_history", np.ascontiguousarray(quantizer.objective_history, dtype="<f8"))
+        arrays["rotation"] = np.ascontiguousarray(quantizer.rotation, dtype="<f4")
+    arrays["codebooks"] = np.ascontiguousarray(quantizer.codebooks, dtype="<f4")
+    arrays["objective_history"] = np.ascontiguousarray(quantizer.objective_history, dtype="<f8")
     if quantizer.norm_levels is not None:
-        writer.put("norm_levels", np.ascontiguousarray(quantizer.norm_levels, dtype="<f4"))
+        arrays["norm_levels"] = np.ascontiguousarray(quantizer.norm_levels, dtype="<f4")
+    return arrays
+
+
+def check_quantizer(quantizer):
+    """ValueError (model_error) when a file of ``quantizer`` would break I6: what the reader checks, checked before
+    anything is written."""
+    check_model_arrays(model_error, quantizer_arrays(quantizer), quantizer.dim, quantizer.n_subspaces)
+
+
+def put_quantizer_sections(writer, quantizer):
+    """rotation (not for PQ), codebooks, objective_history, norm_levels (C >= 2), in this order (I4, I5), after the
+    checks of the reader (I6: ValueError before anything is written)."""
+    arrays = quantizer_arrays(quantizer)
+    check_model_arrays(model_error, arrays, quantizer.dim, quantizer.n_subspaces)
+    for name, arr in arrays.items():
+        writer.put(name, arr)
 
 
 def put_value_ranges(writer, model):
-    """The section 'value_ranges' of ``model`` (I21): after every section of the model, before the rows."""
-    writer.put("value_ranges", np.ascontiguousarray(model.value_ranges, dtype="<f4"))
+    """The section 'value_ranges' of ``model`` (I21): after every section of the model, before the rows; checked as
+    the reader checks it."""
+    ranges = np.ascontiguousarray(model.value_ranges, dtype="<f4")
+    check_value_ranges(model_error, ranges)
+    writer.put("value_ranges", ranges)
 
 
 # ====================================================================================================================
@@ -353,34 +449,7 @@ class _Reader:
             self.absent("norm_levels", "n_codebooks = 1 has no norm term" + (
                 "" if p["metric"] != "cosine" else " (a cosine quantizer may hold its norm levels)"))
         arrays = {name: np.array(view) for name, view in views.items()}  # copies: the model outlives the mapping
-        # I6: values of the small sections.
-        for name, arr in arrays.items():
-            if not np.isfinite(arr).all():
-                raise self.fail("non-finite values", f"section {name!r} holds NaN or infinite values")
-        bounds = model_value_bounds(P)
-        check_bounded(self, "codebooks", arrays["codebooks"], bounds["words"])
-        if "norm_levels" in arrays:
-            check_bounded(self, "norm_levels", arrays["norm_levels"], bounds["levels"], non_negative=True)
-        if "rotation" in arrays:
-            R = arrays["rotation"]
-            # One BLAS thread: a multi-threaded product would leave OpenBLAS's threads spinning for a while after
-            # it, competing with the encoder's OpenMP threads (a collection opens each segment it commits: adds were
-            # 1.4x slower).
-            with np.errstate(over="ignore", invalid="ignore"), blas_single_thread():  # huge values: inf/NaN, below
-                gram = R.T @ R  # O(P^3) in float32 BLAS: 5 ms at P = 960
-                gram[np.diag_indices(P)] -= 1
-                deviation = float(np.abs(gram).max())
-            if not deviation <= ROTATION_TOLERANCE:
-                raise self.fail("rotation not orthogonal", f"section 'rotation': max |R^T R - I| = {deviation:.3g}, "
-                                                           f"more than {ROTATION_TOLERANCE:g}")
-        sizes = SubspaceLayout(P, M).sizes
-        for m in range(M):
-            if arrays["codebooks"][m, :, :, sizes[m]:].any():
-                raise self.fail("non-zero codebook padding",
-                                f"section 'codebooks': subspace {m} has {sizes[m]} dimensions, but its words have "
-                                f"non-zero values in columns {sizes[m]}..{S - 1}")
-        if "norm_levels" in arrays and (np.diff(arrays["norm_levels"]) < 0).any():
-            raise self.fail("unsorted norm levels", "section 'norm_levels' is not in ascending order")
+        check_model_arrays(self.fail, arrays, P, M)  # I6: values of the small sections (the writers' check too)
         return arrays
 
     def fastscan(self, p, blocks):
@@ -441,12 +510,7 @@ class _Reader:
             raise self.fail("bad format version", f"section 'value_ranges' exists from format 1.{SQ8_MINOR_VERSION}, "
                                                   f"but the file says {self.mf.version[0]}.{self.mf.version[1]}")
         ranges = np.array(self.section("value_ranges", "<f4", (2, P)))
-        if not np.isfinite(ranges).all():
-            raise self.fail("non-finite values", "section 'value_ranges' holds NaN or infinite values")
-        if (ranges[0] > ranges[1]).any():
-            p = int(np.argmax(ranges[0] > ranges[1]))
-            raise self.fail("bad value ranges", f"section 'value_ranges': dimension {p} has lowest value "
-                                                f"{float(ranges[0, p])!r} above its highest {float(ranges[1, p])!r}")
+        check_value_ranges(self.fail, ranges)  # the writers' check too
         model._set_value_ranges(ranges)
 
     def for_quantizer_file(self):

@@ -12,7 +12,7 @@ import numpy as np
 
 from .. import storage
 from .._closable import AbortOnError
-from .._index_rows import STORE_VECTORS, STORED_VECTOR_DTYPES, check_store_vectors, vectors_for_storage
+from .._index_rows import EXACT_STORE_VECTORS, STORED_VECTOR_DTYPES, check_store_vectors, vectors_for_storage
 from ..quantizers.params import PARAMETERS
 from .._validation import as_ids, as_vectors, check_int, normalize_rows, to_float32_rows
 from .schema import LIBRARY, _short
@@ -51,9 +51,9 @@ class VectorsWriter(AbortOnError):
         self._dim = check_int(dim, "dim", min_value=1)
         self._metric = PARAMETERS["metric"].check(metric)
         self._store = check_store_vectors(store_vectors)
-        if self._store is None:
-            raise ValueError("store_vectors: a file of stored vectors needs their dtype ('float16', 'float32' or "
-                             "'uint8')")
+        if self._store not in EXACT_STORE_VECTORS:  # None, or sq8: its codes need a fitted model's value ranges
+            raise ValueError(f"store_vectors: a file of stored vectors stores 'float16', 'float32' or 'uint8', not "
+                             f"{self._store!r}")
         self._user = {} if metadata is None else storage.canonical_metadata(metadata)
         self._writer = storage.FileWriter(path, minor_version=VECTORS_MINOR_VERSION)
         self._writer.declare_growing("vectors", STORED_VECTOR_DTYPES[self._store], (self._dim,))
@@ -107,9 +107,9 @@ def read_vectors_file(mf):
     if type(metric) is not str or metric not in METRICS:
         raise fail("bad meta", f"meta 'metric' = {_short(metric)}, expected one of {', '.join(map(repr, METRICS))}")
     store = meta.get("store_vectors")
-    if type(store) is not str or store not in STORE_VECTORS:
+    if type(store) is not str or store not in EXACT_STORE_VECTORS:  # not sq8: no model, no value ranges (E2)
         raise fail("bad meta", f"meta 'store_vectors' = {_short(store)}, expected one of "
-                               f"{', '.join(map(repr, STORE_VECTORS))}")
+                               f"{', '.join(map(repr, EXACT_STORE_VECTORS))}")
     has_ids = meta.get("has_ids")
     if type(has_ids) is not bool:
         raise fail("bad meta", f"meta 'has_ids' = {_short(has_ids)}, expected true or false")

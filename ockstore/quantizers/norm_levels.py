@@ -48,10 +48,11 @@ def fit_norm_levels(values, n_codewords, n_levels=256):
     """The levels of the norm term of a model with ``n_codewords`` words per codebook: the k-means levels
     (``fit_scalar_quantizer``), or for at most EVENLY_SPACED_MAX_WORDS words, as many levels evenly spaced between
     the k-means' first and last (see EVENLY_SPACED_MAX_WORDS)."""
-    levels = fit_scalar_quantizer(values, n_levels)
+    # Norm terms are squared norms: >= 0 (docs/FORMAT.md I6 refuses a negative level), whatever rounding made of them.
+    levels = fit_scalar_quantizer(np.maximum(np.asarray(values, dtype=np.float64), 0), n_levels)
     if n_codewords <= EVENLY_SPACED_MAX_WORDS:
         levels = np.linspace(float(levels[0]), float(levels[-1]), n_levels).astype(np.float32)
-    return levels
+    return np.maximum(levels, 0, out=levels)
 
 
 def scalar_encode(values, levels):

@@ -133,6 +133,9 @@ class CodecTables:
         out = np.empty(codes.shape[0], dtype=np.float32)
         _kernels.code_sqnorms(codes, self.word_sqnorms, self.pair_tables, self.n_codebooks, self.n_codewords,
                               out, n_threads)
+        # ||z_hat||^2 is >= 0, but summed as words' squared norms plus pair products it can come out a hair below 0
+        # when the words cancel (-8e-20 on degenerate data): files refuse negative norm levels (I6).
+        np.maximum(out, 0, out=out)
         return out
 
 

@@ -12,6 +12,7 @@ while no setting reaches the target; when even the largest cannot, ValueError sa
 from __future__ import annotations
 
 import logging
+import os
 import time
 
 import numpy as np
@@ -54,6 +55,16 @@ class TuneResult(dict):
         self.seconds_per_query = seconds_per_query
 
 
+def _not_tunable_hint(index):
+    """What to do instead, for the things tune is given by mistake (the rest of tune's TypeError)."""
+    if isinstance(index, (str, bytes, os.PathLike)):
+        return (f": a path; open it first, ockstore.tune(ockstore.open_index({os.fsdecode(index)!r}), ...) "
+                "(ockstore.open_collection for a collection folder)")
+    if type(index).__name__ == "ExactIndex":
+        return ": it searches exactly, with no setting to tune"
+    return ""
+
+
 def tune(index, queries, *, k=10, target_recall=0.95, ground_truth=None, n_threads=None):
     """The fastest ``n_probe`` / ``rerank`` whose mean k-recall@k reaches ``target_recall`` on ``queries``.
 
@@ -89,7 +100,7 @@ def tune(index, queries, *, k=10, target_recall=0.95, ground_truth=None, n_threa
     tunable = getattr(index, "_tune_view", None)
     if tunable is None:
         raise TypeError("index must be an Index, IVFIndex or Collection (an open one, searched by codes), got "
-                        f"{type(index).__name__}")
+                        f"{type(index).__name__}{_not_tunable_hint(index)}")
     index._check_open()
     tunable()  # refuses what cannot be tuned (a collection that has not trained its quantizer)
     target = check_float(target_recall, "target_recall", min_value=0.0)

@@ -20,7 +20,7 @@ from .layout import (
     PREAMBLE_SIZE, SECTION_KEYS, align, check_shape_bytes, flat_bytes, format_error,
 )
 
-__all__ = ["open_file", "MappedFile"]
+__all__ = ["open_file", "MappedFile", "SectionCheck"]
 
 
 def _read_at(fd, offset, size):
@@ -305,6 +305,12 @@ class MappedFile(Closable):
                 raise format_error(self.path, "CRC mismatch", f"section {name!r}: the header says {crc:#010x}, "
                                                        f"the data has {actual:#010x}")
 
+    def section_check(self, names=None, *, advice=""):
+        """A :class:`SectionCheck` of the CRC-32 of sections ``names`` (every section when None), computed while the
+        caller reads them in order: a copy of the sections checks them in the same pass (R18)."""
+        self._check_open()
+        return SectionCheck(self, self._info if names is None else names, advice)
+
     def close(self):
         """Release the mapping. Idempotent. Views handed out keep it alive until they are garbage collected."""
         if self._closed:
@@ -321,3 +327,42 @@ class MappedFile(Closable):
         if self._closed:
             raise ValueError(f"file is closed: {self.path!r}")
 
+
+
+class SectionCheck:
+    """The CRC-32 of some sections of a MappedFile, computed as a caller streams through them (R18, as ``verify``).
+
+    A caller that copies the rows of a file step by step (a collection's merge, compaction or training commit) calls
+    :meth:`advance` after each step with the rows done and the rows in all: each section is checked up to the same
+    fraction of its bytes (exactly the rows done for a section of one entry per row), so the check reads the pages the
+    copy reads while they are in memory, instead of a second pass over the file. A section whose bytes are all read and
+    do not match its CRC raises FormatError "CRC mismatch" naming the file and the section, followed by ``advice``.
+    :meth:`finish` checks what is left.
+    """
+
+    def __init__(self, mf, names, advice=""):
+        self._path = mf.path
+        self._advice = advice
+        self._items = []  # [name, bytes, expected crc, bytes checked, running crc]
+        for name in names:
+            if name not in mf._info:
+                raise KeyError(f"no section named {name!r} in {mf.path!r}")
+            self._items.append([name, flat_bytes(mf._views[name]), mf._info[name][5], 0, 0])
+
+    def advance(self, done, total):
+        """Check every section up to ``done / total`` of its bytes (all of them when done >= total)."""
+        for item in self._items:
+            name, data, expected, position, crc = item
+            target = data.size if done >= total else data.size * done // total
+            while position < target:
+                stop = min(target, position + CHUNK_BYTES)
+                crc = zlib.crc32(data[position:stop], crc)
+                position = stop
+            item[3], item[4] = position, crc
+            if position == data.size and crc != expected:
+                raise format_error(self._path, "CRC mismatch", f"section {name!r}: the header says {expected:#010x}, "
+                                                               f"the data has {crc:#010x}{self._advice}")
+
+    def finish(self):
+        """Check what is left of every section."""
+        self.advance(1, 1)

@@ -157,7 +157,8 @@ class FileWriter:
             section.spill_path, fd = self._new_temp()
             section.spill = open(fd, "w+b")
             try:
-                section.spill.truncate(section.nbytes)
+                with _atomic.naming_no_space(self._path):
+                    section.spill.truncate(section.nbytes)
             except BaseException:
                 self.abort()
                 raise
@@ -184,9 +185,10 @@ class FileWriter:
             data = flat_bytes(np.ascontiguousarray(rows))
             row_bytes = data.size // rows.shape[0]
             try:
-                written = os.pwrite(section.spill.fileno(), data, start * row_bytes)
-                while written < data.size:  # a short write (a signal, a pipe-like file system): write the rest
-                    written += os.pwrite(section.spill.fileno(), data[written:], start * row_bytes + written)
+                with _atomic.naming_no_space(self._path):
+                    written = os.pwrite(section.spill.fileno(), data, start * row_bytes)
+                    while written < data.size:  # a short write (a signal, a pipe-like file system): write the rest
+                        written += os.pwrite(section.spill.fileno(), data[written:], start * row_bytes + written)
             except BaseException:
                 self.abort()  # the section may now hold part of the rows: this writer cannot go on
                 raise
@@ -223,8 +225,9 @@ class FileWriter:
                 section.spill_path, fd = self._new_temp()
                 section.spill = open(fd, "w+b")
             try:
-                section.spill.write(data)
-                section.spill.flush()
+                with _atomic.naming_no_space(self._path):
+                    section.spill.write(data)
+                    section.spill.flush()
             except BaseException:
                 # Disk full or interrupted: forget the partial rows, so a caller who goes on gets a consistent file;
                 # when even that fails, the writer cannot go on.
@@ -322,7 +325,8 @@ class FileWriter:
 
     def _new_temp(self):
         """A hidden temporary sibling of the target for a spill file; returns (path, fd)."""
-        tmp_path, fd = _atomic.new_temp_sibling(self._path)
+        with _atomic.naming_no_space(self._path):
+            tmp_path, fd = _atomic.new_temp_sibling(self._path)
         self._temps.append(tmp_path)
         return tmp_path, fd
 
@@ -349,10 +353,10 @@ class FileWriter:
             header_length = len(packed)
         return packed, entries
 
-    @staticmethod
-    def _spill_chunks(section):
+    def _spill_chunks(self, section):
         """The bytes of a spilled section, CHUNK_BYTES at a time, from its start (OSError if the spill is short)."""
-        section.spill.flush()
+        with _atomic.naming_no_space(self._path):
+            section.spill.flush()
         section.spill.seek(0)
         remaining = section.nbytes
         while remaining:

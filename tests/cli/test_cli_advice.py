@@ -18,7 +18,7 @@ from cli_runner import assert_data_error, data, run  # noqa: F401 - data: a pyte
 from helpers import subprocess_env
 
 # What Python advice looks like: a call of the API, a keyword argument, a parameter's row.
-PYTHON_ADVICE = re.compile(r"ockstore\.[a-z_]+|open_collection|open_index|load_quantizer|\b[a-z_]+='|mode=|"
+PYTHON_ADVICE = re.compile(r"ockstore\.[a-z_]+|open_collection|open_index|load_quantizer|\b[a-z_]+='|mode=|mode '|"
                            r"\bX row\b|fit\(|upsert")
 
 
@@ -114,6 +114,9 @@ def test_every_rule_rewrites_what_it_is_for():
         "collection '/x' is already open for writing: another writer holds its lock '/x/writer.lock' (close that "
         "writer first, or open the collection with mode='r' to read it)",
         "collection '/x': 1 already exists ... Close this writer and open the collection again",
+        "collection '/x' cannot be opened for writing: Read-only file system (...); open it with mode 'r' to read it",
+        "'/x/segment.0000000002.0.ock': bad magic: ...; open_collection('/x', 'r', skip_damaged=True) reads the other "
+        "segments",
         "ids: id 7 is already in the collection (use upsert to replace it)",
         "store_vectors='uint8' needs integers in 0..255, but X row 3 holds 0.5",
         "store_vectors='float16' cannot hold X row 0: a value exceeds float16's range (+-65504); use 'float32'",

@@ -14,6 +14,7 @@ from ockstore.collection import manifest as manifest_module
 from ockstore.collection import names
 from collection_model import assert_same_search, populated, reference_index, vectors
 from collection_model import q, quantizers  # noqa: F401 - pytest fixtures
+from helpers import run_script_until_sigkill
 
 
 def test_old_generations_are_removed_as_commits_go(q, tmp_path):
@@ -66,10 +67,10 @@ def test_twenty_writer_launches_keep_the_live_generation_and_one_fallback(q, tmp
         reader.verify()
 
 
-def test_the_first_commit_of_a_writer_removes_what_older_writers_left(q, tmp_path):
+def test_the_first_commit_of_a_writer_removes_what_older_writers_left_C16(q, tmp_path):
     """A folder whose earlier writers left several old generations (and the segment of a killed commit, never
-    referenced): the next writer's first commit removes them all, keeping the generation it opened as the fallback;
-    pending segments, temporary files and foreign files are left alone (they are vacuum's, or not the collection's)."""
+    referenced), pending segments and temporary files: the next writer's first commit removes them all (C16), keeping
+    the generation it opened as the fallback; foreign files are left alone (C1)."""
     folder = tmp_path / "c"
     with ockstore.create_collection(folder, q, merge_factor=100) as c:
         for seed in range(4):
@@ -84,13 +85,50 @@ def test_the_first_commit_of_a_writer_removes_what_older_writers_left(q, tmp_pat
                                   manifest.segments[:generation], "add")
         manifest_module.write_manifest(folder, body, {})
     (folder / names.segment_name(3, 7)).write_bytes(b"killed")
-    untouched = [".pending.0123456789abcdef.ock", f".{names.manifest_name(9)}.0a1b2c.tmp", "notes.txt"]
-    for name in untouched:
+    leftovers = [".pending.0123456789abcdef.ock", f".{names.manifest_name(9)}.0a1b2c.tmp"]
+    untouched = ["notes.txt", ".pending.12.ock", ".hidden"]
+    for name in leftovers + untouched:
         (folder / name).write_bytes(b"x")
     with ockstore.open_collection(folder, "a") as c:
+        assert set(leftovers) <= set(os.listdir(folder))  # opening changes nothing: the first commit cleans up
         c.add(vectors(10, 9))
         assert set(_folder_files(folder)) == (_generation_files(folder, opened + 1) | _generation_files(folder, opened)
                                               | {names.LOCK_NAME, *untouched})
+
+
+def test_a_writers_commits_keep_the_pending_files_of_its_own_build_C16(q, tmp_path):
+    """Pending segments written after the writer took the lock are its own (a distributed build's workers write them
+    for its next commit): its commits leave them, and committing them works."""
+    folder = tmp_path / "c"
+    with ockstore.create_collection(folder, q, merge_factor=100) as c:
+        pending = ockstore.collection.write_pending_segment(folder, c.segment_spec, vectors(20, 1), range(100, 120))
+        c.add(vectors(10, 2))
+        c.add(vectors(10, 3))
+        assert os.path.exists(pending.path)
+        c.commit_segments([pending])
+        assert len(c) == 40
+
+
+@pytest.mark.parametrize("point", ["spill", "before-replace", "pending"])
+def test_a_new_writers_first_commit_removes_what_a_killed_writer_left_C16(q, tmp_path, point):
+    """kill -9 of a writer in the middle of an add (its segment's spill files, its complete temporary file, or a
+    pending segment written and not committed): the next writer's first commit removes the leftovers (C16); the
+    folder then holds the live generation, its fallback and the lock, nothing else."""
+    folder = tmp_path / "c"
+    with ockstore.create_collection(folder, q, store_vectors="float32") as c:
+        c.add(vectors(50, 1))
+        c.add(vectors(50, 2))
+    before = set(os.listdir(folder))
+    run_script_until_sigkill("collection_kill_add.py", folder, point)
+    left = set(os.listdir(folder)) - before
+    assert left and all(names.is_temporary(n) or names.is_pending(n) or names.is_segment(n) for n in left), left
+    with ockstore.open_collection(folder, "a") as c:
+        c.add(vectors(5, 3))
+        live = c.generation
+        assert set(_folder_files(folder)) == (_generation_files(folder, live) | _generation_files(folder, live - 1)
+                                              | {names.LOCK_NAME})
+        c.verify()
+        assert len(c) == 105
 
 
 def test_vacuum_removes_leftovers_and_keeps_foreign_files(q, tmp_path):
@@ -113,3 +151,31 @@ def test_vacuum_removes_leftovers_and_keeps_foreign_files(q, tmp_path):
     with pytest.raises(ValueError, match="keep_generations must be >= 1"):
         c.vacuum(keep_generations=0)
     c.close()
+
+
+def test_after_retrain_and_compact_the_folder_holds_the_live_generation_and_one_fallback(q, tmp_path):
+    """Issue 28: retrain() then compact() leave the live generation and one fallback (the generation before the last
+    commit), nothing else: about twice the live data right after a retrain (the fallback's segments hold the same
+    rows), back to the live data plus the last commit's files after the next commit, or at once with
+    vacuum(keep_generations=1) (docs/ARCHITECTURE.md, "Collections")."""
+    folder = tmp_path / "c"
+    c, model = populated(folder, q, store_vectors="float32")
+    with c:
+        c.retrain()
+        c.compact()  # one segment and no deletion after a retrain: nothing to do
+        live = c.generation
+        files = _folder_files(folder)
+        assert set(files) == _generation_files(folder, live) | _generation_files(folder, live - 1) | {names.LOCK_NAME}
+        live_bytes = sum(files[name] for name in _generation_files(folder, live))
+        c.delete(model.live_ids()[:3])
+        model.delete(model.live_ids()[:3])
+        c.compact()
+        live = c.generation
+        files = _folder_files(folder)
+        assert set(files) == _generation_files(folder, live) | _generation_files(folder, live - 1) | {names.LOCK_NAME}
+        assert sum(files.values()) <= 2.2 * live_bytes  # this generation and the retrained one it compacted
+        c.vacuum(keep_generations=1)
+        files = _folder_files(folder)
+        assert set(files) == _generation_files(folder, live) | {names.LOCK_NAME}
+        assert sum(files.values()) <= 1.05 * live_bytes
+        assert_same_search(c, reference_index(c.quantizer, model, store_vectors="float32"), vectors(4, 1), 5)

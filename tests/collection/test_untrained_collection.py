@@ -281,8 +281,7 @@ def _check_after_kill(folder, model, begin, acked):
         referenced = {names.manifest_name(c.generation), names.manifest_name(c.generation - 1), names.LOCK_NAME}
         for g in (c.generation, c.generation - 1):
             referenced |= ockstore.collection.manifest.read_manifest(folder / names.manifest_name(g), g)[0].referenced()
-        left = {n for n in os.listdir(folder) if not names.is_pending(n) and not names.is_temporary(n)}
-        assert left == referenced
+        assert set(os.listdir(folder)) == referenced  # temporary files of the killed commit included (C16)
 
 
 def test_sigkill_during_the_training_commit_keeps_the_last_generation(tmp_path):
@@ -317,3 +316,49 @@ def test_sigkill_at_every_event_of_the_training_commit(tmp_path):
         proc, begin, acked, _ = _run_kill_writer(folder, kill_at)
         assert proc.returncode == -9, (kill_at, proc.stderr[-2000:])
         _check_after_kill(folder, model, begin, acked)
+
+
+def test_an_untrained_collection_of_uint8_vectors_adds_searches_and_trains(tmp_path):
+    """store_vectors="uint8" (issue 28: every add was refused as a segment mismatch, its files of stored vectors read
+    back as "sq8"): adds, exact searches, merges, the training commit and get work; the vectors come back exactly."""
+    folder = tmp_path / "c"
+    X = np.random.default_rng(0).integers(0, 256, size=(400, P)).astype(np.uint8)
+    model = Model(P)
+    with ockstore.create_collection(folder, unfitted(), store_vectors="uint8", train_size=TRAIN_SIZE,
+                                    merge_factor=2) as c:
+        for part in np.array_split(np.arange(250), 3):
+            model.add(X[part], c.add(X[part]))
+        assert not c.trained and c.info()["store_vectors"] == "uint8"
+        assert_exact(c, model, X[:5].astype(np.float32), 6, "uint8")
+        model.add(X[250:], c.add(X[250:]))  # crosses train_size
+        assert c.trained
+        np.testing.assert_array_equal(c.get(np.arange(400)), X.astype(np.float32))
+        c.verify()
+
+
+def test_a_manifest_of_an_untrained_collection_that_says_sq8_is_refused_C14(tmp_path):
+    """A collection that has not trained its quantizer stores files of stored vectors, which cannot hold sq8 codes
+    (no value ranges without a fitted model): a manifest that says so does not verify (C14; issue 28: it opened and
+    verified, and the next add raised AttributeError)."""
+    from ockstore.collection import manifest as manifest_module
+
+    folder = tmp_path / "c"
+    with ockstore.create_collection(folder, unfitted(), store_vectors="float32", train_size=TRAIN_SIZE) as c:
+        c.add(rows(20, 1))
+        generation = c.generation
+    manifest, user = manifest_module.read_manifest(folder / names.manifest_name(generation), generation)
+    import dataclasses
+
+    hostile = dataclasses.replace(manifest, generation=generation + 1, store_vectors="sq8")
+    manifest_module.write_manifest(folder, hostile, user)
+    with pytest.warns(ockstore.collection.CollectionWarning, match="store_vectors' = 'sq8'"):
+        reader = ockstore.open_collection(folder)
+    with reader:
+        assert reader.generation == generation  # the hostile manifest is skipped (C4), and reported
+        with pytest.raises(ockstore.FormatError, match="store_vectors' = 'sq8' in a collection that has not trained"):
+            reader.verify()
+    for name in os.listdir(folder):
+        if names.parse_manifest(name) is not None and name != names.manifest_name(generation + 1):
+            os.unlink(folder / name)
+    with pytest.raises(ockstore.FormatError, match="no manifest verifies.*sq8 codes need the value ranges"):
+        ockstore.open_collection(folder, "a")

@@ -149,6 +149,41 @@ def test_damaged_value_ranges_refused_at_open_I21(quantizers, data, tmp_path):
     as_uint8 = dict(meta, store_vectors="uint8")
     with pytest.raises(FormatError, match="unexpected section: section 'value_ranges'"):
         ockstore.open_index(write("uint8.ock", sections, meta=as_uint8))
+    # Finite values beyond the bound of every vector input (issue 28: the file opened and verified, re-ranked searches
+    # returned inf distances with real ids, and get() refused it): "value out of range", in an index file and a
+    # quantizer file alike.
+    for value in (1e16, -3e20):
+        huge = sections["value_ranges"].copy()
+        huge[0 if value < 0 else 1, 2] = value
+        with pytest.raises(FormatError, match=r"value out of range: section 'value_ranges' holds values of magnitude"):
+            ockstore.open_index(write("huge.ock", dict(sections, value_ranges=huge)))
+    qmeta, qsections, quser = parts_of(_saved(q, tmp_path / "q.ockq"))
+    qsections["value_ranges"] = huge
+    with pytest.raises(FormatError, match="value out of range: section 'value_ranges'"):
+        ockstore.load_quantizer(write_parts(tmp_path / "hq.ockq", qmeta, qsections, quser, minor=3))
+    edge = sections["value_ranges"].copy()
+    edge[0, 0], edge[1, 0] = -1e15, 1e15  # within the bound: opens
+    ockstore.open_index(write("edge.ock", dict(sections, value_ranges=edge))).close()
+
+
+def _saved(q, path):
+    ockstore.save_quantizer(path, q)
+    return path
+
+
+def test_writers_refuse_value_ranges_their_reader_refuses_I21(quantizers, data, tmp_path):
+    """The writers check the value ranges as the reader does (one check): a model whose ranges are beyond +-1e15 is
+    refused with a ValueError before anything is written."""
+    _, base, _, _ = data
+    q = ockstore.load_quantizer(_saved(quantizers["ockm", "l2"], tmp_path / "src.ockq"))  # a copy to damage
+    ranges = q.value_ranges.copy()
+    ranges[1, 0] = 1e20
+    q._set_value_ranges(ranges)
+    for write in (lambda: ockstore.save_quantizer(tmp_path / "q.ockq", q),
+                  lambda: ockstore.build_index(tmp_path / "i.ock", q, base[:50], store_vectors="sq8")):
+        with pytest.raises(ValueError, match="quantizer: value out of range: section 'value_ranges'.* would not open"):
+            write()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["src.ockq"]  # nothing written, no temporary file left
 
 
 def test_collection_and_compaction_keep_the_same_codes(quantizers, data, tmp_path):

@@ -119,3 +119,23 @@ def test_impossible_targets_and_bad_arguments_are_refused(indexes, queries, base
     small = Index.from_vectors(stored.quantizer, base[:5], store_vectors="float32")
     with pytest.raises(ValueError, match="k = 10 exceeds the 5 vectors"):
         ockstore.tune(small, Q)
+
+
+def test_tune_says_what_it_takes(indexes, queries, base, tmp_path):
+    """Anything but an Index, IVFIndex or Collection is a TypeError saying what tune takes (issue 28: an ExactIndex, a
+    path or None raised AttributeError naming internals): a path is told to open the file, an ExactIndex that it is
+    exact."""
+    from ockstore.exact_index import ExactIndex
+
+    Q = queries[:5]
+    path = tmp_path / "i.ock"
+    indexes["flat"].save(path)
+    for bad, hint in ((None, "got NoneType$"), (str(path), r"got str: a path; .*open_index\("),
+                      (path, r"got PosixPath: a path|got WindowsPath: a path"),
+                      (ExactIndex(base[:50], None, "l2"), "got ExactIndex: it searches exactly"),
+                      (base, "got ndarray$")):
+        with pytest.raises(TypeError, match=r"^index must be an Index, IVFIndex or Collection \(an open one, "
+                                            rf"searched by codes\), {hint}"):
+            ockstore.tune(bad, Q)
+    with ockstore.open_index(path) as index:  # what the message says to do works
+        assert "rerank" in ockstore.tune(index, Q, target_recall=0.5)

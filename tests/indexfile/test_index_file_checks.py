@@ -227,6 +227,56 @@ def test_inconsistent_file_refused_at_open_I1_to_I6(tmp_path, valid_parts, case,
             load_quantizer(path)
 
 
+I6_CASES = [case for case in BAD_OPEN if case[3] in ("non-finite values", "value out of range",
+                                                      "non-zero codebook padding", "unsorted norm levels",
+                                                      "rotation not orthogonal")]
+
+
+@pytest.mark.parametrize("case,file,edit,check,name", I6_CASES, ids=[c[0] for c in I6_CASES])
+def test_writers_refuse_a_model_their_reader_refuses_I6(tmp_path, valid_parts, quantizers, base, case, file, edit,
+                                                        check, name):
+    """I6, one check for readers and writers: a model holding what the reader refuses (the same edits as above) is
+    refused by save_quantizer and IndexWriter with a ValueError naming the check and the section, before anything is
+    written (issue 28: a fit wrote norm levels of -8e-20, and open_index then refused the file it had just written)."""
+    parts = valid_parts[file]
+    _meta, sections = _edit(parts, **edit(parts[1]))
+    model = load_quantizer(_saved(quantizers[file], tmp_path / "src.ockq"))  # a copy to damage
+    model._set_learned(sections.get("rotation"), sections["codebooks"], sections["objective_history"],
+                       sections.get("norm_levels"))
+    for write in (lambda: save_quantizer(tmp_path / "q.ockq", model),
+                  lambda: build_index(tmp_path / "i.ock", model, base[:20])):
+        with pytest.raises(ValueError, match=rf"quantizer: {re.escape(check)}: section '{name}'.*would not open"):
+            write()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["src.ockq"]
+
+
+def _saved(q, path):
+    save_quantizer(path, q)
+    return path
+
+
+def test_a_fit_on_degenerate_data_writes_files_that_open_I6(tmp_path):
+    """Two distinct rows (zeros and ones) repeated 300 times: the words of a code can cancel, and its squared norm,
+    summed from the words' norms and pair products, came out at -8e-20; the fitted norm levels held it, and the file
+    written from the model did not open. Norm terms and levels are clamped at 0 (squared norms are >= 0)."""
+    X = np.repeat(np.stack([np.zeros(16), np.ones(16)]).astype(np.float32), 300, axis=0)
+    for seed in (1, 3):
+        for model in (ockstore.IVF(8, ockstore.OCKM(8, 2, 4, n_codewords=256, seed=seed), seed=seed),
+                      ockstore.IVF(8, ockstore.OCKM(4, 3, 4, n_codewords=16, metric="ip", seed=seed), seed=seed)):
+            model.fit(X)
+            assert model.quantizer.norm_levels.min() >= 0 and model.norm_levels.min() >= 0
+            _lists, codes = model.encode(X)
+            assert (model.quantizer.code_norms(codes) >= 0).all()
+            path = tmp_path / f"x{seed}.ock"
+            build_index(path, model, X, store_vectors="float32")
+            with open_index(path) as index:
+                index.verify()
+                D, I = index.search(X[:2], 3)
+                assert (I >= 0).all()
+            save_quantizer(tmp_path / "q.ockq", model)
+            assert load_quantizer(tmp_path / "q.ockq") == model
+
+
 def test_quantizer_file_with_vector_sections_refused_I5(tmp_path, valid_parts):
     """I5: a quantizer file holds no codes, norms or ids; an unknown kind is refused by load_quantizer too."""
     meta, sections = _edit(valid_parts["quantizer"], after=("codes", np.zeros((3, 8), "<u1")))

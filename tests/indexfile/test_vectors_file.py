@@ -57,6 +57,10 @@ def test_round_trip_E1_E3(tmp_path, valid):
     (lambda m, s: ({**m, "ntotal": -1}, s), "bad meta", "ntotal"),
     (lambda m, s: ({**m, "metric": "hamming"}, s), "bad meta", "metric"),
     (lambda m, s: ({**m, "store_vectors": "int8"}, s), "bad meta", "store_vectors"),
+    # sq8 codes need a model's value ranges, which a file of stored vectors has not (issue 28: a collection's next
+    # add raised AttributeError)
+    (lambda m, s: ({**m, "store_vectors": "sq8"}, {**s, "vectors": np.zeros((50, 12), "<u1")}), "bad meta",
+     "store_vectors"),
     (lambda m, s: ({**m, "has_ids": 1}, s), "bad meta", "has_ids"),
     (lambda m, s: (m, {"ids": s["ids"]}), "missing section", "vectors"),
     (lambda m, s: (m, {"vectors": s["vectors"].astype("<f2"), "ids": s["ids"]}), "bad section dtype", "vectors"),
@@ -94,6 +98,19 @@ def test_verify_reports_damaged_rows_and_search_refuses_them_E5(tmp_path, valid)
     sections["ids"][4] = -3
     expect_format_error(write_parts(tmp_path / "neg.ock", meta, sections, user, minor=3), "negative id", "ids",
                         when="verify")
+
+
+def test_uint8_vectors_are_uint8_not_sq8_E2(tmp_path):
+    """uint8 and sq8 share the dtype <u1: a file (or an in-memory ExactIndex) of uint8 vectors says "uint8" (issue 28:
+    it said "sq8", and a collection refused every add as a segment mismatch); the writer refuses sq8 (no model)."""
+    X = np.arange(10 * P, dtype=np.uint8).reshape(10, P)
+    path = write(tmp_path / "u.ock", X, np.arange(10), store="uint8")
+    with ockstore.open_index(path) as index:
+        assert index.store_vectors == "uint8" and index.info()["store_vectors"] == "uint8"
+    assert ExactIndex(X, None, "l2").store_vectors == "uint8"
+    with pytest.raises(ValueError, match="stores 'float16', 'float32' or 'uint8', not 'sq8'"):
+        VectorsWriter(tmp_path / "s.ock", P, "l2", "sq8")
+    assert not (tmp_path / "s.ock").exists()
 
 
 def test_the_writer_refuses_what_the_section_cannot_hold(tmp_path):

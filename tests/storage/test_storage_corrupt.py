@@ -396,6 +396,34 @@ def test_crc_mismatch_found_by_verify_only_R18(tmp_path):
     expect_format_error(save(tmp_path, data, "e.ock"), "CRC mismatch", "e", when="verify")
 
 
+def test_section_check_streams_the_crc_of_the_sections_read_R18(tmp_path):
+    """R18 while copying: MappedFile.section_check checks each section's CRC as a caller reads it step by step (the
+    same fraction of every section), raising when a section is complete and differs, naming the file, the section and
+    the caller's advice; sections not asked for are not checked."""
+    data = hand_file(small_sections())
+    with open_file(save(tmp_path, data, "ok.ock")) as f:
+        offset_b = f.section_info("b")["offset"]
+        check = f.section_check()
+        for done in range(6):
+            check.advance(done, 5)
+        check.finish()
+    mutated = bytearray(data)
+    mutated[offset_b + 39] ^= 0x01  # the last byte of 'b'
+    path = save(tmp_path, bytes(mutated))
+    with open_file(path) as f:
+        check = f.section_check(advice="; nothing was copied")
+        for done in range(5):
+            check.advance(done, 5)  # 'b' not complete yet: its damage is in its last bytes
+        with pytest.raises(FormatError, match=r"CRC mismatch: section 'b': .*; nothing was copied$") as caught:
+            check.advance(5, 5)
+        assert repr(str(path)) in str(caught.value)
+        f.section_check(["a"]).finish()  # only 'a' checked
+        with pytest.raises(FormatError, match=r"section 'b'"):
+            f.section_check(["b"]).finish()
+        with pytest.raises(KeyError, match="no section named 'z'"):
+            f.section_check(["z"])
+
+
 def test_crc_is_zlib_crc32_R18():
     """R18: the CRC is zlib's CRC-32 (check value of CRC-32/ISO-HDLC) and the empty CRC is 0."""
     assert zlib.crc32(b"123456789") == 0xCBF43926 and zlib.crc32(b"") == 0
