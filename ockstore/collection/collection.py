@@ -4,8 +4,11 @@ holding the folder's lock, readers on snapshots (docs/ARCHITECTURE.md, "Collecti
 
 from __future__ import annotations
 
+import functools
 import io
 import os
+import threading
+import time
 
 import numpy as np
 
@@ -21,6 +24,7 @@ from .manifest import MAX_ID, OPERATIONS, SegmentEntry
 from .segments import IdIndex, PendingSegment, Segment, write_pending_segment
 from ..search.searcher import Searcher, SearcherCache
 from .snapshot import load_newest, manifest_generations, remember
+from .background import Trainer
 from .training import DEFAULT_SAMPLE_ROWS, model_summary, retrain_model, spec_with_dim, train_commit
 
 __all__ = ["Collection", "CollectionSearcher"]
@@ -28,6 +32,20 @@ __all__ = ["Collection", "CollectionSearcher"]
 # Generations whose files a writer keeps (the current one and the one before): readers on them keep working, and the
 # previous one is a complete fallback should the newest manifest ever be damaged.
 KEEP_GENERATIONS = 2
+
+# How often a reader's wait_trained looks for a trained generation (seconds).
+READER_POLL_SECONDS = 0.1
+
+
+def _holding_commit_lock(method):
+    """A writer's change, run holding the commit lock (the training thread commits under it too)."""
+
+    @functools.wraps(method)
+    def locked(self, *args, **kwargs):
+        with self._commit_lock:
+            return method(self, *args, **kwargs)
+
+    return locked
 
 
 class Collection(Closable):
@@ -58,6 +76,10 @@ class Collection(Closable):
         self._next_generation = None
         self._searchers = SearcherCache()  # the searcher of the last search call
         self._leftovers = []
+        self._commit_lock = threading.RLock()  # one commit at a time: the caller's, or the training thread's
+        self._closed_for_commits = False
+        self._n_threads = None  # the threads of the training thread's encoding (None: every core)
+        self._trainer = Trainer(self) if mode == "a" else None
         if mode == "a":
             self._next_generation = max(manifest_generations(folder)[0], snapshot.generation) + 1
             # Pending and temporary files present when this writer took the lock were left by writers that are dead
@@ -65,10 +87,55 @@ class Collection(Closable):
             # removes them. Those that appear later are this writer's own (its distributed build's workers).
             self._leftovers = _commit.leftover_files(folder)
         self._closed = False
+        if self._trainer is not None:  # a training that a killed writer did not finish is done again
+            self._trainer.start_if_due()
 
     # ---------------------------------------------------------------------------------------------------- lifecycle
     def close(self):
-        """Release the segments and, for a writer, the lock. Idempotent; any later use raises ValueError."""
+        """Release the segments and, for a writer, the lock. Idempotent; any later use raises ValueError.
+
+        A writer first waits for a training in progress (``wait_trained``) to commit: an app that adds the rows that
+        make the collection due for training and closes at once pays for the training here (seconds for tens of
+        thousands of rows), not in its ``add``. The error of a failed training is raised here, after the collection
+        is closed (its last committed generation stays as it was; the next writer trains again)."""
+        if self._closed:
+            return
+        error = None
+        if self._trainer is not None:
+            try:
+                self._trainer.wait()
+            except BaseException as exc:  # raised once the collection is closed
+                error = exc
+            with self._commit_lock:
+                self._closed_for_commits = True
+        self._close()
+        if error is not None:
+            raise error
+
+    def wait_trained(self, timeout=None):
+        """Wait until the collection has committed a trained generation; True when it has (this object then sees it),
+        False when ``timeout`` (seconds) passed first or, for a writer, when no training is running and the
+        collection is not trained (it holds fewer than ``train_size`` live rows).
+
+        A writer trains in a thread of its own (docs/ARCHITECTURE.md, "Collections for apps"): ``add`` commits rows at
+        once and the training commits when done; this waits for it, and raises the error of a failed training. A
+        reader (mode "r") refreshes until a writer has committed a trained generation (``timeout`` None: as long as
+        that takes)."""
+        self._check_open()
+        deadline = None if timeout is None else time.monotonic() + float(timeout)
+        if self._trainer is not None:
+            if not self._trainer.wait(timeout):
+                return False
+            return self.trained
+        while not self.trained:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return False
+            time.sleep(min(READER_POLL_SECONDS, left) if left is not None else READER_POLL_SECONDS)
+            self.refresh()
+        return True
+
+    def _close(self):
         if self._closed:
             return
         self._closed = True
@@ -306,6 +373,7 @@ class Collection(Closable):
                                              n_threads=n_threads, metric=metric))
 
     # ---------------------------------------------------------------------------------------------------- changes
+    @_holding_commit_lock
     def add(self, X, ids=None, *, n_threads=None):
         """Add vectors in one commit; returns their ids (int64, shape (n,); one id for a single 1-D vector).
 
@@ -337,6 +405,7 @@ class Collection(Closable):
             self._write(X, ids, "add", n_threads=n_threads)
         return ids[0] if was_1d else ids
 
+    @_holding_commit_lock
     def upsert(self, X, ids, *, n_threads=None):
         """Replace the vectors of the live ``ids`` and add the others, in one commit.
 
@@ -350,6 +419,7 @@ class Collection(Closable):
         if X.shape[0]:
             self._write(X, ids, "upsert", n_threads=n_threads)
 
+    @_holding_commit_lock
     def delete(self, ids):
         """Delete the vectors of ``ids`` (integers >= 0; unknown or already deleted ids are ignored) in one commit;
         returns the number of live vectors removed (no commit when it is 0)."""
@@ -365,6 +435,7 @@ class Collection(Closable):
             self._apply(operation="delete", deletes=deletes)
         return removed
 
+    @_holding_commit_lock
     def compact(self):
         """Merge every segment into one holding the live rows (codes, norm terms, ids and stored vectors copied, not
         re-encoded; memory bounded by a step of COPY_ROWS rows), in one commit. Readers of older generations are not
@@ -400,6 +471,11 @@ class Collection(Closable):
         holds fewer live vectors than ``fit`` needs.
         """
         self._check_writer("retrain")
+        self._trainer.wait()  # a training in progress commits first (it needs the commit lock)
+        with self._commit_lock:
+            self._retrain_locked(quantizer, sample, n_threads)
+
+    def _retrain_locked(self, quantizer, sample, n_threads):
         snap = self._snap
         model, fit, sample_rows, auto = retrain_model(snap, quantizer,
                                                       DEFAULT_SAMPLE_ROWS if sample is None else sample)
@@ -422,6 +498,7 @@ class Collection(Closable):
         on POSIX (their files stay open); on Windows a file still open is left for a later vacuum. Must not run while
         a distributed build is writing pending segments into the folder. Returns the names removed (sorted)."""
         self._check_writer("vacuum")
+        self._trainer.wait()  # the files of a training in progress are not garbage
         keep = check_int(keep_generations, "keep_generations", min_value=1)
         return _commit.vacuum(self._folder, self._snap.manifest, keep)
 
@@ -470,6 +547,7 @@ class Collection(Closable):
                                   "two segments")
 
     # ------------------------------------------------------------------------------------------ distributed builds
+    @_holding_commit_lock
     def commit_segments(self, pending, *, operation="commit", merge=True):
         """Make pending segments (written by ``write_pending_segment``, e.g. by the workers of a distributed build)
         part of the collection in one commit.
@@ -559,18 +637,9 @@ class Collection(Closable):
             raise
 
     def _commit_rows(self, pending, deletes, added, operation, next_id, spec, training, merge=True, n_threads=None):
-        """Commit new rows (pending files) and deletions: an ordinary commit, or, when the collection has not trained
-        its quantizer and its live rows reach train_size, the training commit (training.train_commit)."""
-        snap = self._snap
-        if not snap.spec.trained:
-            removed = sum(int(d.size) for d in deletes.values()) if deletes else 0
-            if snap.live - removed + added >= snap.manifest.training.train_size:
-                model = snap.manifest.training.quantizer()  # a fresh unfitted copy: the snapshot's stays as it is
-                self._commit_generation(lambda generation: train_commit(
-                    snap, generation, model, fit=True, sample_rows=DEFAULT_SAMPLE_ROWS, operation=operation,
-                    pending=pending, deletes=deletes, next_id=next_id, check=self._lock.check, spec=spec,
-                    n_threads=n_threads, auto=snap.manifest.auto))
-                return
+        """Commit new rows (pending files) and deletions: an ordinary commit (when the collection becomes due for
+        training, the training runs after it in the background: ``_commit_generation``)."""
+        self._n_threads = n_threads
         self._apply(operation=operation, pending=pending, deletes=deletes, next_id=next_id, merge=merge, spec=spec,
                     training=training)
 
@@ -610,6 +679,8 @@ class Collection(Closable):
         for path in consumed:
             _remove_file(path)  # no manifest references them
         _commit.remove_older_generations(self._folder, [new.manifest, previous])
+        if self._trainer is not None:
+            self._trainer.start_if_due()  # in the background: the commit's caller does not wait for a training
         leftovers, self._leftovers = self._leftovers, []
         _commit.remove_leftovers(self._folder, leftovers)
 

@@ -54,7 +54,7 @@ class GenerationTaken(CollectionLockedError):
 
 
 def commit(snapshot, generation, *, operation, pending=(), deletes=None, compact=False, merge=True, next_id=None,
-           check=None, spec=None, training=None):
+           check=None, spec=None, training=None, pending_deletes=None):
     """Write generation ``generation`` from ``snapshot`` and return its Snapshot (no input validation: the collection
     checked ids and pending segments).
 
@@ -70,6 +70,9 @@ def commit(snapshot, generation, *, operation, pending=(), deletes=None, compact
         New segments, in order.
     deletes : dict or None
         View number -> int64 ids newly deleted from that segment (unique, live there).
+    pending_deletes : dict or None
+        Pending number -> int64 ids deleted from that new segment in the same commit (sorted, unique, in it): a
+        training's segments encoded from an older generation, whose rows were deleted meanwhile.
     compact : bool
         Merge every segment into one (when there is more than one, or any deletion).
     merge : bool
@@ -117,6 +120,7 @@ def commit(snapshot, generation, *, operation, pending=(), deletes=None, compact
                                                               file, int(deleted.size)), deleted)
             views.append(view)
         renamed = {}  # final name -> pending path, to give a pending file its name back when the commit fails
+        renamed_order = []  # the final names of the pending segments so far, in order
         for p in pending:
             file = new_name("segment")
             if p.path != os.path.join(folder, file):  # a pending file (the collection's own adds write the final name)
@@ -124,6 +128,17 @@ def commit(snapshot, generation, *, operation, pending=(), deletes=None, compact
                 renamed[file] = p.path
             written.append(file)
             entry = SegmentEntry(file, p.rows, p.min_id, p.max_id)
+            gone = None if pending_deletes is None else pending_deletes.get(len(renamed_order))
+            renamed_order.append(file)
+            if gone is not None and gone.size:
+                if gone.size == p.rows:
+                    continue  # no live row left: the segment is not committed (unreferenced, removed later)
+                deletions = new_name("deletions")
+                write_deletions(os.path.join(folder, deletions), file, gone)
+                written.append(deletions)
+                entry = SegmentEntry(file, p.rows, p.min_id, p.max_id, deletions, int(gone.size))
+                views.append(SegmentView(open_segment(entry), entry, gone))
+                continue
             views.append(SegmentView(open_segment(entry), entry, np.empty(0, dtype=np.int64)))
         if compact:
             groups = [list(range(len(views)))] if len(views) > 1 or any(v.entry.deleted for v in views) else []

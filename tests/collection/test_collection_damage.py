@@ -138,20 +138,22 @@ def test_retrain_reads_only_the_stored_vectors_and_ids_C15(q, tmp_path):
 
 
 def test_the_training_commit_refuses_damaged_stored_vectors_C15(tmp_path):
-    """The commit that crosses train_size re-encodes every live row: a damaged file of stored vectors fails it, and
-    the collection stays untrained at its generation."""
+    """The training that follows the add crossing train_size re-encodes every live row: a damaged file of stored
+    vectors fails it (wait_trained raises the error naming the file), the collection stays untrained at the add's
+    generation, and the training's pending files are gone."""
     folder = tmp_path / "c"
     quantizer = ockstore.PQ(5, n_codewords=16, n_iter=2, seed=0)
     with ockstore.create_collection(folder, quantizer, store_vectors="float32", train_size=300) as c:
         c.add(vectors(200, 1))
         path = segment_path(c)
         damage(path, "vectors", row=150)
-        before, generation = listing(folder), c.generation
+        generation = c.generation
+        c.add(vectors(150, 2))  # committed at once, untrained; the training beside it fails
         with pytest.raises(FormatError, match=rf"{os.path.basename(path)}.*CRC mismatch: section 'vectors'.*nothing "
                                               "was committed"):
-            c.add(vectors(150, 2))
-        assert not c.trained
-        assert_nothing_committed(c, folder, before, generation, path)
+            c.wait_trained(timeout=300)
+        assert not c.trained and c.generation == generation + 1 and len(c) == 350
+        assert not [name for name in os.listdir(folder) if name.startswith(".pending.")]
 
 
 def test_commit_segments_checks_what_it_copies_C15(q, tmp_path):

@@ -110,7 +110,8 @@ def test_ivf_and_training_commits_write_segments_by_reference_C7_S6(tmp_path):
     with ockstore.create_collection(folder, ivf, store_vectors="float16", train_size=200, merge_factor=3) as c:
         c.add(vectors(150, 1))
         assert {kind for kind, _m, _s in segment_files(folder).values()} == {"vectors"}
-        c.add(vectors(100, 2))  # the training commit
+        c.add(vectors(100, 2))  # crosses train_size: the training commit follows beside the writer
+        assert c.wait_trained(timeout=300)
         assert c.trained and assert_by_reference(folder) == names.quantizer_name(c.generation)
         for seed in range(3, 8):
             c.add(vectors(30, seed))

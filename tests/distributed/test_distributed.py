@@ -494,5 +494,5 @@ def test_a_build_with_an_unfitted_quantizer_stores_vectors_then_trains_at_train_
         D2, I2 = c.search(Q, 7)
     np.testing.assert_array_equal(I1, I2)
     np.testing.assert_array_equal(D1, D2)
-    with pytest.raises(ValueError, match="store_vectors is required with an unfitted quantizer"):
-        od.build_collection(tmp_path / "d", unfitted, da.from_array(X[:10]), client=client)
+    with od.build_collection(tmp_path / "d", unfitted, da.from_array(X[:10]), client=client) as d:
+        assert d.store_vectors == "float16" and not d.trained  # stored vectors by default until it trains

@@ -165,7 +165,7 @@ def test_a_collection_without_a_quantizer_picks_its_model(tmp_path, base, querie
     Qn = queries / np.linalg.norm(queries, axis=1, keepdims=True)
     np.testing.assert_array_equal(I[:, 0], np.argmax(Qn @ Xn.T, axis=1))
     col.add(base[500:1200])
-    assert col.trained
+    assert col.wait_trained(timeout=300) and col.trained
     want = ockstore.default_quantizer(1200, P, metric="cosine")
     assert col.quantizer.n_subspaces == want.n_subspaces and col.quantizer.n_codewords == want.n_codewords
     assert col._snap.manifest.auto.trained_rows == 1200
