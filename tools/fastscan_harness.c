@@ -78,6 +78,7 @@ typedef struct {
     uint8_t *codes, *blocks, *norm_codes;
     float *norms, levels[256], *lut;
     int64_t *ids;
+    const int64_t *id_parts[1];  /* the id table of the rows' handles (kernels/rows.h): one part, these ids */
     uint64_t *allow;
 } problem;
 
@@ -230,8 +231,11 @@ static int check_case(int seed_case) {
             break;
         }
     }
-    ock_fs_base base = {W, p.norm_mode == 2 ? p.norms : NULL, p.norm_mode == 1 ? p.norm_codes : NULL, p.levels,
-                        p.ids, p.allow, p.N};
+    p.id_parts[0] = p.ids;
+    const int64_t **ids = p.ids != NULL ? p.id_parts : NULL;
+    ock_fs_base base = {.W = W, .norms_f32 = p.norm_mode == 2 ? p.norms : NULL,
+                        .norm_codes = p.norm_mode == 1 ? p.norm_codes : NULL, .norm_levels = p.levels, .ids = ids,
+                        .allow = p.allow, .N = p.N};
     ock_fs_query q = {p.lut, qlut, &t};
     float *want_d = malloc(sizeof(float) * p.k), *got_d = malloc(sizeof(float) * p.k);
     int64_t *want_r = malloc(sizeof(int64_t) * p.k), *got_r = malloc(sizeof(int64_t) * p.k);
@@ -261,14 +265,15 @@ static int check_case(int seed_case) {
         const int cap = 2 * p.k + (rndi(2) ? rndi(8) : 300);
         ock_fs_cand *cand = malloc(sizeof(ock_fs_cand) * cap);
         double *ubh = malloc(sizeof(double) * 2 * p.k);
-        ock_fs_collector_init(&col, hd, hr, p.k, p.ids, cand, cap, ubh, bound);
+        ock_fs_collector_init(&col, hd, hr, p.k, ids, cand, cap, ubh, bound);
         /* a flat scan: half the time a limit from a sample of s of its blocks first (any s: the size rule of
          * ock_fs_sample_blocks is for speed alone) */
         const size_t nb_all = ock_fs_blocks(p.N);
         if (n_runs == 1 && nb_all > 0 && rndi(2) && ock_fs_sample_applies(&base, &q)) {
             const size_t s = 1 + (size_t)rndi((int)nb_all);
             uint16_t *ssums = malloc(sizeof(uint16_t) * 32 * s);
-            const ock_fs_run whole = {p.blocks, 0, p.N, terms[0], t.c0, ock_fs_rounding(&t, 0.0)};
+            const ock_fs_run whole = {.blocks = p.blocks, .row0 = 0, .n_rows = p.N, .start_term = terms[0],
+                                      .c0 = t.c0, .rho = ock_fs_rounding(&t, 0.0)};
             for (size_t x = 0; x < s; x++) {
                 const size_t bi = ock_fs_sample_block(x, s, nb_all);
                 uint8_t nbytes[32];
@@ -280,8 +285,9 @@ static int check_case(int seed_case) {
         }
         for (int r = 0; r < n_runs; r++) {
             const double term = (double)terms[r] - (double)qconst;  /* the list term, as run->c0 adds it */
-            ock_fs_run run = {p.blocks + run_block[r] * bb, starts[r], starts[r + 1] - starts[r], terms[r],
-                              t.c0 + term, ock_fs_rounding(&t, term)};
+            ock_fs_run run = {.blocks = p.blocks + run_block[r] * bb, .row0 = starts[r],
+                              .n_rows = starts[r + 1] - starts[r], .start_term = terms[r], .c0 = t.c0 + term,
+                              .rho = ock_fs_rounding(&t, term)};
             ock_fs_scan_run_for(level)(&base, &q, &run, &col);
         }
         ock_fs_refine(&col, &base, &q);
@@ -324,14 +330,16 @@ static int check_case(int seed_case) {
         ock_fs_cand *ca = malloc(sizeof(ock_fs_cand) * cap), *cb = malloc(sizeof(ock_fs_cand) * cap);
         ock_fs_collector cola, colb;
         double *uba = malloc(sizeof(double) * 2 * p.k), *ubb = malloc(sizeof(double) * 2 * p.k);
-        ock_fs_collector_init(&cola, hd, hr, p.k, p.ids, ca, cap, uba, bound);
-        ock_fs_collector_init(&colb, hd2, hr2, p.k, p.ids, cb, cap, ubb, bound);
+        ock_fs_collector_init(&cola, hd, hr, p.k, ids, ca, cap, uba, bound);
+        ock_fs_collector_init(&colb, hd2, hr2, p.k, ids, cb, cap, ubb, bound);
         for (int r = 0; r < n_runs; r++) {
             const double ta = (double)terms[r] - (double)qconst, tb = (double)terms2[r] - (double)qconst2;
-            ock_fs_run ra = {p.blocks + run_block[r] * bb, starts[r], starts[r + 1] - starts[r], terms[r],
-                             t.c0 + ta, ock_fs_rounding(&t, ta)};
-            ock_fs_run rb = {p.blocks + run_block[r] * bb, starts[r], starts[r + 1] - starts[r], terms2[r],
-                             t2.c0 + tb, ock_fs_rounding(&t2, tb)};
+            ock_fs_run ra = {.blocks = p.blocks + run_block[r] * bb, .row0 = starts[r],
+                             .n_rows = starts[r + 1] - starts[r], .start_term = terms[r], .c0 = t.c0 + ta,
+                             .rho = ock_fs_rounding(&t, ta)};
+            ock_fs_run rb = {.blocks = p.blocks + run_block[r] * bb, .row0 = starts[r],
+                             .n_rows = starts[r + 1] - starts[r], .start_term = terms2[r], .c0 = t2.c0 + tb,
+                             .rho = ock_fs_rounding(&t2, tb)};
             ock_fs_scan_run2_avx2(&base, &q, &q2, &ra, &rb, &cola, &colb);
         }
         ock_fs_refine(&cola, &base, &q);
@@ -426,7 +434,7 @@ static int bench(size_t N, int W, int nq, int k) {
     int64_t hr[1024];
     ock_fs_cand cand[2 * 1024 + 512];
     double ubh[2048];
-    ock_fs_base base = {W, NULL, norm_codes, levels, NULL, NULL, N};
+    ock_fs_base base = {.W = W, .norm_codes = norm_codes, .norm_levels = levels, .N = N};
     printf("N=%zu W=%d queries=%d k=%d (one-byte norms)\n", N, W, nq, k);
     for (int level = 0; level <= OCK_FS_AVX512; level++) {
         if (!ock_fs_level_supported(level)) continue;
@@ -438,7 +446,8 @@ static int bench(size_t N, int W, int nq, int k) {
             ock_fs_query q = {luts + (size_t)qi * W * 16, qlut, &t};
             ock_fs_collector col;
             ock_fs_collector_init(&col, hd, hr, k, NULL, cand, ock_fs_collector_cap(k), ubh, INFINITY);
-            ock_fs_run run = {blocks, 0, N, 0.0f, t.c0, ock_fs_rounding(&t, 0.0)};
+            ock_fs_run run = {.blocks = blocks, .row0 = 0, .n_rows = N, .start_term = 0.0f, .c0 = t.c0,
+                              .rho = ock_fs_rounding(&t, 0.0)};
             ock_fs_scan_run_for(level)(&base, &q, &run, &col);
             ock_fs_refine(&col, &base, &q);
             sink += hd[0];
@@ -522,7 +531,7 @@ static double real_run(real_data *r, int nq, int mode) {
     const int level = pairs ? OCK_FS_AVX2 : mode;
     const int W = r->W, k = r->k;
     const size_t bb = ock_fs_block_bytes(W), qstride = 16 * ock_fs_columns(W) + 64;
-    ock_fs_base base = {W, NULL, r->nc, r->levels, NULL, NULL, r->N};
+    ock_fs_base base = {.W = W, .norm_codes = r->nc, .norm_levels = r->levels, .N = r->N};
     const double t0 = now_s();
     for (int g0 = 0; g0 < nq; g0 += r->group) {
         const int g1 = g0 + r->group < nq ? g0 + r->group : nq;
@@ -534,7 +543,8 @@ static double real_run(real_data *r, int nq, int mode) {
                                   r->cand + (size_t)j * r->cap, r->cap, r->ubh + (size_t)j * 2 * k, INFINITY);
             /* the limit from a sample of the blocks, as fastscan_scan sets it before a batch's scan */
             const ock_fs_query q = {r->luts + (size_t)qi * W * 16, r->qlut + j * qstride, &r->t[j]};
-            const ock_fs_run whole = {r->blocks, 0, r->N, r->qconst[qi], r->t[j].c0, ock_fs_rounding(&r->t[j], 0.0)};
+            const ock_fs_run whole = {.blocks = r->blocks, .row0 = 0, .n_rows = r->N, .start_term = r->qconst[qi],
+                                      .c0 = r->t[j].c0, .rho = ock_fs_rounding(&r->t[j], 0.0)};
             const size_t nb = ock_fs_blocks(r->N), s = r->sample ? ock_fs_sample_blocks(&base, &q, k, nb) : 0;
             for (size_t x = 0; x < s; x++) {
                 const size_t bi = ock_fs_sample_block(x, s, nb);
@@ -552,8 +562,9 @@ static double real_run(real_data *r, int nq, int mode) {
                 for (int x = 0; x < m; x++) {
                     const int j = qi + x - g0;
                     q[x] = (ock_fs_query){r->luts + (size_t)(qi + x) * W * 16, r->qlut + j * qstride, &r->t[j]};
-                    run[x] = (ock_fs_run){r->blocks + (c0 / 32) * bb, c0, c1 - c0, r->qconst[qi + x], r->t[j].c0,
-                                          ock_fs_rounding(&r->t[j], 0.0)};
+                    run[x] = (ock_fs_run){.blocks = r->blocks + (c0 / 32) * bb, .row0 = c0, .n_rows = c1 - c0,
+                                          .start_term = r->qconst[qi + x], .c0 = r->t[j].c0,
+                                          .rho = ock_fs_rounding(&r->t[j], 0.0)};
                 }
 #ifdef OCK_FS_X86
                 if (m == 2)
