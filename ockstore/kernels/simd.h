@@ -10,8 +10,8 @@
  * multiply-adds only where the source asks for one and the portable level computes the same value).
  *
  * A new vectorised kernel (as the fast scan of 4-bit codes, fastscan_simd.h, and the re-ranking loop's values,
- * rerank.h, did) plugs in at three places: its entry in `ock_kernels` below, a wrapper below that, and its header in
- * simd_level.h.
+ * rerank_values.h, did) plugs in at three places: its entry in `ock_kernels` below, a wrapper below that, and its
+ * header in simd_level.h.
  */
 #ifndef OCKSTORE_SIMD_H
 #define OCKSTORE_SIMD_H
@@ -94,7 +94,8 @@ typedef struct ock_kernels {
     int (*coarse_alone)(const float *q, const ock_coarse_half *h, const float *c_sqnorms, int n_probe, void *work,
                         int *cand, float *dots);
 
-    /* The exact values of re-ranking (rerank.h): one function per (row kind, metric). */
+    /* The exact values of re-ranking (rerank_values.h; rerank.h's loop takes them): one function per (row kind,
+     * metric). */
     const ock_rr_value_table *rerank_values;
 
     /* The fast scan of 4-bit codes (fastscan.h, fastscan_simd.h): a run of blocks for one query, for two queries

@@ -43,7 +43,7 @@
 #include "encoder.h"
 #include "tables.h"
 #include "ivf.h"
-#include "rerank.h"   /* its per-level part: the value functions and OCK_FN(rerank_values) */
+#include "rerank_values.h"
 /* The fast scan's kernels are functions of their own per instruction set (included once: the first inclusion
  * defines every level's, each with its `target` attribute); the table below takes this level's. */
 #include "fastscan_simd.h"
