@@ -7,9 +7,9 @@
  * `make cross-check` pass both flags.
  *
  * x86-64 with gcc or clang: portable, AVX2+FMA+F16C and AVX-512 copies, each function compiled with a `target`
- * attribute and chosen through a table of function pointers when the module loads, from __builtin_cpu_supports (gcc)
- * or the cpuid instruction (clang and others: see ock_cpuid_level). No ifunc: the same code builds for Linux, macOS
- * and Windows.
+ * attribute (simd.h, "One convention") and chosen through a table of function pointers when the module loads, from
+ * __builtin_cpu_supports (gcc) or the cpuid instruction (clang and others: see ock_cpuid_level). No ifunc: the same
+ * code builds for Linux, macOS and Windows.
  * Any other target or compiler (aarch64, MSVC, ...): the portable copy only.
  */
 #include <math.h>
@@ -50,7 +50,7 @@ static inline int ock_insert_ranked(float v, int k, int T, float *score, int *in
  * Filled by ock_simd_init. */
 static unsigned char ock_pack_lanes[256][8];
 
-/* ---- the levels ------------------------------------------------------------------------------------------------- */
+/* ---- the levels (simd.h, "One convention") ---------------------------------------------------------------------- */
 
 #define OCK_LEVEL OCK_LEVEL_PORTABLE
 #define OCK_FN(name) name##_portable
