@@ -1,19 +1,23 @@
-/* Checks and a microbenchmark of the fast-scan kernels (ockstore/kernels/fastscan.h, kernels/fastscan_simd.h), in C alone.
+/* Checks and a microbenchmark of the fast-scan kernels (ockstore/kernels/fastscan.h and its parts), in C alone. The
+ * harness compiles the kernels' translation unit itself (ockstore/kernels/simd.c, with the flags setup.py gives it) and
+ * reaches each SIMD level's scan through that level's table, as the package does (kernels/simd.h).
  *
- *     cc -O2 -o /tmp/fastscan_harness tools/fastscan_harness.c -lm && /tmp/fastscan_harness check
- *     cc -O3 -o /tmp/fastscan_harness tools/fastscan_harness.c -lm && /tmp/fastscan_harness bench [N] [W] [queries]
+ *     cc -O2 -ffp-contract=off -fno-wrapv -o /tmp/fastscan_harness tools/fastscan_harness.c -lm
+ *     /tmp/fastscan_harness check [cases]
+ *     cc -O3 -ffp-contract=off -fno-wrapv -o /tmp/fastscan_harness tools/fastscan_harness.c -lm
+ *     /tmp/fastscan_harness bench [N] [W] [queries] [k]
  *
  * check: for random shapes (W words of K <= 16 values, some >= K as in a damaged file, N rows around the block
  * size, norms none / one byte / float32, ids with ties, filters, k > N, bounds, runs with list terms as an inverted
- * file has them), every instruction set this CPU runs must give (a) the same uint16 block sums as the portable
- * version and (b) exactly the k best (distance, id) of a brute-force scan of the unpacked words, with distances
- * summed as the 8-bit scan sums them; the same for two queries scanned at once (AVX2). Exit status 0 when every case
- * passes.
+ * file has them), every SIMD level this CPU runs must give (a) the same uint16 block sums as the portable level and
+ * (b) exactly the k best (distance, id) of a brute-force scan of the unpacked words, with distances summed as the
+ * 8-bit scan sums them; the same for two queries scanned at once. Exit status 0 when every case passes.
  *
  * real PREFIX: CPU time per query over real data a script wrote (see bench_real), against the 8-bit scan loop timed
  * between its runs; each query's limit first set from a sample of its blocks as fastscan_scan does
- * (FASTSCAN_SAMPLE=0: without), FASTSCAN_ROWS=n: the first n rows only. bench: the same on random rows (W words, one-byte norms), against the 8-bit scan's
- * inner loop (one table load per byte, four rows at a time) over the same words.
+ * (FASTSCAN_SAMPLE=0: without), FASTSCAN_ROWS=n: the first n rows only. bench: the same on random rows (W words,
+ * one-byte norms), against the 8-bit scan's inner loop (one table load per byte, four rows at a time) over the same
+ * words.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,43 +26,11 @@
 static long long exact_count = 0;
 #define OCK_FS_COUNT exact_count
 #include <math.h>
-#include "../ockstore/kernels/fastscan_simd.h"
+#include "../ockstore/kernels/simd.c"
 
-/* The levels, as the package's dispatch table orders them (kernels/simd.h); here chosen by the harness itself. */
-enum { OCK_FS_PORTABLE = 0, OCK_FS_AVX2 = 1, OCK_FS_AVX512 = 2 };
-
-typedef void (*ock_fs_scan_run_fn)(const ock_fs_base *, const ock_fs_query *, const ock_fs_run *, ock_fs_collector *);
-typedef void (*ock_fs_block_sums_fn)(const uint8_t *, const uint8_t *, const ock_fs_tables *, const uint8_t *,
-                                     uint16_t *);
-
-/* Whether this CPU runs a level (the portable one always). */
-static int ock_fs_level_supported(int level) {
-    if (level == OCK_FS_PORTABLE) return 1;
-#ifdef OCK_FS_X86
-    __builtin_cpu_init();
-    if (level == OCK_FS_AVX2) return __builtin_cpu_supports("avx2");
-    if (level == OCK_FS_AVX512) return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
-#endif
-    return 0;
-}
-
-static ock_fs_scan_run_fn ock_fs_scan_run_for(int level) {
-#ifdef OCK_FS_X86
-    if (level == OCK_FS_AVX512) return ock_fs_scan_run_avx512;
-    if (level == OCK_FS_AVX2) return ock_fs_scan_run_avx2;
-#endif
-    (void)level;
-    return ock_fs_scan_run_portable;
-}
-
-static ock_fs_block_sums_fn ock_fs_block_sums_for(int level) {
-#ifdef OCK_FS_X86
-    if (level == OCK_FS_AVX512) return ock_fs_block_sums_avx512;
-    if (level == OCK_FS_AVX2) return ock_fs_block_sums_avx2;
-#endif
-    (void)level;
-    return ock_fs_block_sums_portable;
-}
+/* Whether this CPU runs a level (the portable one always), and a level's kernels: simd.c's table of that level. */
+static int ock_fs_level_supported(int level) { return level <= ock_simd_best_level() && ock_levels[level] != NULL; }
+static const ock_kernels *kernels_of(int level) { return ock_levels[level]; }
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 static uint64_t rnd(void) {  /* splitmix64 */
@@ -78,6 +50,7 @@ typedef struct {
     uint8_t *codes, *blocks, *norm_codes;
     float *norms, levels[256], *lut;
     int64_t *ids;
+    const int64_t *id_parts[1];  /* the id table of the rows' handles (kernels/rows.h): one part, these ids */
     uint64_t *allow;
 } problem;
 
@@ -230,8 +203,11 @@ static int check_case(int seed_case) {
             break;
         }
     }
-    ock_fs_base base = {W, p.norm_mode == 2 ? p.norms : NULL, p.norm_mode == 1 ? p.norm_codes : NULL, p.levels,
-                        p.ids, p.allow, p.N};
+    p.id_parts[0] = p.ids;
+    const int64_t **ids = p.ids != NULL ? p.id_parts : NULL;
+    ock_fs_base base = {.W = W, .norms_f32 = p.norm_mode == 2 ? p.norms : NULL,
+                        .norm_codes = p.norm_mode == 1 ? p.norm_codes : NULL, .norm_levels = p.levels, .ids = ids,
+                        .allow = p.allow, .N = p.N};
     ock_fs_query q = {p.lut, qlut, &t};
     float *want_d = malloc(sizeof(float) * p.k), *got_d = malloc(sizeof(float) * p.k);
     int64_t *want_r = malloc(sizeof(int64_t) * p.k), *got_r = malloc(sizeof(int64_t) * p.k);
@@ -239,15 +215,15 @@ static int check_case(int seed_case) {
     int64_t *hr = malloc(sizeof(int64_t) * p.k);
     brute_force(&p, n_runs, starts, terms, bound, want_d, want_r);
     uint16_t ref_sums[32], sums[32];
-    for (int level = 0; level <= OCK_FS_AVX512; level++) {
+    for (int level = 0; level <= OCK_LEVEL_AVX512; level++) {
         if (!ock_fs_level_supported(level)) continue;
         /* block sums equal the portable ones */
         if (p.norm_mode != 2) {
             for (size_t blk = 0; blk < total_blocks; blk++) {
                 uint8_t nbytes[32];
                 for (int i = 0; i < 32; i++) nbytes[i] = (uint8_t)rndi(256);
-                ock_fs_block_sums_portable(p.blocks + blk * bb, qlut, &t, nbytes, ref_sums);
-                ock_fs_block_sums_for(level)(p.blocks + blk * bb, qlut, &t, nbytes, sums);
+                kernels_of(OCK_LEVEL_PORTABLE)->fs_block_sums(p.blocks + blk * bb, qlut, &t, nbytes, ref_sums);
+                kernels_of(level)->fs_block_sums(p.blocks + blk * bb, qlut, &t, nbytes, sums);
                 if (memcmp(ref_sums, sums, sizeof(sums)) != 0) {
                     printf("case %d: %s block sums differ from portable (block %zu)\n", seed_case,
                            level_name[level], blk);
@@ -261,28 +237,30 @@ static int check_case(int seed_case) {
         const int cap = 2 * p.k + (rndi(2) ? rndi(8) : 300);
         ock_fs_cand *cand = malloc(sizeof(ock_fs_cand) * cap);
         double *ubh = malloc(sizeof(double) * 2 * p.k);
-        ock_fs_collector_init(&col, hd, hr, p.k, p.ids, cand, cap, ubh, bound);
+        ock_fs_collector_init(&col, hd, hr, p.k, ids, cand, cap, ubh, bound);
         /* a flat scan: half the time a limit from a sample of s of its blocks first (any s: the size rule of
          * ock_fs_sample_blocks is for speed alone) */
         const size_t nb_all = ock_fs_blocks(p.N);
         if (n_runs == 1 && nb_all > 0 && rndi(2) && ock_fs_sample_applies(&base, &q)) {
             const size_t s = 1 + (size_t)rndi((int)nb_all);
             uint16_t *ssums = malloc(sizeof(uint16_t) * 32 * s);
-            const ock_fs_run whole = {p.blocks, 0, p.N, terms[0], t.c0, ock_fs_rounding(&t, 0.0)};
+            const ock_fs_run whole = {.blocks = p.blocks, .row0 = 0, .n_rows = p.N, .start_term = terms[0],
+                                      .c0 = t.c0, .rho = ock_fs_rounding(&t, 0.0)};
             for (size_t x = 0; x < s; x++) {
                 const size_t bi = ock_fs_sample_block(x, s, nb_all);
                 uint8_t nbytes[32];
                 const uint8_t *nb8 = p.norm_mode == 1 ? ock_fs_norm_bytes(&base, bi * 32, nbytes) : NULL;
-                ock_fs_block_sums_for(level)(p.blocks + bi * bb, qlut, &t, nb8, ssums + 32 * x);
+                kernels_of(level)->fs_block_sums(p.blocks + bi * bb, qlut, &t, nb8, ssums + 32 * x);
             }
             ock_fs_sample_limit(&col, &base, &q, &whole, ssums, s, nb_all);
             free(ssums);
         }
         for (int r = 0; r < n_runs; r++) {
             const double term = (double)terms[r] - (double)qconst;  /* the list term, as run->c0 adds it */
-            ock_fs_run run = {p.blocks + run_block[r] * bb, starts[r], starts[r + 1] - starts[r], terms[r],
-                              t.c0 + term, ock_fs_rounding(&t, term)};
-            ock_fs_scan_run_for(level)(&base, &q, &run, &col);
+            ock_fs_run run = {.blocks = p.blocks + run_block[r] * bb, .row0 = starts[r],
+                              .n_rows = starts[r + 1] - starts[r], .start_term = terms[r], .c0 = t.c0 + term,
+                              .rho = ock_fs_rounding(&t, term)};
+            kernels_of(level)->fs_scan_run(&base, &q, &run, &col);
         }
         ock_fs_refine(&col, &base, &q);
         ock_fs_heap_sort_into(&col.heap, got_d, got_r);
@@ -300,9 +278,9 @@ static int check_case(int seed_case) {
             }
         }
     }
-#ifdef OCK_FS_X86
-    /* two queries at once (ock_fs_scan_run2_avx2): the first query again, with a second one of other tables */
-    if (ock_fs_level_supported(OCK_FS_AVX2)) {
+    /* two queries at once (fs_scan_run2): the first query again, with a second one of other tables */
+    for (int level = 0; level <= OCK_LEVEL_AVX512; level++) {
+        if (!ock_fs_level_supported(level)) continue;
         problem p2 = p;
         p2.lut = malloc(sizeof(float) * 16 * W);
         for (int w = 0; w < W; w++)
@@ -324,15 +302,17 @@ static int check_case(int seed_case) {
         ock_fs_cand *ca = malloc(sizeof(ock_fs_cand) * cap), *cb = malloc(sizeof(ock_fs_cand) * cap);
         ock_fs_collector cola, colb;
         double *uba = malloc(sizeof(double) * 2 * p.k), *ubb = malloc(sizeof(double) * 2 * p.k);
-        ock_fs_collector_init(&cola, hd, hr, p.k, p.ids, ca, cap, uba, bound);
-        ock_fs_collector_init(&colb, hd2, hr2, p.k, p.ids, cb, cap, ubb, bound);
+        ock_fs_collector_init(&cola, hd, hr, p.k, ids, ca, cap, uba, bound);
+        ock_fs_collector_init(&colb, hd2, hr2, p.k, ids, cb, cap, ubb, bound);
         for (int r = 0; r < n_runs; r++) {
             const double ta = (double)terms[r] - (double)qconst, tb = (double)terms2[r] - (double)qconst2;
-            ock_fs_run ra = {p.blocks + run_block[r] * bb, starts[r], starts[r + 1] - starts[r], terms[r],
-                             t.c0 + ta, ock_fs_rounding(&t, ta)};
-            ock_fs_run rb = {p.blocks + run_block[r] * bb, starts[r], starts[r + 1] - starts[r], terms2[r],
-                             t2.c0 + tb, ock_fs_rounding(&t2, tb)};
-            ock_fs_scan_run2_avx2(&base, &q, &q2, &ra, &rb, &cola, &colb);
+            ock_fs_run ra = {.blocks = p.blocks + run_block[r] * bb, .row0 = starts[r],
+                             .n_rows = starts[r + 1] - starts[r], .start_term = terms[r], .c0 = t.c0 + ta,
+                             .rho = ock_fs_rounding(&t, ta)};
+            ock_fs_run rb = {.blocks = p.blocks + run_block[r] * bb, .row0 = starts[r],
+                             .n_rows = starts[r + 1] - starts[r], .start_term = terms2[r], .c0 = t2.c0 + tb,
+                             .rho = ock_fs_rounding(&t2, tb)};
+            kernels_of(level)->fs_scan_run2(&base, &q, &q2, &ra, &rb, &cola, &colb);
         }
         ock_fs_refine(&cola, &base, &q);
         ock_fs_refine(&colb, &base, &q2);
@@ -341,8 +321,8 @@ static int check_case(int seed_case) {
         for (int j = 0; j < p.k; j++) {
             if (memcmp(&got_d[j], &want_d[j], sizeof(float)) != 0 || id_of(&p, got_r[j]) != id_of(&p, want_r[j]) ||
                 memcmp(&got2_d[j], &want2_d[j], sizeof(float)) != 0 || id_of(&p, got2_r[j]) != id_of(&p, want2_r[j])) {
-                printf("case %d (avx2 pairs, W=%d N=%zu k=%d norm=%d): result %d differs from brute force\n",
-                       seed_case, W, p.N, p.k, p.norm_mode, j);
+                printf("case %d (%s pairs, W=%d N=%zu k=%d norm=%d): result %d differs from brute force\n",
+                       seed_case, level_name[level], W, p.N, p.k, p.norm_mode, j);
                 failures++;
                 break;
             }
@@ -360,7 +340,6 @@ static int check_case(int seed_case) {
         free(uba);
         free(ubb);
     }
-#endif
     free(p.codes);
     free(p.blocks);
     free(p.norm_codes);
@@ -426,9 +405,9 @@ static int bench(size_t N, int W, int nq, int k) {
     int64_t hr[1024];
     ock_fs_cand cand[2 * 1024 + 512];
     double ubh[2048];
-    ock_fs_base base = {W, NULL, norm_codes, levels, NULL, NULL, N};
+    ock_fs_base base = {.W = W, .norm_codes = norm_codes, .norm_levels = levels, .N = N};
     printf("N=%zu W=%d queries=%d k=%d (one-byte norms)\n", N, W, nq, k);
-    for (int level = 0; level <= OCK_FS_AVX512; level++) {
+    for (int level = 0; level <= OCK_LEVEL_AVX512; level++) {
         if (!ock_fs_level_supported(level)) continue;
         const double t0 = now_s();
         double sink = 0.0;
@@ -438,8 +417,9 @@ static int bench(size_t N, int W, int nq, int k) {
             ock_fs_query q = {luts + (size_t)qi * W * 16, qlut, &t};
             ock_fs_collector col;
             ock_fs_collector_init(&col, hd, hr, k, NULL, cand, ock_fs_collector_cap(k), ubh, INFINITY);
-            ock_fs_run run = {blocks, 0, N, 0.0f, t.c0, ock_fs_rounding(&t, 0.0)};
-            ock_fs_scan_run_for(level)(&base, &q, &run, &col);
+            ock_fs_run run = {.blocks = blocks, .row0 = 0, .n_rows = N, .start_term = 0.0f, .c0 = t.c0,
+                              .rho = ock_fs_rounding(&t, 0.0)};
+            kernels_of(level)->fs_scan_run(&base, &q, &run, &col);
             ock_fs_refine(&col, &base, &q);
             sink += hd[0];
         }
@@ -449,7 +429,7 @@ static int bench(size_t N, int W, int nq, int k) {
         exact_count = 0;
     }
     /* the block sums alone (no threshold, no exact stage): the throughput of the shuffles */
-    for (int level = 0; level <= OCK_FS_AVX512; level++) {
+    for (int level = 0; level <= OCK_LEVEL_AVX512; level++) {
         if (!ock_fs_level_supported(level)) continue;
         ock_fs_tables t;
         ock_fs_quantize(luts, W, 0.0f, &norm, qlut, &t);
@@ -460,7 +440,7 @@ static int bench(size_t N, int W, int nq, int k) {
         const double t0 = now_s();
         for (int pass = 0; pass < passes; pass++)
             for (size_t b = 0; b < nb; b++) {
-                ock_fs_block_sums_for(level)(blocks + b * bb, qlut, &t, norm_codes + b * 32, sums);
+                kernels_of(level)->fs_block_sums(blocks + b * bb, qlut, &t, norm_codes + b * 32, sums);
                 sink += sums[b & 31];
             }
         const double dt = (now_s() - t0) / passes;
@@ -515,14 +495,14 @@ typedef struct {
     uint16_t *sample_sums;
 } real_data;
 
-/* Search queries 0..nq-1 in groups sharing chunks of rows (mode: a level, or OCK_FS_AVX512 + 1 for AVX2 in pairs);
+/* Search queries 0..nq-1 in groups sharing chunks of rows (mode: a level, or OCK_LEVEL_AVX512 + 1 for AVX2 in pairs);
  * returns the CPU time. */
 static double real_run(real_data *r, int nq, int mode) {
-    const int pairs = mode == OCK_FS_AVX512 + 1;
-    const int level = pairs ? OCK_FS_AVX2 : mode;
+    const int pairs = mode == OCK_LEVEL_AVX512 + 1;
+    const int level = pairs ? OCK_LEVEL_AVX2 : mode;
     const int W = r->W, k = r->k;
     const size_t bb = ock_fs_block_bytes(W), qstride = 16 * ock_fs_columns(W) + 64;
-    ock_fs_base base = {W, NULL, r->nc, r->levels, NULL, NULL, r->N};
+    ock_fs_base base = {.W = W, .norm_codes = r->nc, .norm_levels = r->levels, .N = r->N};
     const double t0 = now_s();
     for (int g0 = 0; g0 < nq; g0 += r->group) {
         const int g1 = g0 + r->group < nq ? g0 + r->group : nq;
@@ -534,11 +514,12 @@ static double real_run(real_data *r, int nq, int mode) {
                                   r->cand + (size_t)j * r->cap, r->cap, r->ubh + (size_t)j * 2 * k, INFINITY);
             /* the limit from a sample of the blocks, as fastscan_scan sets it before a batch's scan */
             const ock_fs_query q = {r->luts + (size_t)qi * W * 16, r->qlut + j * qstride, &r->t[j]};
-            const ock_fs_run whole = {r->blocks, 0, r->N, r->qconst[qi], r->t[j].c0, ock_fs_rounding(&r->t[j], 0.0)};
+            const ock_fs_run whole = {.blocks = r->blocks, .row0 = 0, .n_rows = r->N, .start_term = r->qconst[qi],
+                                      .c0 = r->t[j].c0, .rho = ock_fs_rounding(&r->t[j], 0.0)};
             const size_t nb = ock_fs_blocks(r->N), s = r->sample ? ock_fs_sample_blocks(&base, &q, k, nb) : 0;
             for (size_t x = 0; x < s; x++) {
                 const size_t bi = ock_fs_sample_block(x, s, nb);
-                ock_fs_block_sums_for(level)(r->blocks + bi * bb, q.qlut, q.t, r->nc + bi * 32, r->sample_sums + 32 * x);
+                kernels_of(level)->fs_block_sums(r->blocks + bi * bb, q.qlut, q.t, r->nc + bi * 32, r->sample_sums + 32 * x);
             }
             if (s > 0) ock_fs_sample_limit(&r->col[j], &base, &q, &whole, r->sample_sums, s, nb);
         }
@@ -552,16 +533,15 @@ static double real_run(real_data *r, int nq, int mode) {
                 for (int x = 0; x < m; x++) {
                     const int j = qi + x - g0;
                     q[x] = (ock_fs_query){r->luts + (size_t)(qi + x) * W * 16, r->qlut + j * qstride, &r->t[j]};
-                    run[x] = (ock_fs_run){r->blocks + (c0 / 32) * bb, c0, c1 - c0, r->qconst[qi + x], r->t[j].c0,
-                                          ock_fs_rounding(&r->t[j], 0.0)};
+                    run[x] = (ock_fs_run){.blocks = r->blocks + (c0 / 32) * bb, .row0 = c0, .n_rows = c1 - c0,
+                                          .start_term = r->qconst[qi + x], .c0 = r->t[j].c0,
+                                          .rho = ock_fs_rounding(&r->t[j], 0.0)};
                 }
-#ifdef OCK_FS_X86
                 if (m == 2)
-                    ock_fs_scan_run2_avx2(&base, &q[0], &q[1], &run[0], &run[1], &r->col[qi - g0],
-                                          &r->col[qi - g0 + 1]);
+                    kernels_of(level)->fs_scan_run2(&base, &q[0], &q[1], &run[0], &run[1], &r->col[qi - g0],
+                                                    &r->col[qi - g0 + 1]);
                 else
-#endif
-                    ock_fs_scan_run_for(level)(&base, &q[0], &run[0], &r->col[qi - g0]);
+                    kernels_of(level)->fs_scan_run(&base, &q[0], &run[0], &r->col[qi - g0]);
                 qi += m;
             }
         }
@@ -612,12 +592,12 @@ static int bench_real(const char *prefix, int W, int nq, int k, int reps, int gr
     for (size_t i = 0; i < r.N * 8; i++) codes8[i] = (uint8_t)rndi(256);
     for (int i = 0; i < 256 * 8; i++) lut8[i] = (float)rndu();
     const int nq8 = nq < 10 ? nq : 10;
-    double best[OCK_FS_AVX512 + 3], best8 = 1e30;
-    for (int m = 0; m < OCK_FS_AVX512 + 3; m++) best[m] = 1e30;
-    long long exact[OCK_FS_AVX512 + 3] = {0};
+    double best[OCK_LEVEL_AVX512 + 3], best8 = 1e30;
+    for (int m = 0; m < OCK_LEVEL_AVX512 + 3; m++) best[m] = 1e30;
+    long long exact[OCK_LEVEL_AVX512 + 3] = {0};
     for (int rep = 0; rep < reps; rep++) {
-        for (int mode = 1; mode <= OCK_FS_AVX512 + 1; mode++) {
-            if (!ock_fs_level_supported(mode > OCK_FS_AVX512 ? OCK_FS_AVX2 : mode)) continue;
+        for (int mode = 1; mode <= OCK_LEVEL_AVX512 + 1; mode++) {
+            if (!ock_fs_level_supported(mode > OCK_LEVEL_AVX512 ? OCK_LEVEL_AVX2 : mode)) continue;
             exact_count = 0;
             const double dt = real_run(&r, nq, mode) / nq;
             if (dt < best[mode]) best[mode] = dt;
@@ -633,10 +613,10 @@ static int bench_real(const char *prefix, int W, int nq, int k, int reps, int gr
         if (d8 < best8 && sink8 == sink8) best8 = d8;
     }
     printf("  %-8s %8.1f us/query  %6.3f ns/row\n", "8-bit", 1e6 * best8, 1e9 * best8 / r.N);
-    for (int mode = 1; mode <= OCK_FS_AVX512 + 1; mode++) {
+    for (int mode = 1; mode <= OCK_LEVEL_AVX512 + 1; mode++) {
         if (best[mode] >= 1e29) continue;
         printf("  %-8s %8.1f us/query  %6.3f ns/row  %lld exact distances per query; %.2fx the 8-bit loop's speed\n",
-               mode > OCK_FS_AVX512 ? "avx2x2" : level_name[mode], 1e6 * best[mode], 1e9 * best[mode] / r.N,
+               mode > OCK_LEVEL_AVX512 ? "avx2x2" : level_name[mode], 1e6 * best[mode], 1e9 * best[mode] / r.N,
                exact[mode], best8 / best[mode]);
     }
     (void)sb; (void)sl; (void)sv;
@@ -644,6 +624,7 @@ static int bench_real(const char *prefix, int W, int nq, int k, int reps, int gr
 }
 
 int main(int argc, char **argv) {
+    ock_simd_init();
     if (argc >= 3 && strcmp(argv[1], "real") == 0) {
         return bench_real(argv[2], argc > 3 ? atoi(argv[3]) : 16, argc > 4 ? atoi(argv[4]) : 200,
                           argc > 5 ? atoi(argv[5]) : 10, argc > 6 ? atoi(argv[6]) : 3, argc > 7 ? atoi(argv[7]) : 16,
@@ -658,7 +639,7 @@ int main(int argc, char **argv) {
     }
     const int cases = argc > 2 ? atoi(argv[2]) : 3000;
     int failures = 0;
-    for (int level = 0; level <= OCK_FS_AVX512; level++)
+    for (int level = 0; level <= OCK_LEVEL_AVX512; level++)
         printf("%s: %s\n", level_name[level], ock_fs_level_supported(level) ? "checked" : "not on this CPU");
     for (int c = 0; c < cases && failures < 10; c++) failures += check_case(c);
     printf("%d cases, %d failures\n", cases, failures);

@@ -5,21 +5,30 @@
 # exhaustive scan of a batch, and the block sums (for tests); the inverted file's search of lists in blocks is
 # ivf.pxi's ivf_search, which runs one query's scan with the functions of this file.
 
-cdef extern from "kernels/simd.h" nogil:
+cdef extern from "kernels/fastscan_layout.h" nogil:
     enum:
         OCK_FS_BLOCK
         OCK_FS_WORDS
+    int ock_fs_columns(int W)
+    size_t ock_fs_block_bytes(int W)
+    size_t ock_fs_blocks(size_t n)
+    unsigned ock_fs_word(const uint8_t *block, int i, int w)
+    void ock_fs_pack(const uint8_t *codes, size_t n, int W, uint8_t *blocks)
+    void ock_fs_unpack(const uint8_t *blocks, int W, size_t start, size_t stop, uint8_t *codes)
+
+cdef extern from "kernels/fastscan_tables.h" nogil:
     ctypedef struct ock_fs_norm:
         double fit
     ctypedef struct ock_fs_tables:
         int W, cols
         double scale, c0
         int has_norm
-    ctypedef struct ock_fs_heap:
-        float *d
-        int64_t *r
-        int k
-        const int64_t **ids
+    void ock_fs_norm_init(const float *levels, ock_fs_norm *n)
+    int ock_fs_quantize(const float *lut, int W, float qconst, const ock_fs_norm *norm, uint8_t *qlut,
+                        ock_fs_tables *t)
+    double ock_fs_rounding(const ock_fs_tables *t, double list_term)
+
+cdef extern from "kernels/fastscan_run.h" nogil:
     ctypedef struct ock_fs_base:
         int W
         const float *norms_f32
@@ -42,27 +51,20 @@ cdef extern from "kernels/simd.h" nogil:
         float start_term
         double c0
         double rho
+    const uint8_t *ock_fs_norm_bytes(const ock_fs_base *b, size_t r0, uint8_t *spare)
+
+cdef extern from "kernels/fastscan_collector.h" nogil:
+    ctypedef struct ock_fs_heap:
+        float *d
+        int64_t *r
+        int k
+        const int64_t **ids
     ctypedef struct ock_fs_cand:
         double lb
     ctypedef struct ock_fs_collector:
         ock_fs_heap heap
         double limit
         int by_bound
-    const uint8_t *ock_fs_norm_bytes(const ock_fs_base *b, size_t r0, uint8_t *spare)
-    size_t ock_fs_sample_blocks(const ock_fs_base *b, const ock_fs_query *q, int k, size_t nb)
-    size_t ock_fs_sample_block(size_t j, size_t s, size_t nb)
-    void ock_fs_sample_limit(ock_fs_collector *c, const ock_fs_base *b, const ock_fs_query *q, const ock_fs_run *run,
-                             const uint16_t *sums, size_t s, size_t nb)
-    int ock_fs_columns(int W)
-    size_t ock_fs_block_bytes(int W)
-    size_t ock_fs_blocks(size_t n)
-    unsigned ock_fs_word(const uint8_t *block, int i, int w)
-    void ock_fs_pack(const uint8_t *codes, size_t n, int W, uint8_t *blocks)
-    void ock_fs_unpack(const uint8_t *blocks, int W, size_t start, size_t stop, uint8_t *codes)
-    void ock_fs_norm_init(const float *levels, ock_fs_norm *n)
-    int ock_fs_quantize(const float *lut, int W, float qconst, const ock_fs_norm *norm, uint8_t *qlut,
-                        ock_fs_tables *t)
-    double ock_fs_rounding(const ock_fs_tables *t, double list_term)
     int ock_fs_collector_cap(int k)
     void ock_fs_collector_init(ock_fs_collector *c, float *hd, int64_t *hr, int k, const int64_t **ids,
                                ock_fs_cand *cand, int cap, double *ub, float bound)
@@ -70,6 +72,15 @@ cdef extern from "kernels/simd.h" nogil:
     int ock_fs_heap_offer(ock_fs_heap *h, float d, int64_t row)
     void ock_fs_heap_init(ock_fs_heap *h, float bound)
     void ock_fs_heap_sort_into(ock_fs_heap *h, float *out_d, int64_t *out_r)
+
+cdef extern from "kernels/fastscan_sample.h" nogil:
+    size_t ock_fs_sample_blocks(const ock_fs_base *b, const ock_fs_query *q, int k, size_t nb)
+    size_t ock_fs_sample_block(size_t j, size_t s, size_t nb)
+    void ock_fs_sample_limit(ock_fs_collector *c, const ock_fs_base *b, const ock_fs_query *q, const ock_fs_run *run,
+                             const uint16_t *sums, size_t s, size_t nb)
+
+cdef extern from "kernels/simd.h" nogil:
+    # Each SIMD level's (fastscan_simd.h), through the kernels' table.
     void ock_fs_scan_run(const ock_fs_base *b, const ock_fs_query *q, const ock_fs_run *run, ock_fs_collector *c)
     void ock_fs_scan_run2(const ock_fs_base *b, const ock_fs_query *qa, const ock_fs_query *qb, const ock_fs_run *ra,
                           const ock_fs_run *rb, ock_fs_collector *ca, ock_fs_collector *cb)
@@ -236,7 +247,7 @@ cdef inline void _fs_start(FsSlot *slot, int k, const int64_t **ids, float bound
 cdef void _fs_sample(const ock_fs_base *base, const uint8_t *blocks, FsSlot *slot, uint16_t *sums,
                      size_t most) noexcept nogil:
     """Lower a started query's limit before its scan of every row, from the sums of a sample of at most `most`
-    blocks (fastscan.h, "A limit before a long scan"): fewer rows then pass the early, loose limits."""
+    blocks (fastscan_sample.h): fewer rows then pass the early, loose limits."""
     cdef size_t nb = ock_fs_blocks(base.N)
     cdef size_t bb = ock_fs_block_bytes(base.W)
     cdef size_t n = ock_fs_sample_blocks(base, &slot.q, slot.c.heap.k, nb)

@@ -160,18 +160,12 @@ OCK_TARGET static void OCK_FN(coarse_dots)(const float *Q, int nq, const float *
  * 4 u sqn terms that cover the double arithmetic of the bounds below and ||q||'s own rounding (computed in double,
  * raised by 2^-20). Overflow: a query with ||q|| max(||c_l||, ||h_l||) > 2^120 (qnorm_limit), a threshold U above
  * 2^127 or not a number, or a candidate's key that is not a finite number sends the query to the full step. */
-#if OCK_LEVEL == OCK_LEVEL_AVX2
-#define OCK_HALF_TARGET __attribute__((target("avx2,fma,f16c")))
-#elif OCK_LEVEL == OCK_LEVEL_AVX512
-#define OCK_HALF_TARGET __attribute__((target("avx512f,avx2,fma,f16c")))
-#endif
-
-#ifdef OCK_HALF_TARGET
+#if OCK_LEVEL != OCK_LEVEL_PORTABLE
 /* out[l] = the float32 sum of q_p h_lp over the padded lists (a multiple of OCK_COARSE_HALF_PANEL), in 8 registers of
  * 8 lists per panel: 256-bit conversions at both levels (AVX-512's 512-bit conversion ran at half the speed on Zen 4:
  * 4.4 against 2.6 us at P = 128, L = 1,024), and 64-list panels read front to back (2.9 us with the L2 cache
  * flushed, 4.4 in 256-list panels read as two blocks of 128). */
-OCK_HALF_TARGET static void OCK_FN(coarse_half_dots)(const float *q, const uint16_t *h, int P, int padded, float *out) {
+OCK_TARGET static void OCK_FN(coarse_half_dots)(const float *q, const uint16_t *h, int P, int padded, float *out) {
     for (int first = 0; first < padded; first += OCK_COARSE_HALF_PANEL) {
         const uint16_t *panel = h + (long)first * P;
         __m256 t[8];
@@ -187,7 +181,7 @@ OCK_HALF_TARGET static void OCK_FN(coarse_half_dots)(const float *q, const uint1
 }
 
 /* The smallest of a[0..n-1], NaN skipped (+inf for none). */
-OCK_HALF_TARGET static double OCK_FN(least_of)(const double *a, int n) {
+OCK_TARGET static double OCK_FN(least_of)(const double *a, int n) {
     int i = 0;
     double least = INFINITY;
 #if OCK_LEVEL == OCK_LEVEL_AVX512
@@ -211,7 +205,7 @@ OCK_HALF_TARGET static double OCK_FN(least_of)(const double *a, int n) {
 
 /* The lists l < L with lower[l] <= bound, increasing, in cand (room for L + 16); their number. Without a branch per
  * list: the comparisons' masks left-pack the lists' numbers. */
-OCK_HALF_TARGET static int OCK_FN(lists_under)(const double *lower, int L, double bound, int *cand) {
+OCK_TARGET static int OCK_FN(lists_under)(const double *lower, int L, double bound, int *cand) {
     int l = 0, m = 0;
 #if OCK_LEVEL == OCK_LEVEL_AVX512
     const __m512d b = _mm512_set1_pd(bound);
@@ -248,7 +242,7 @@ OCK_HALF_TARGET static int OCK_FN(lists_under)(const double *lower, int L, doubl
  * spaced, the last one `top` itself) into count, and the thresholds into step; branch-free (the compiler vectorises
  * the thresholds). */
 #define OCK_HALF_STEPS 16
-OCK_HALF_TARGET static void OCK_FN(count_under_steps)(const double *values, int m, double low, double top,
+OCK_TARGET static void OCK_FN(count_under_steps)(const double *values, int m, double low, double top,
                                                       double *step, int *count) {
     const double width = (top - low) / OCK_HALF_STEPS;
     for (int s = 0; s < OCK_HALF_STEPS; s++) {
@@ -264,7 +258,7 @@ OCK_HALF_TARGET static void OCK_FN(count_under_steps)(const double *values, int 
 /* A value >= the k-th smallest (1-based) of values[0..m-1] (no NaN, k of them <= top) and close to it: counts under
  * evenly spaced thresholds between `low` and `top`, twice (the second time between the two thresholds the k-th lies
  * between). Any threshold with k values under it is >= the k-th smallest, whatever the rounding of the thresholds. */
-OCK_HALF_TARGET static double OCK_FN(near_kth)(const double *values, int m, int k, double low, double top) {
+OCK_TARGET static double OCK_FN(near_kth)(const double *values, int m, int k, double low, double top) {
     double step[OCK_HALF_STEPS];
     int count[OCK_HALF_STEPS];
     for (int pass = 0; pass < 2 && low < top; pass++) {
@@ -282,7 +276,7 @@ OCK_HALF_TARGET static double OCK_FN(near_kth)(const double *values, int m, int 
  * same sums: each lane adds its own products in order): a probe alone at n_probe 32 (33 candidates, P = 128) took
  * 0.4 us less than with eight scalar sums side by side. A last group of fewer repeats its last candidate in the
  * spare lanes. */
-OCK_HALF_TARGET static void OCK_FN(coarse_dots_of)(const float *q, const float *C, int P, const int *cand, int n,
+OCK_TARGET static void OCK_FN(coarse_dots_of)(const float *q, const float *C, int P, const int *cand, int n,
                                                    float *dots) {
     for (int i = 0; i < n; i += 8) {
         const float *c[8];
@@ -324,7 +318,7 @@ OCK_HALF_TARGET static void OCK_FN(coarse_dots_of)(const float *q, const float *
 
 /* ock_coarse_alone (simd.h): the candidates of query q, increasing, in cand, their exact inner products in dots;
  * their number, or -1 (the full step). */
-OCK_HALF_TARGET static int OCK_FN(coarse_alone)(const float *q, const ock_coarse_half *h, const float *c_sqnorms,
+OCK_TARGET static int OCK_FN(coarse_alone)(const float *q, const ock_coarse_half *h, const float *c_sqnorms,
                                                 int n_probe, void *work, int *cand, float *dots) {
     const int P = h->P, L = h->L;
     if (L < OCK_COARSE_HALF_MIN_LISTS || n_probe < 1 || 2 * n_probe > L) return -1;
@@ -376,7 +370,6 @@ OCK_HALF_TARGET static int OCK_FN(coarse_alone)(const float *q, const ock_coarse
     OCK_FN(coarse_dots_of)(q, h->centroids, P, cand, n, dots);
     return n;
 }
-#undef OCK_HALF_TARGET
 #undef OCK_HALF_STEPS
 #endif
 

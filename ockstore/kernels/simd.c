@@ -6,9 +6,10 @@
  * `for (; k + 32 <= n; k += 32)`, and so from vectorising it; no loop here relies on signed overflow). setup.py and
  * `make cross-check` pass both flags.
  *
- * x86-64 with gcc or clang: portable, AVX2+FMA and AVX-512 copies, each function compiled with a `target` attribute
- * and chosen through a table of function pointers when the module loads, from __builtin_cpu_supports (gcc) or the
- * cpuid instruction (clang and others: see ock_cpuid_level). No ifunc: the same code builds for Linux, macOS and Windows.
+ * x86-64 with gcc or clang: portable, AVX2+FMA+F16C and AVX-512 copies, each function compiled with a `target`
+ * attribute (simd.h, "One convention") and chosen through a table of function pointers when the module loads, from
+ * __builtin_cpu_supports (gcc) or the cpuid instruction (clang and others: see ock_cpuid_level). No ifunc: the same
+ * code builds for Linux, macOS and Windows.
  * Any other target or compiler (aarch64, MSVC, ...): the portable copy only.
  */
 #include <math.h>
@@ -49,7 +50,7 @@ static inline int ock_insert_ranked(float v, int k, int T, float *score, int *in
  * Filled by ock_simd_init. */
 static unsigned char ock_pack_lanes[256][8];
 
-/* ---- the levels ------------------------------------------------------------------------------------------------- */
+/* ---- the levels (simd.h, "One convention") ---------------------------------------------------------------------- */
 
 #define OCK_LEVEL OCK_LEVEL_PORTABLE
 #define OCK_FN(name) name##_portable
@@ -60,21 +61,27 @@ static unsigned char ock_pack_lanes[256][8];
 #undef OCK_TARGET
 
 #ifdef OCK_X86
+/* The targets ask for what ock_simd_best_level requires of the CPU: AVX2, FMA and F16C (every CPU with AVX2 has F16C)
+ * for the AVX2 level, AVX-512F on top for the AVX-512 level. */
 #define OCK_LEVEL OCK_LEVEL_AVX2
 #define OCK_FN(name) name##_avx2
-#define OCK_TARGET __attribute__((target("avx2,fma")))
+#define OCK_TARGET __attribute__((target("avx2,fma,f16c")))
+#define OCK_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
 #include "simd_level.h"
 #undef OCK_LEVEL
 #undef OCK_FN
 #undef OCK_TARGET
+#undef OCK_TARGET_AVX2
 
 #define OCK_LEVEL OCK_LEVEL_AVX512
 #define OCK_FN(name) name##_avx512
-#define OCK_TARGET __attribute__((target("avx512f,avx2,fma")))
+#define OCK_TARGET __attribute__((target("avx512f,avx2,fma,f16c")))
+#define OCK_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
 #include "simd_level.h"
 #undef OCK_LEVEL
 #undef OCK_FN
 #undef OCK_TARGET
+#undef OCK_TARGET_AVX2
 #endif
 
 /* ---- the choice ------------------------------------------------------------------------------------------------- */

@@ -9,15 +9,41 @@
  * minima, in the order the source writes (no reassociation; simd.c is compiled with -ffp-contract=off, fused
  * multiply-adds only where the source asks for one and the portable level computes the same value).
  *
- * A new vectorised kernel (as the fast scan of 4-bit codes, fastscan_simd.h, and the re-ranking loop's values,
- * rerank.h, did) plugs in at three places: its entry in `ock_kernels` below, a wrapper below that, and its header in
- * simd_level.h.
+ * One convention, for every family of kernels (the beam encoder, the query tables, the inverted file's coarse step,
+ * re-ranking's values, the fast scan):
+ *
+ * - Level bodies. A family's kernels are written in a level body, a header without include guard that simd_level.h,
+ *   and nothing else, includes once per level: encoder.h, tables.h, ivf.h, rerank_values.h, fastscan_simd.h. Around
+ *   each inclusion simd.c defines
+ *       OCK_LEVEL        OCK_LEVEL_PORTABLE, OCK_LEVEL_AVX2 or OCK_LEVEL_AVX512
+ *       OCK_FN(name)     this level's name of a function: name_portable, name_avx2, name_avx512
+ *       OCK_TARGET       the `target` attribute of this level (empty at the portable level)
+ *       OCK_TARGET_AVX2  at the AVX2 and AVX-512 levels, the AVX2 level's target: for the code the AVX-512 level runs
+ *                        as AVX2, because that measured faster (the fast scan) or because it has no AVX-512 version
+ *                        (re-ranking's values)
+ *   Every function of a body, helpers too, is `OCK_TARGET static ... OCK_FN(name)(...)` (or OCK_TARGET_AVX2), so each
+ *   level has its own copy, compiled for its instruction set. The levels differ inside a body only by `#if OCK_LEVEL
+ *   == ...` -- intrinsics only where OCK_LEVEL is not the portable level: simd.c compiles the other levels for x86-64
+ *   alone, and includes <immintrin.h> for them -- or by `#ifdef OCK_VW` (the vector macros of simd_level.h, which
+ *   AVX2 and AVX-512 share). No body tests __AVX2__, the compiler's target or the CPU itself.
+ * - Shared code. What the levels, or the Cython parts, share beyond the kernels (types, constants, plain C compiled
+ *   for no particular level) is in ordinary headers with include guards: this one, fastscan.h's parts, rerank.h,
+ *   and simd.c's helpers ahead of the levels.
+ * - One table. simd_level.h ends each level with its `ock_kernels` table (below), filled from the OCK_FN names; simd.c
+ *   asks the CPU once which levels it runs and points `ock_kernels_in_use` at one table. Callers call the wrappers
+ *   below (ock_<kernel>), never a level's function by name. An entry is a function; or NULL at a level that has no
+ *   such kernel (its wrapper says what the caller does instead: coarse_alone); or a table of specialisations its
+ *   caller picks from once per call (rerank_values, one function per row kind and metric).
+ *
+ * A new kernel plugs in at three places: its functions in a level body (a new body is one more #include in
+ * simd_level.h), its entry in `ock_kernels` below with its wrapper, and its line in simd_level.h's table.
  */
 #ifndef OCKSTORE_SIMD_H
 #define OCKSTORE_SIMD_H
 
 #include <stddef.h>
 
+/* The fast scan's level-independent parts: the types its kernels take. */
 #include "fastscan.h"
 
 /* The levels, in order: a CPU that runs one runs every lower one. Macros (not an enum) so that the level bodies can
@@ -94,11 +120,12 @@ typedef struct ock_kernels {
     int (*coarse_alone)(const float *q, const ock_coarse_half *h, const float *c_sqnorms, int n_probe, void *work,
                         int *cand, float *dots);
 
-    /* The exact values of re-ranking (rerank.h): one function per (row kind, metric). */
+    /* The exact values of re-ranking (rerank_values.h; rerank.h's loop takes them): one function per (row kind,
+     * metric). */
     const ock_rr_value_table *rerank_values;
 
     /* The fast scan of 4-bit codes (fastscan.h, fastscan_simd.h): a run of blocks for one query, for two queries
-     * over the same rows, and the uint16 sums of one block (for tests). */
+     * over the same rows, and the uint16 sums of one block (a flat scan's sample, and tests). */
     void (*fs_scan_run)(const ock_fs_base *b, const ock_fs_query *q, const ock_fs_run *run, ock_fs_collector *c);
     void (*fs_scan_run2)(const ock_fs_base *b, const ock_fs_query *qa, const ock_fs_query *qb, const ock_fs_run *ra,
                          const ock_fs_run *rb, ock_fs_collector *ca, ock_fs_collector *cb);

@@ -1,9 +1,7 @@
-/* One SIMD level's kernels: included by simd.c once per level, with
- *     OCK_LEVEL       OCK_LEVEL_PORTABLE, OCK_LEVEL_AVX2 or OCK_LEVEL_AVX512
- *     OCK_FN(name)    the name of this level's copy of a kernel (name_portable, name_avx2, ...)
- *     OCK_TARGET      the attribute that compiles a function for this level (empty for portable)
- * defined. No include guard: each inclusion compiles every kernel header below again, for the level in force, and
- * ends with that level's table (ock_kernels_portable, ock_kernels_avx2, ...).
+/* One SIMD level's kernels: included by simd.c once per level, with OCK_LEVEL, OCK_FN(name), OCK_TARGET (and at the
+ * AVX2 and AVX-512 levels OCK_TARGET_AVX2) defined, as simd.h's "One convention" says. No include guard: each
+ * inclusion compiles every level body below again, for the level in force, and ends with that level's table
+ * (ock_kernels_portable, ock_kernels_avx2, ...).
  *
  * For the kernels written with intrinsics, AVX2 and AVX-512 share one body written with the vector operations below
  * (ock_vf, a register of OCK_VW floats, and OCK_V*); where the two instruction sets offer different operations (AVX-512's masks
@@ -40,12 +38,11 @@
 #define OCK_VEQ_BITS(a, b) ((unsigned)_mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ))
 #endif
 
+/* The level bodies. */
 #include "encoder.h"
 #include "tables.h"
 #include "ivf.h"
-#include "rerank.h"   /* its per-level part: the value functions and OCK_FN(rerank_values) */
-/* The fast scan's kernels are functions of their own per instruction set (included once: the first inclusion
- * defines every level's, each with its `target` attribute); the table below takes this level's. */
+#include "rerank_values.h"
 #include "fastscan_simd.h"
 
 static const ock_kernels OCK_FN(ock_kernels) = {
@@ -77,9 +74,9 @@ static const ock_kernels OCK_FN(ock_kernels) = {
     OCK_FN(coarse_alone),
 #endif
     &OCK_FN(rerank_values),
-    OCK_FN(ock_fs_scan_run),
-    OCK_FN(ock_fs_scan_run2),
-    OCK_FN(ock_fs_block_sums),
+    OCK_FN(fs_scan_run),
+    OCK_FN(fs_scan_run2),
+    OCK_FN(fs_block_sums),
 };
 
 #ifdef OCK_VW

@@ -187,8 +187,8 @@ def test_flat_scan_ids_filters_and_bounds(data, norm_encoding):
 
 @pytest.mark.parametrize("kind,norm_encoding", [("ockm", "u8"), ("pq", "none")])
 def test_flat_scan_with_a_sample_limit(kind, norm_encoding):
-    """Runs of at least 8 k blocks first lower each query's limit from a sample of k spread blocks (kernels/fastscan.h, "A
-    limit before a long scan"): with ids (ties), filters (sampled rows filtered out, a last partial block) and
+    """Runs of at least 8 k blocks first lower each query's limit from a sample of k spread blocks
+    (kernels/fastscan_sample.h): with ids (ties), filters (sampled rows filtered out, a last partial block) and
     bounds, the results stay the 8-bit scan's."""
     rng = np.random.default_rng(21)
     X = (rng.standard_normal((3000, 13)) * 3).astype(np.float32)   # 94 blocks: k <= 11 takes a sample
