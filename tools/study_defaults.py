@@ -150,11 +150,11 @@ class Config:
 # The rule proposed for ockstore.default_quantizer and its default search settings (the notes of the study give
 # the measurements behind each constant); --rule measures it, --rule-params changes its constants.
 RULE = {"bits_per_dim": 1.0,  # code bits per dimension: OCKM(M = P / 8, 2, 10, K = 16), P / 8 bytes
-        "flat_below": 20_000,  # n below this: flat; else IVF
-        "sqrt_div": 4.0,  # n_lists: the power of two nearest sqrt(n) / sqrt_div
-        "scan_rows": 20_000,  # default n_probe: at least the lists holding this many rows...
+        "flat_below": 65_536,  # n below this: flat; else IVF
+        "sqrt_div": 2.0,  # n_lists: the power of two nearest sqrt(n) / sqrt_div
+        "scan_rows": 32_768,  # default n_probe: at least the lists holding this many rows...
         "probe_sqrt": 2.0,  # ...and at least probe_sqrt * sqrt(n_lists)
-        "rerank_factor": 5}  # default rerank: rerank_factor * k candidates
+        "rerank_factor": 10}  # default rerank: rerank_factor * k candidates
 
 
 def proposed_rule(n, dim, rule=RULE):
@@ -395,7 +395,8 @@ def markdown(result):
         lines += ["", f"**rule**: {result['rule']['label']}, defaults {result['rule']['defaults']}: 10@10 "
                   f"{m.get('recall', 0):.3f}, one/call {m.get('one_us', 0):.1f} µs (hnswlib at that recall "
                   f"{fmt(m.get('hnsw_one_us'))}, ratio {fmt(m.get('ratio_one'))}), batch {m.get('batch_us', 0):.1f} µs "
-                  f"(hnswlib {fmt(m.get('hnsw_batch_us'))}, ratio {fmt(m.get('ratio_batch'))})"]
+                  f"(hnswlib {fmt(m.get('hnsw_batch_us'))}, ratio {fmt(m.get('ratio_batch'))}); hnswlib's best "
+                  f"setting measured: {result['rule'].get('hnsw_best')}"]
     lines += ["", "n_probe needed (smallest reaching the target, per rerank) as n_probe/n_lists:", ""]
     for system, need in result["probes_needed"].items():
         parts = []
@@ -439,8 +440,8 @@ def run(data, n, configs, train, args):
         index = ockstore.open_index(str(path))
         opened.append(index)
         t0 = time.perf_counter()
-        every, chosen = ([], []) if args.coarse_only else ockstore_settings(config, index, Q, gt, args.min_recall,
-                                                                            args.reranks)
+        skip = args.coarse_only or (args.rule is not None and not args.rule_sweep)
+        every, chosen = ([], []) if skip else ockstore_settings(config, index, Q, gt, args.min_recall, args.reranks)
         if every:
             log(f"{config.text}: {len(every)} settings, best 10@10 {max(s.recall for s in every):.4f}, "
                 f"{len(chosen)} to time ({time.perf_counter() - t0:.0f} s)")
@@ -485,6 +486,9 @@ def run(data, n, configs, train, args):
     if "default_setting" in result:
         d = result.pop("default_setting")
         h1, hb = interpolated_us(hnsw, d.recall, "one_us"), interpolated_us(hnsw, d.recall, "batch_us")
+        top = max(hnsw, key=lambda x: x.recall)  # when hnswlib's sweep stops short of the rule's recall
+        result["rule"]["hnsw_best"] = {"ef": top.params["ef"], "recall": top.recall, "one_us": top.one_us,
+                                       "batch_us": top.batch_us}
         result["rule"]["measured"] = {**d.row(), "hnsw_one_us": h1, "hnsw_batch_us": hb,
                                       "ratio_one": h1 / d.one_us if h1 else None,
                                       "ratio_batch": hb / d.batch_us if hb else None}
@@ -513,6 +517,8 @@ def main():
     parser.add_argument("--rule", action="store_true", help="the configuration and default settings of the rule "
                         "proposed for default_quantizer (RULE), instead of --configs")
     parser.add_argument("--rule-params", default="", help="changes to RULE, e.g. flat_below=10000,sqrt_div=2")
+    parser.add_argument("--rule-sweep", action="store_true", help="with --rule: the whole n_probe/rerank sweep of "
+                        "the rule's configuration too (else its default setting only)")
     parser.add_argument("--coarse-only", action="store_true",
                         help="fit and build, then only the coarse step's share of true neighbours (no timing)")
     parser.add_argument("--threads", type=int, default=2, help="threads for fitting and building (not searching)")
