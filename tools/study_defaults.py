@@ -6,7 +6,7 @@ For each dataset and base size, each configuration (``--configs``) is fitted onc
 rows of the base with ``--train base:N``, as a collection trains on its first rows), built into an index file with
 the dataset's stored vectors (minilm: float16, cosine; sift: uint8, l2), and searched over a grid of ``n_probe``
 (inverted files) and ``rerank``. The recall of every setting comes from one batch search; the settings worth timing
-(10@10 at least ``--min-recall``, stopping each rerank's n_probe sweep at the first that reaches 0.995) are then
+(10@10 at least ``--min-recall``; each rerank's n_probe sweep stops at 0.995 or where 10@10 gains < 0.001) are then
 timed in ``--repeats`` interleaved rounds together with hnswlib's ef sweep, each as a batch of the queries and as one
 1-D query per call, in process CPU time (the machine is shared: another process's load adds no CPU time here, and
 the smallest of the rounds is kept).
@@ -17,6 +17,14 @@ K = 256) or ``ivf<L>:m<M>:k<K>`` (``IVF(L, OCKM(M, 2, 10, n_codewords=K))``); th
     python tools/study_defaults.py --dataset minilm --sizes 10000,20000,40000 --quick
     python tools/study_defaults.py --dataset sift --sizes 100000,1000000 \\
         --configs flat:m8:k16,ivf1024:m8:k16,ivf2048:m8:k16 --out /work/notes/study-results
+
+``--coarse-only`` measures the coarse step alone instead: the share of each query's true 10 nearest that lie in its
+n_probe nearest lists, for real queries and for stored rows used as queries (what ``tune`` on documents sees).
+``--rule`` measures the rule proposed for ``default_quantizer`` (``RULE``, ``proposed_rule``) at its default search
+settings against hnswlib at the recall they reach (``--rule-params`` varies its constants).
+
+    python tools/study_defaults.py --dataset minilm --sizes 40000 --rule --train base:10240
+    python tools/study_defaults.py --dataset sift --sizes 100000 --coarse-only --configs ivf256:m8:k16,ivf1024:m8:k16
 
 Models, indexes, hnswlib graphs and data (as .npy) are cached under ``--cache``. Each (dataset, size, train) writes
 ``<out>/<dataset>-<size>-<train>.json`` (every measurement) and ``.md`` (tables: the fastest setting reaching each
@@ -294,10 +302,7 @@ def time_rounds(settings, Q, repeats, n_one):
     for r in range(repeats):
         t_round = time.perf_counter()
         for s in settings:
-            if s.system == "hnswlib":
-                s.search_batch()  # sets ef, warms
-            else:
-                s.search_batch()
+            s.search_batch()  # warms (and sets hnswlib's ef for the one-query calls after it)
             t0 = time.process_time()
             s.search_batch()
             s.batch_us = min(s.batch_us, (time.process_time() - t0) / len(Q) * 1e6)
@@ -394,9 +399,10 @@ def markdown(result):
         fmt = lambda v: "—" if v is None else f"{v:.2f}"  # noqa: E731
         lines += ["", f"**rule**: {result['rule']['label']}, defaults {result['rule']['defaults']}: 10@10 "
                   f"{m.get('recall', 0):.3f}, one/call {m.get('one_us', 0):.1f} µs (hnswlib at that recall "
-                  f"{fmt(m.get('hnsw_one_us'))}, ratio {fmt(m.get('ratio_one'))}), batch {m.get('batch_us', 0):.1f} µs "
-                  f"(hnswlib {fmt(m.get('hnsw_batch_us'))}, ratio {fmt(m.get('ratio_batch'))}); hnswlib's best "
-                  f"setting measured: {result['rule'].get('hnsw_best')}"]
+                  f"{fmt(m.get('hnsw_one_us'))}, ratio {fmt(m.get('ratio_one'))}), "
+                  f"batch {m.get('batch_us', 0):.1f} µs (hnswlib {fmt(m.get('hnsw_batch_us'))}, "
+                  f"ratio {fmt(m.get('ratio_batch'))}); hnswlib's best setting measured: "
+                  f"{result['rule'].get('hnsw_best')}"]
     lines += ["", "n_probe needed (smallest reaching the target, per rerank) as n_probe/n_lists:", ""]
     for system, need in result["probes_needed"].items():
         parts = []
