@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .quantizers.ivf import default_n_probe
 from .search.codes import code_store
 from ._index_rows import check_model_for
 from ._validation import check_int
@@ -169,7 +170,8 @@ class IVFIndex(Index):
         sizes = self.list_sizes
         stats = {"min": int(sizes.min()), "max": int(sizes.max()), "mean": float(sizes.mean()),
                  "median": float(np.median(sizes)), "empty": int((sizes == 0).sum())}
-        return {**self._quantizer._summary(), "default_n_probe": int(self._quantizer.default_n_probe),
+        return {**self._quantizer._summary(),
+                "default_n_probe": int(default_n_probe(self._quantizer.n_lists, len(self._codes))),
                 "list_sizes": stats}
 
     # ------------------------------------------------------------------------------------------- the hooks of Index

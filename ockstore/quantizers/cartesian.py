@@ -418,7 +418,7 @@ class Quantizer(Model):
             return False, f"{name} with one codebook per subspace: its tables hold the whole distance"
         return self.metric == "l2", f"{name} with n_codebooks={self.n_codebooks}: its distances need the norm term"
 
-    def _check_n_probe(self, n_probe, what="index"):
+    def _check_n_probe(self, n_probe, what="index", n_rows=None):
         """The n_probe of a search over codes of this model: None, the only value a flat model takes (it scans every
         code); ValueError naming n_probe otherwise (``what``: "index" or "collection")."""
         if n_probe is not None:

@@ -17,6 +17,7 @@ only their codes.
 
 from __future__ import annotations
 
+import math
 import numpy as np
 
 from .. import _kernels
@@ -37,16 +38,23 @@ MAX_LISTS = 1 << 24
 # float32 copy of the rows, their residuals, reconstructions and float64 norms: ~24 MB at P = 128) whatever n is.
 ROWS_PER_STEP = 16384
 
-# n_probe when a search gives none: L / DEFAULT_PROBE_DIVISOR lists, rounded up (16 of 1,024). Measured with
-# tools/bench_ivf.py (sift-real, 1M base, IVF(1024, OCKM(4, 2, 10)); docs/results.md, "Inverted file"): recall@10
-# (the nearest neighbour among the first 10) is 0.761 at n_probe 16 against 0.774 with every list scanned (0.724 against 0.742 over 10,000 queries), at 1/30 of the
-# time; n_probe 32 adds 0.008 for 1.5 times the time, n_probe 8 loses 0.045.
-DEFAULT_PROBE_DIVISOR = 64
+# n_probe when a search gives none: the lists that hold about DEFAULT_SCAN_ROWS rows (a fast scan of that many rows
+# costs about what the rest of a query costs), and at least 2 sqrt(n_lists) (on sift the lists a query needs for a
+# given recall grow as sqrt(L): 0.99 of the true neighbours reach the scan at ~2-3 sqrt(L)), at most every list. With
+# the default re-ranking this gave 10-recall@10 0.996 on sift 100K (IVF128) and 0.984 on sift 1M (IVF512)
+# (tools/study_defaults.py --rule; docs/results.md, "The model the library picks"). An index that knows its rows uses
+# them; a model alone (no rows) takes 2 sqrt(L).
+DEFAULT_SCAN_ROWS = 32_768
 
 
-def default_n_probe(n_lists) -> int:
-    """The n_probe of a search that gives none: ceil(n_lists / DEFAULT_PROBE_DIVISOR), at least 1."""
-    return max(1, -(-int(n_lists) // DEFAULT_PROBE_DIVISOR))
+def default_n_probe(n_lists, n_rows=None) -> int:
+    """The n_probe of a search that gives none: min(L, max(ceil(L * DEFAULT_SCAN_ROWS / n_rows), ceil(2 sqrt(L)))),
+    or without n_rows min(L, ceil(2 sqrt(L)))."""
+    L = int(n_lists)
+    least = int(math.ceil(2 * math.sqrt(L)))
+    if n_rows:
+        least = max(least, -(-L * DEFAULT_SCAN_ROWS // int(n_rows)))
+    return max(1, min(L, least))
 
 
 def _check_fine_quantizer(quantizer):
@@ -178,7 +186,8 @@ class IVF(Model):
 
     @property
     def default_n_probe(self) -> int:
-        """The n_probe of a search that gives none (``default_n_probe(n_lists)``)."""
+        """The n_probe of a search that gives none, for a model alone (``default_n_probe(n_lists)``; an index's
+        search takes its rows into account too: ``default_n_probe(n_lists, n_rows)``)."""
         return default_n_probe(self.n_lists)
 
     def _prepare(self, rows, name, first_row=0):
@@ -388,11 +397,11 @@ class IVF(Model):
         return (self.metric == "l2", "an IVF with metric 'l2': its distances need the norm term of the whole "
                                      "reconstruction")
 
-    def _check_n_probe(self, n_probe, what="index"):
-        """The n_probe of a search: None means ``default_n_probe``, else an int in 1..n_lists (ValueError or
-        TypeError naming n_probe otherwise)."""
+    def _check_n_probe(self, n_probe, what="index", n_rows=None):
+        """The n_probe of a search of ``n_rows`` rows: None means ``default_n_probe(n_lists, n_rows)``, else an int in
+        1..n_lists (ValueError or TypeError naming n_probe otherwise)."""
         if n_probe is None:
-            return self.default_n_probe
+            return default_n_probe(self.n_lists, n_rows)
         return check_int(n_probe, "n_probe", min_value=1, max_value=self.n_lists)
 
     def _summary(self) -> dict:

@@ -92,7 +92,7 @@ def search_options(model, n_rows, k, *, n_probe=None, distance="adc", rerank=Non
         how = ("create the collection with store_vectors=... or pass vectors= (indexed by id)" if by_id else
                "build the index with store_vectors=... or pass vectors=")
         raise ValueError(f"rerank needs the original vectors: {how}")
-    n_probe = model._check_n_probe(n_probe, what)
+    n_probe = model._check_n_probe(n_probe, what, n_rows)
     n_threads = None if n_threads is None else resolve_n_threads(n_threads)
     if allow is not None:
         allow = collection_allow(allow) if by_id else index_allow(allow, n_rows)

@@ -69,9 +69,10 @@ def test_search_equals_brute_force_over_probed_lists(indexes, data, case, distan
 def test_n_probe_default_and_bad_values(indexes, data):
     queries = data[2]
     index = indexes["l2", "ockm", "u8"]
-    assert index.quantizer.default_n_probe == default_n_probe(L) == 1
+    assert index.quantizer.default_n_probe == default_n_probe(L) == 7  # a model alone: 2 sqrt(L)
+    assert index.info()["default_n_probe"] == default_n_probe(L, len(index)) == L  # few rows: every list
     D, I = index.search(queries, 5)
-    D1, I1 = index.search(queries, 5, n_probe=1)
+    D1, I1 = index.search(queries, 5, n_probe=L)
     np.testing.assert_array_equal(I, I1)
     for bad in (0, -1, L + 1):
         with pytest.raises(ValueError, match="n_probe"):
