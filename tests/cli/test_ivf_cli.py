@@ -75,10 +75,11 @@ def test_search_and_eval_with_probe(data, probe):
     np.testing.assert_array_equal(np.load(out), expected)
     proc = run("eval", data["index"], data["query"], data["gt"], "-k", 10, "--json", *extra, check=0)
     result = json.loads(proc.stdout)
-    assert result["n_lists"] == LISTS and result["n_probe"] == (probe or 1)
+    default = LISTS  # the index's default n_probe: a small inverted file scans every list (default_n_probe)
+    assert result["n_lists"] == LISTS and result["n_probe"] == (probe or default)
     assert result["recall@10"] == evaluation.recall_at_r(expected, data["ds"].groundtruth, 10)
     text = run("eval", data["index"], data["query"], data["gt"], "-k", 10, *extra, check=0).stdout
-    assert f"probe {probe or 1} of {LISTS} lists" in text and "IVF 8 lists" in text
+    assert f"probe {probe or default} of {LISTS} lists" in text and "IVF 8 lists" in text
 
 
 def test_probe_errors(data):

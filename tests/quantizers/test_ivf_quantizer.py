@@ -93,7 +93,7 @@ def test_params_and_repr(data):
     # the lists of about DEFAULT_SCAN_ROWS rows, at least 2 sqrt(L), at most L; a model alone: 2 sqrt(L)
     assert default_n_probe(1024) == 64 and default_n_probe(1) == 1 and default_n_probe(100) == 20
     assert default_n_probe(512, 1_000_000) == 46 and default_n_probe(128, 100_000) == 42
-    assert default_n_probe(64, 40_000) == 64 and default_n_probe(2048, 10_000_000) == 91
+    assert default_n_probe(64, 40_000) == 53 and default_n_probe(2048, 10_000_000) == 91
 
 
 def test_cosine_normalises_and_refuses_zero_vectors(models, data):
