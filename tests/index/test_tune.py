@@ -139,3 +139,23 @@ def test_tune_says_what_it_takes(indexes, queries, base, tmp_path):
             ockstore.tune(bad, Q)
     with ockstore.open_index(path) as index:  # what the message says to do works
         assert "rerank" in ockstore.tune(index, Q, target_recall=0.5)
+
+
+def test_the_target_is_held_to_a_lower_confidence_bound_and_stored_queries_warn(indexes, base, queries):
+    """The setting chosen reaches the target by the lower confidence bound of its mean recall (mean - 1.645 s /
+    sqrt(nq)), below its mean; few queries give a looser bound (a higher mean needed); queries that are stored rows
+    of the index make tune warn (their neighbours are easier to find)."""
+    index = indexes["flat"]
+    many = ockstore.tune(index, queries, k=K, target_recall=0.9)
+    assert many.recall_lower >= 0.9 and many.recall_lower < many.recall
+    for m in many.measurements:
+        assert m["recall_lower"] <= m["recall"]
+    I = index.search(queries, K, **many)[1]
+    per_query = np.array([np.isin(t, i).mean() for t, i in zip(true_neighbours(index, queries), I)])
+    lower = per_query.mean() - tuning.CONFIDENCE_Z * per_query.std(ddof=1) / np.sqrt(len(queries))
+    assert lower == pytest.approx(many.recall_lower, abs=1e-9)
+    few = ockstore.tune(index, queries[:20], k=K, target_recall=0.9)
+    assert few.recall_lower >= 0.9
+    with pytest.warns(UserWarning, match="stored in the index"):
+        ockstore.tune(index, base[:100], k=K, target_recall=0.9)
+    assert tuning._probe_grid(64) == [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64]
