@@ -38,15 +38,17 @@ from .manifest import AutoModel, Manifest
 from .segments import COPY_ROWS, SegmentSpec, SegmentWriter
 from .snapshot import Snapshot, open_generation
 
-__all__ = ["Trainer", "training_due", "GROWTH_FACTOR"]
+__all__ = ["Trainer", "training_due", "GROWTH_FACTOR", "REFRESH_BELOW"]
 
 logger = logging.getLogger("ockstore.collection")
 
 # A model the library picked is picked again (in the background) once the live rows reach GROWTH_FACTOR times the
-# rows it was picked for and default_quantizer picks another model for them: retraining costs an encoding of every
-# row, so at most a constant number of encodings per row over any growth (a factor of 2: each row is encoded about
-# twice in all, however large the collection grows).
+# rows it was picked for, and either default_quantizer picks another model for them or the model was fitted on fewer
+# than REFRESH_BELOW rows (a model fitted early, on a few thousand rows, is refitted as more arrive). Retraining
+# costs an encoding of every row, so at most a constant number of encodings per row over any growth (a factor of 2:
+# each row is encoded about twice in all, however large the collection grows).
 GROWTH_FACTOR = 2
+REFRESH_BELOW = 16_384
 
 
 def _shape(model):
@@ -64,6 +66,8 @@ def training_due(snapshot):
     auto = manifest.auto
     if auto is None or snapshot.live < GROWTH_FACTOR * auto.trained_rows:
         return False
+    if auto.trained_rows < REFRESH_BELOW:
+        return True
     pick = default_quantizer(snapshot.live, snapshot.spec.vector_dim, metric=auto.metric)
     return _shape(pick) != _shape(snapshot.spec.quantizer)
 
