@@ -35,8 +35,9 @@ from ..indexfile.writer import save_quantizer
 from ..quantizers.default import default_quantizer
 from . import names
 from .manifest import AutoModel, Manifest
-from .segments import COPY_ROWS, SegmentSpec, SegmentWriter
+from .segments import SegmentSpec
 from .snapshot import Snapshot, open_generation
+from .training import DEFAULT_SAMPLE_ROWS, _rng, _sample, encode_live_rows
 
 __all__ = ["Trainer", "training_due", "GROWTH_FACTOR", "REFRESH_BELOW"]
 
@@ -154,7 +155,6 @@ def _live_masks(views):
 
 def _prepare(folder, generation, n_threads):
     """Step 1 of the module docstring, from generation ``generation``."""
-    from .training import DEFAULT_SAMPLE_ROWS, _rng, _sample
 
     base = open_generation(folder, generation)
     written = []
@@ -176,7 +176,7 @@ def _prepare(folder, generation, n_threads):
         linked = load_linked_model(quantizer_path)
         spec = SegmentSpec(linked.model, manifest.norm_encoding, manifest.store_vectors,
                            model_ref=dataclasses.replace(linked.ref, file=final_name))
-        pending = _encode(folder, spec, views, masks, manifest.max_merge_rows, n_threads, written)
+        pending = encode_live_rows(folder, spec, views, masks, manifest.max_merge_rows, n_threads, written)
         base_files = {v.entry.file: v.live_ids() for v in views}
         return _Prepared(model, quantizer_path, final_name, spec, pending, base_files, total)
     except BaseException:
@@ -187,42 +187,6 @@ def _prepare(folder, generation, n_threads):
     finally:
         for view in base.views:
             view.segment.close()
-
-
-def _encode(folder, spec, views, masks, max_rows, n_threads, written):
-    """The live rows of ``views`` (their stored vectors, ids kept) encoded into pending segments of at most
-    ``max_rows`` rows, each CRC of what is read checked as it is read (C15): [(PendingSegment, ids)]."""
-    out, writer, ids = [], None, []
-    try:
-        for view, mask in zip(views, masks):
-            index = view.index
-            check = view.segment.copy_check([name for name in ("value_ranges", "vectors", "ids")
-                                             if name in index._file.sections])
-            for start in range(0, view.segment.rows, COPY_ROWS):
-                stop = min(view.segment.rows, start + COPY_ROWS)
-                check.advance(stop, view.segment.rows)
-                keep = np.flatnonzero(mask[start:stop]) + start
-                while keep.size:
-                    if writer is None:
-                        writer = SegmentWriter(folder, spec, n_threads=n_threads)
-                        written.append(writer.path)
-                        ids = []
-                    take = keep[:max_rows - writer.rows]
-                    keep = keep[take.size:]
-                    taken = np.asarray(index.ids[take])
-                    writer._add(index._stored_values(take), taken)
-                    ids.append(taken)
-                    if writer.rows >= max_rows:
-                        out.append((writer.close(), np.sort(np.concatenate(ids))))
-                        writer = None
-            check.finish()
-        if writer is not None:
-            out.append((writer.close(), np.sort(np.concatenate(ids))))
-    except BaseException:
-        if writer is not None:
-            writer.abort()
-        raise
-    return out
 
 
 def _commit(current, generation, prepared, *, check):
@@ -237,8 +201,8 @@ def _commit(current, generation, prepared, *, check):
     try:
         # the rows of segments G0 did not have (adds during training, merges), encoded now
         new_views = [v for v in current.views if v.entry.file not in prepared.base_files]
-        delta = _encode(folder, spec, new_views, _live_masks(new_views), current.manifest.max_merge_rows, None,
-                        written) if new_views else []
+        delta = encode_live_rows(folder, spec, new_views, _live_masks(new_views), current.manifest.max_merge_rows,
+                                 None, written) if new_views else []
         # the rows of G0 no longer live in their segment of G1 (deleted, upserted, or merged into a new segment)
         still = {v.entry.file: v.live_ids() for v in current.views if v.entry.file in prepared.base_files}
         gone = []

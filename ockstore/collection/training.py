@@ -257,7 +257,9 @@ def train_commit(snapshot, generation, model, *, fit, sample_rows, operation, pe
         linked = load_linked_model(os.path.join(folder, quantizer_file))
         spec = SegmentSpec(linked.model, old.norm_encoding, check_store_vectors(old.store_vectors),
                            model_ref=linked.ref)
-        entries = _encode_live_rows(folder, generation, spec, views, masks, old.max_merge_rows, written, n_threads)
+        encoded = encode_live_rows(folder, spec, views, masks, old.max_merge_rows, n_threads, written,
+                                   name_of=lambda i: names.segment_name(generation, i + 1))
+        entries = [SegmentEntry(os.path.basename(p.path), p.rows, p.min_id, p.max_id) for p, _ in encoded]
         manifest = Manifest(generation, quantizer_file, old.norm_encoding, old.store_vectors,
                             old.next_id if next_id is None else next_id, old.merge_factor, old.max_merge_rows,
                             tuple(entries), operation, None, None if auto is None else AutoModel(auto.metric, total))
@@ -286,16 +288,16 @@ def _open_pending(folder, p, entry, spec):
     return Segment(folder, entry, spec)
 
 
-def _encode_live_rows(folder, generation, spec, views, masks, max_rows, written, n_threads):
-    """Encode the live rows of ``views`` (their stored vectors, ids kept) into segment.<G>.<i>.ock, i = 1, 2, ...,
-    each of at most ``max_rows`` rows; returns their SegmentEntry list (names appended to ``written`` as they are
-    created, for the caller's clean-up)."""
-    entries, writer, number = [], None, 1
+def encode_live_rows(folder, spec, views, masks, max_rows, n_threads, written, name_of=None):
+    """Encode the live rows of ``views`` (their stored vectors, ids kept; ``masks`` the rows to take of each) into
+    segments of at most ``max_rows`` rows, each CRC of what is read checked as it is read (a damaged segment aborts
+    the commit instead of being re-encoded under fresh checksums, C15). ``name_of(i)``: the file name of the i-th
+    segment written (None: pending names); paths are appended to ``written`` as they are created, for the caller's
+    clean-up. Returns [(PendingSegment, its ids sorted)]."""
+    out, writer, ids = [], None, []
     try:
         for view, mask in zip(views, masks):
             index = view.index
-            # The CRCs of what is read (stored vectors, ids, sq8 value ranges), checked step by step as the rows are
-            # read: a damaged segment aborts the commit instead of being re-encoded under fresh checksums (C15).
             check = view.segment.copy_check([name for name in ("value_ranges", "vectors", "ids")
                                              if name in index._file.sections])
             for start in range(0, view.segment.rows, COPY_ROWS):
@@ -304,27 +306,24 @@ def _encode_live_rows(folder, generation, spec, views, masks, max_rows, written,
                 keep = np.flatnonzero(mask[start:stop]) + start
                 while keep.size:
                     if writer is None:
-                        name = names.segment_name(generation, number)
-                        writer = SegmentWriter(folder, spec, n_threads=n_threads, _name=name)
-                        written.append(name)
-                        number += 1
+                        writer = SegmentWriter(folder, spec, n_threads=n_threads,
+                                               _name=None if name_of is None else name_of(len(out)))
+                        written.append(writer.path)
+                        ids = []
                     take = keep[:max_rows - writer.rows]
                     keep = keep[take.size:]
-                    writer._add(index._stored_values(take), np.asarray(index.ids[take]))  # sq8: decoded
+                    taken = np.asarray(index.ids[take])
+                    writer._add(index._stored_values(take), taken)  # sq8: decoded
+                    ids.append(taken)
                     if writer.rows >= max_rows:
-                        entries.append(_close(writer))
+                        out.append((writer.close(), np.sort(np.concatenate(ids))))
                         writer = None
             check.finish()
         if writer is not None:
-            entries.append(_close(writer))
+            out.append((writer.close(), np.sort(np.concatenate(ids))))
     except BaseException:
         if writer is not None:
             with contextlib.suppress(Exception):
                 writer.abort()
         raise
-    return entries
-
-
-def _close(writer):
-    p = writer.close()
-    return SegmentEntry(os.path.basename(p.path), p.rows, p.min_id, p.max_id)
+    return out

@@ -92,13 +92,13 @@ def test_close_waits_for_the_training_and_a_killed_one_is_done_again(tmp_path, r
 import sys, time, numpy as np, ockstore
 from helpers import gaussian_mixture
 from ockstore.collection import background
-encode = background._encode
+encode = background.encode_live_rows
 def encoded(*args, **kwargs):  # the training's files are written: the process is killed before its commit
     out = encode(*args, **kwargs)
     print("encoded", flush=True)
     time.sleep(120)
     return out
-background._encode = encoded
+background.encode_live_rows = encoded
 col = ockstore.create_collection(sys.argv[1], ockstore.OCKM(4, 2, 4, n_iter=2), train_size=1000)
 col.add(gaussian_mixture(1500, 16, seed=5))
 col.wait_trained()
