@@ -138,3 +138,32 @@ def test_a_model_the_library_picks_is_picked_again_as_the_collection_grows(tmp_p
         assert hasattr(col.quantizer, "n_lists") and col._snap.manifest.auto.trained_rows == 2700
         assert len(col) == 2700
         col.close()
+
+
+def test_the_auto_model_key_of_the_manifest_C17(tmp_path, rows):
+    """C17: auto_model names the metric (the training's, before training) and, once trained, the rows the model was
+    fitted for; anything else does not verify. Written and read back by a collection without a quantizer."""
+    import dataclasses
+
+    from ockstore.collection import manifest as manifest_module
+    from ockstore.collection import names as names_module
+    from ockstore.errors import FormatError
+
+    col = ockstore.create_collection(tmp_path / "c", metric="ip", train_size=1000)
+    m0 = col._snap.manifest
+    assert m0.auto == manifest_module.AutoModel("ip", None) and m0.training.params["metric"] == "ip"
+    col.add(rows[:1100])
+    assert col.wait_trained(timeout=300)
+    m1 = col._snap.manifest
+    assert m1.auto == manifest_module.AutoModel("ip", 1100) and m1.training is None
+    col.close()
+    folder = tmp_path / "c"
+    bad = [dataclasses.replace(m0, generation=50, auto=manifest_module.AutoModel("cosine", None)),  # not the training's
+           dataclasses.replace(m0, generation=51, auto=manifest_module.AutoModel("ip", 10)),  # rows before training
+           dataclasses.replace(m1, generation=52, auto=manifest_module.AutoModel("ip", None)),  # no rows after
+           dataclasses.replace(m1, generation=53, auto=manifest_module.AutoModel("l1", 10))]
+    for manifest in bad:
+        manifest_module.write_manifest(folder, manifest, {})
+        with pytest.raises(FormatError, match="auto_model"):
+            manifest_module.read_manifest(folder / names_module.manifest_name(manifest.generation),
+                                          manifest.generation)
