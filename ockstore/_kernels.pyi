@@ -104,26 +104,39 @@ def probe(
     n_threads: int = 1, half: CoarseHalf | None = None, out_refined: I32 | None = None,
 ) -> None: ...
 
+# Row handles of a search over several parts (kernels/rows.h): part << PART_SHIFT | row.
+PART_SHIFT: int
+
+class IvfPartRows:
+    def __init__(
+        self, codes: U8, norms_f32: F32 | None, norm_codes: U8 | None, norm_levels: F32 | None, ids: I64 | None,
+        list_offsets: I64, norm_scales: bool = False, list_blocks: I64 | None = None, n_words: int = 0,
+        scale_range: F64 | None = None, allow: U64 | None = None,
+    ) -> None: ...
+    @property
+    def n_rows(self) -> int: ...
+
 class IvfLists:
     def __init__(
-        self, model: TableModel, panels: F32, c_sqnorms: F32, probe_kind: int, term_factor: float, codes: U8,
-        norms_f32: F32 | None, norm_codes: U8 | None, norm_levels: F32 | None, ids: I64, list_offsets: I64,
-        norm_scales: bool = False, list_blocks: I64 | None = None, n_words: int = 0, scale_range: F64 | None = None,
-        half: CoarseHalf | None = None,
+        self, model: TableModel, panels: F32 | None, c_sqnorms: F32 | None, probe_kind: int, term_factor: float,
+        parts: list[IvfPartRows], half: CoarseHalf | None = None,
     ) -> None: ...
+    @property
+    def n_parts(self) -> int: ...
 
 def ivf_search(
-    lists: IvfLists, queries: F32, n_probe: int, allow: U64 | None, out_dist: F32, out_rows: I64, n_threads: int,
-    rerank_rows: RerankSource | None = None, rerank: int = 0, rerank_queries: F32 | None = None,
-    out_flags: I32 | None = None, by_bound: bool = False, out_ids: bool = False,
+    lists: IvfLists, queries: F32 | None, n_probe: int, allow: list[U64 | None] | None, out_dist: F32, out_rows: I64,
+    n_threads: int, rerank_rows: RerankSource | None = None, rerank: int = 0, rerank_queries: F32 | None = None,
+    out_flags: I32 | None = None, by_bound: bool = False, out_ids: bool = False, rotated: F64 | None = None,
 ) -> None: ...
 
 class IvfOneQuery:
     def __init__(
-        self, lists: IvfLists, k: int, n_probe: int, rerank_rows: RerankSource | None, rerank: int, max_value: float,
-        normalize: bool,
+        self, lists: IvfLists, k: int, n_probe: int, rerank_rows: RerankSource | None, rerank: int, normalize: bool,
     ) -> None: ...
-    def search(self, q: object) -> tuple[F32, I64] | None: ...
+    def search(self, q: F32, norm: float, out_dist: F32, out_ids: I64) -> int: ...
+
+def query_checks(q: F32) -> tuple[float, float]: ...
 
 # Fast scan: codes of words below 16 in blocks of FASTSCAN_BLOCK rows (docs/FORMAT.md section 16; kernels/fastscan.h).
 FASTSCAN_BLOCK: int
