@@ -103,13 +103,15 @@ test-clang:
 # - ockstore/kernels/simd.c, the translation unit that instantiates every SIMD kernel at every level the target has and
 #   fills the dispatch tables (an unused kernel would be a -Wunused-function error), with -Wall -Wextra and the flags
 #   setup.py gives it (SIMD_FLAGS), for every target;
+# - ockstore/kernels/pool.c, the kernels' thread pool (pthreads; Win32 threads on Windows), with -Wall -Wextra, for
+#   every target;
 # - the Cython-generated ockstore/_kernels.c (made by the build, with the project's directives) with -Wall, against
 #   this host's CPython and NumPy headers, for aarch64-linux-gnu, x86_64-macos and aarch64-macos: those headers
 #   describe an LP64 Unix, as those targets are. Not for x86_64-windows-gnu: the host's pyconfig.h describes Linux
 #   (it includes <sys/select.h>, absent on Windows, and sets SIZEOF_LONG to 8 where Windows has 4); that check needs
 #   Windows' own Python headers.
-# No -fopenmp: zig ships no OpenMP headers, and the kernels build without OpenMP (it is optional). No warning is
-# silenced: none of -Wall -Wextra fires on kernels/simd.c, none of -Wall on the Cython C.
+# No warning is silenced: none of -Wall -Wextra fires on kernels/simd.c and kernels/pool.c, none of -Wall on the
+# Cython C.
 CROSS_TARGETS := aarch64-linux-gnu x86_64-macos aarch64-macos x86_64-windows-gnu
 CROSS_CYTHON_TARGETS := aarch64-linux-gnu x86_64-macos aarch64-macos
 ZIGCC := $(BIN)/python -m ziglang cc
@@ -121,6 +123,8 @@ cross-check: $(STAMP) $(VENV)/.zig
 	for t in $(CROSS_TARGETS); do \
 		echo "cross-check $$t: ockstore/kernels/simd.c"; \
 		$(ZIGCC) -target $$t $(SIMD_FLAGS) -Wall -Wextra -Werror -c ockstore/kernels/simd.c -o build/cross/simd-$$t.o || exit 1; \
+		echo "cross-check $$t: ockstore/kernels/pool.c"; \
+		$(ZIGCC) -target $$t -O2 -Wall -Wextra -Werror -c ockstore/kernels/pool.c -o build/cross/pool-$$t.o || exit 1; \
 	done; \
 	for t in $(CROSS_CYTHON_TARGETS); do \
 		echo "cross-check $$t: ockstore/_kernels.c (Cython)"; \
