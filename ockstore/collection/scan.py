@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..search.scan import SMALL_SCAN_CODES, scanner
+from ..search.scan import scanner
 from .merge import topk_columns
 
 __all__ = ["scan_parts", "QUERIES_PER_STEP"]
@@ -75,7 +75,7 @@ def scan_parts(tables, Q, k, parts, *, distance="adc", n_threads=1, by_bound=Fal
             scan = scanner(pa.codes, bound, pa.norm_scales, pa.scale_range, by_bound)
             scan(tables.model, queries, rotated, pa.norms, pa.norm_codes,
                  pa.norm_levels if pa.norm_codes is not None else None, pa.ids, pa.allow, out_d, out_r,
-                 1 if nb * N < SMALL_SCAN_CODES else n_threads)
+                 n_threads)
             real = out_r >= 0
             out_i = np.where(real, pa.ids[np.where(real, out_r, 0)], -1)
             found_d.append(out_d)
