@@ -120,16 +120,27 @@ PROBE_IP = PROBE_BY_IP
 cdef double COST_SCAN_BYTE = 0.3        # one code byte of one query, the 8-bit ADC scan
 cdef double COST_FAST_SCAN_WORD = 0.03  # one 4-bit word of one query, the fast scan
 cdef double COST_TABLE_VALUE = 0.25     # one multiply-add of a query's tables (rotation, then words)
-cdef double COST_EXACT_VALUE = 0.15     # one value of one stored row, re-ranking and the exact search
+cdef double COST_EXACT_VALUE = 0.5      # one value of one stored row, re-ranking and the exact search
 cdef double COST_ENCODE_VALUE = 0.05    # one multiply-add or table entry of beam encoding
-cdef double COST_GEMM_VALUE = 0.03      # one multiply-add of a BLAS product on one thread
+cdef double COST_GEMM_VALUE = 0.02      # one multiply-add of a BLAS product on one thread
 cdef double COST_ROW_VALUE = 0.5        # one value of a row of decoding, code norms, normal equations, sums
+
+# For tools/bench_threads.py (costs): the constants above, by name.
+WORK_COSTS = {"scan_byte": COST_SCAN_BYTE, "fast_scan_word": COST_FAST_SCAN_WORD, "table_value": COST_TABLE_VALUE,
+              "exact_value": COST_EXACT_VALUE, "encode_value": COST_ENCODE_VALUE, "gemm_value": COST_GEMM_VALUE,
+              "row_value": COST_ROW_VALUE}
 
 
 def pool_threads(int n_threads, double work):
     """The threads a job of `work` units gets when n_threads are allowed (the kernels' small-work rule, which the
     Python layers apply to what they run outside the kernels, e.g. BLAS products)."""
     return ock_pool_threads(n_threads, work)
+
+
+def product_threads(int n_threads, double multiply_adds):
+    """The threads a BLAS product of `multiply_adds` multiply-adds gets when n_threads are allowed (the small-work
+    rule, for the products the Python layers compute with NumPy outside the kernels)."""
+    return ock_pool_threads(n_threads, COST_GEMM_VALUE * multiply_adds)
 
 
 def _set_pool_work_per_thread(double units):

@@ -67,7 +67,7 @@ typedef struct {
     ock_pool_task fn;
     void *ctx;
     int64_t n_tasks;
-    int64_t unit;    /* tasks per claim: 1 (dynamic) or a run of ceil(n_tasks / n_threads) (static) */
+    int64_t unit;    /* tasks per claim: 1 (dynamic), or a quarter of a thread's share (static) */
     int n_threads;
 } ock_job;
 
@@ -239,7 +239,10 @@ void ock_pool_run(ock_pool_task fn, void *ctx, int64_t n_tasks, int n_threads, i
     job.fn = fn;
     job.ctx = ctx;
     job.n_tasks = n_tasks;
-    job.unit = schedule == OCK_POOL_STATIC ? (n_tasks + n_threads - 1) / n_threads : 1;
+    /* static: contiguous runs, claimed in order; a quarter of a thread's share each, so that a thread the scheduler
+     * holds back (a machine busy with other work) delays the job by a quarter of its share at most, not all of it:
+     * the others take over its runs not yet claimed */
+    job.unit = schedule == OCK_POOL_STATIC ? (n_tasks + 4 * (int64_t)n_threads - 1) / (4 * (int64_t)n_threads) : 1;
     ock_lock(&pool_lock);
     while (pool.n_workers < n_threads - 1 && ock_start_worker(pool.n_workers + 1) == 0) pool.n_workers++;
     if (n_threads > pool.n_workers + 1) n_threads = pool.n_workers + 1;  /* threads that could not be created */

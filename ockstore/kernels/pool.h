@@ -8,8 +8,9 @@
  * woken by the time the others ran out of tasks is not waited for), so a kernel's results must not depend on it, as
  * they must not depend on the number of threads.
  *
- * Schedules: OCK_POOL_STATIC splits the tasks into n_threads contiguous runs (thread t usually runs run t, in order:
- * OpenMP's schedule(static)); OCK_POOL_DYNAMIC hands out one task at a time from a counter (OpenMP's
+ * Schedules: OCK_POOL_STATIC hands out contiguous runs of tasks in order, each a quarter of a thread's share (like
+ * OpenMP's schedule(static), a thread runs neighbouring tasks, and a thread held back by the scheduler leaves the
+ * runs it has not claimed to the others); OCK_POOL_DYNAMIC hands out one task at a time from a counter (OpenMP's
  * schedule(dynamic)).
  *
  * One job at a time: a call made while another is running (another Python thread's kernel, released GIL) runs its
