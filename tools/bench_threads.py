@@ -134,6 +134,8 @@ def batch(args):
         for name in order:
             cmd = [builds[name], str(Path(__file__).resolve()), "batch-run", "--sift", args.sift, "--cache-dir",
                    args.cache_dir, "--repeats", str(args.repeats)]
+            if args.spin_us is not None and name == "this":
+                cmd += ["--spin-us", str(args.spin_us)]
             env = {**os.environ, "PYTHONPATH": ""}
             load = _load()
             result = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=tempfile.gettempdir(),
@@ -143,7 +145,7 @@ def batch(args):
             for case, v in result["times"].items():
                 times.setdefault(case, {}).setdefault(name, []).append(v)
     print(f"\nmin over {args.rounds} rounds x {args.repeats} repeats, n_threads=2 (load now {_load()}):")
-    print(f"| case | this build (ms) |" + (" other build (ms) | this / other |" if args.other else ""))
+    print("| case | this build (ms) |" + (" other build (ms) | this / other |" if args.other else ""))
     print("|---|---|" + ("---|---|" if args.other else ""))
     for case, by in times.items():
         row = f"| {case} | {min(by['this']) * 1e3:.1f} |"
@@ -275,11 +277,18 @@ def main(argv=None):
     parser.add_argument("--repeats", type=int, default=None, help="calls per measurement (default: 3, small: 50)")
     parser.add_argument("--busy", type=int, default=0, help="small: processes spinning meanwhile")
     parser.add_argument("--gap-ms", type=float, default=0, help="small: sleep between calls (the workers sleep)")
+    parser.add_argument("--spin-us", type=int, default=None,
+                        help="how long the pool's workers spin after a job (default: the pool's own)")
     parser.add_argument("--other", default=None, help="batch: the Python of another build to compare with")
     parser.add_argument("--rounds", type=int, default=3, help="batch: rounds of both builds")
     args = parser.parse_args(argv)
     if args.repeats is None:
         args.repeats = 50 if args.mode == "small" else 3
+    if args.spin_us is not None:
+        from ockstore import _kernels
+
+        print(f"workers spin {args.spin_us} us after a job (default {_kernels._set_pool_spin_us(args.spin_us)})",
+              file=sys.stderr)
     if args.mode == "costs":
         from threadpoolctl import threadpool_limits
 
