@@ -16,6 +16,7 @@ cdef extern from "kernels/pool.h" nogil:
     void ock_pool_run(ock_pool_task fn, void *ctx, int64_t n_tasks, int n_threads, int schedule)
     int ock_pool_threads(int n_threads, double work)
     double ock_pool_set_work_per_thread(double units)
+    int ock_pool_set_crowding(int per_1024)
     int ock_pool_workers()
     int64_t ock_pool_parallel_jobs()
     int ock_pool_set_spin_us(int us)
@@ -147,6 +148,13 @@ def _set_pool_work_per_thread(double units):
     """For tests: the work units per thread of the small-work rule from now on (0: every kernel uses the threads it
     is given, however small its work); returns the previous value (POOL_WORK_PER_THREAD unless changed)."""
     return ock_pool_set_work_per_thread(units)
+
+
+def _set_pool_crowding(int per_1024):
+    """For tests and measurements: how crowded the pool is (1024 x the share of recent parallel jobs whose threads
+    gained no time; above 512 the small-work rule asks for 50 times the work per thread); returns the previous
+    value."""
+    return ock_pool_set_crowding(per_1024)
 
 
 def _pool_workers():

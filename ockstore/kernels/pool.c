@@ -27,6 +27,7 @@ typedef CONDITION_VARIABLE ock_cond;
 #define ock_cond_signal(c) WakeConditionVariable(c)
 #else
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <time.h>
 typedef pthread_mutex_t ock_mutex;
@@ -37,6 +38,13 @@ typedef pthread_cond_t ock_cond;
 #define ock_cond_init(c) pthread_cond_init((c), NULL)
 #define ock_cond_wait(c, m) pthread_cond_wait((c), (m))
 #define ock_cond_signal(c) pthread_cond_signal(c)
+#endif
+
+/* Give the CPU to another thread that is ready to run on it, if any (returns at once otherwise). */
+#ifdef _WIN32
+#define ock_yield() ((void)SwitchToThread())
+#else
+#define ock_yield() ((void)sched_yield())
 #endif
 
 #if defined(__x86_64__) || defined(__i386__) || defined(_M_X64)
@@ -56,6 +64,18 @@ typedef pthread_cond_t ock_cond;
  * workers awake; short enough that an idle pool leaves a busy machine's other cores alone
  * (tools/bench_threads.py measures both). */
 #define OCK_POOL_SPIN_US 50
+
+/* Crowding: a job on threads gained time only if its threads, together, ran for longer than it took; when they ran
+ * for less than OCK_POOL_GAIN times as long (the CPU time of every thread against the caller's wall time), the
+ * machine had no core to spare (another process keeping the other cores busy: the scheduler runs a woken worker on
+ * the caller's core, or after the caller is done). While most recent jobs were such, the pool is "crowded": a job
+ * gets threads only for OCK_POOL_BUSY_FACTOR times the usual work per thread, 5 ms each (with a busy loop on the other
+ * core of two, two threads gained nothing below 2-5 ms of work: a worker gets a core only when the scheduler ends the
+ * busy loop's turn, and the caller then waits for the task the worker took), and one small job in
+ * OCK_POOL_PROBE_EVERY still runs on threads, to notice when cores are free again. */
+#define OCK_POOL_GAIN 1.25
+#define OCK_POOL_BUSY_FACTOR 50.0
+#define OCK_POOL_PROBE_EVERY 16
 
 typedef struct {
     ock_cond wake;       /* the worker sleeps here (under pool_lock) */
@@ -86,8 +106,24 @@ static struct {
     int spin_us;            /* atomic */
     double work_per_thread; /* under pool_lock when set; read without it (tests set it between jobs) */
     int64_t parallel_jobs;  /* atomic */
+    int crowding;           /* atomic (written by the caller of a job): 1024 x a moving average (weight 1/8) of the
+                             * parallel jobs whose threads gained nothing (see OCK_POOL_GAIN) */
+    int64_t cpu_ns;         /* atomic: the CPU time the workers that joined the job spent in it */
+    unsigned probes;        /* atomic: small jobs asked for while crowded (every PROBE_EVERY-th runs on threads) */
     ock_worker workers[OCK_POOL_MAX_THREADS];
 } pool;
+
+/* The CPU time of the calling thread in nanoseconds (-1 where it cannot be read precisely: Windows counts it in clock
+ * ticks, so the pool there never finds itself crowded). */
+static inline int64_t ock_thread_cpu_ns(void) {
+#if defined(_WIN32) || !defined(CLOCK_THREAD_CPUTIME_ID)
+    return -1;
+#else
+    struct timespec t;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t) != 0) return -1;
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+#endif
+}
 
 static inline int64_t ock_now_ns(void) {
 #ifdef _WIN32
@@ -102,7 +138,9 @@ static inline int64_t ock_now_ns(void) {
 #endif
 }
 
-/* Spin until *value != unwanted (64-bit) or the spin time is over; returns the last value read. */
+/* Spin until *value != unwanted (64-bit) or the spin time is over; returns the last value read. Every 64 reads the
+ * thread yields: where the CPU is shared (the caller's thread waiting for it, other processes), a spinning thread
+ * must not hold it. */
 static uint64_t ock_spin_while_u64(const uint64_t *value, uint64_t unwanted) {
     int64_t limit = (int64_t)__atomic_load_n(&pool.spin_us, __ATOMIC_RELAXED) * 1000;
     int64_t start = 0;
@@ -115,6 +153,7 @@ static uint64_t ock_spin_while_u64(const uint64_t *value, uint64_t unwanted) {
             if (v != unwanted) return v;
             ock_cpu_relax();
         }
+        ock_yield();
         if (start == 0) start = ock_now_ns();
         else if (ock_now_ns() - start > limit) return v;
     }
@@ -131,17 +170,19 @@ static int ock_spin_while_nonzero(const int *value) {
             if (v == 0) return 0;
             ock_cpu_relax();
         }
+        ock_yield();
         if (start == 0) start = ock_now_ns();
         else if (ock_now_ns() - start > limit) return v;
     }
 }
 
-/* Claim units of the job and run their tasks until none is left. */
-static void ock_run_units(const ock_job *job, int tid) {
-    int64_t unit, first, last, task;
+/* Claim units of the job and run their tasks until none is left; returns the units run. */
+static int64_t ock_run_units(const ock_job *job, int tid) {
+    int64_t unit, first, last, task, ran = 0;
     for (;;) {
         unit = __atomic_fetch_add(&pool.next, 1, __ATOMIC_RELAXED);
-        if (unit >= (job->n_tasks + job->unit - 1) / job->unit) return;
+        if (unit >= (job->n_tasks + job->unit - 1) / job->unit) return ran;
+        ran++;
         first = unit * job->unit;
         last = first + job->unit < job->n_tasks ? first + job->unit : job->n_tasks;
         for (task = first; task < last; task++) job->fn(job->ctx, task, tid);
@@ -158,6 +199,7 @@ static void *ock_worker_main(void *arg)
     int id = (int)(w - pool.workers);
     uint64_t seen = w->created;   /* written before the thread was created */
     ock_job job;
+    int64_t cpu;
     int spin = 0;   /* a new worker goes to the lock at once: its creator publishes a job as it releases it */
     for (;;) {
         if (spin) ock_spin_while_u64(&pool.generation, seen);
@@ -176,7 +218,9 @@ static void *ock_worker_main(void *arg)
         __atomic_fetch_add(&pool.active, 1, __ATOMIC_RELAXED);
         job = pool.job;
         ock_unlock(&pool_lock);
+        cpu = ock_thread_cpu_ns();
         ock_run_units(&job, id);
+        if (cpu >= 0) __atomic_fetch_add(&pool.cpu_ns, ock_thread_cpu_ns() - cpu, __ATOMIC_RELAXED);
         ock_lock(&pool_lock);
         if (__atomic_sub_fetch(&pool.active, 1, __ATOMIC_ACQ_REL) == 0 && pool.caller_waiting)
             ock_cond_signal(&pool.done);
@@ -226,7 +270,7 @@ static int ock_start_worker(int id) {
 
 void ock_pool_run(ock_pool_task fn, void *ctx, int64_t n_tasks, int n_threads, int schedule) {
     ock_job job;
-    int64_t task;
+    int64_t task, wall, cpu;
     int i, expected = 0;
     if (n_tasks <= 0) return;
     if (n_threads > n_tasks) n_threads = (int)n_tasks;
@@ -243,12 +287,14 @@ void ock_pool_run(ock_pool_task fn, void *ctx, int64_t n_tasks, int n_threads, i
      * holds back (a machine busy with other work) delays the job by a quarter of its share at most, not all of it:
      * the others take over its runs not yet claimed */
     job.unit = schedule == OCK_POOL_STATIC ? (n_tasks + 4 * (int64_t)n_threads - 1) / (4 * (int64_t)n_threads) : 1;
+    wall = ock_now_ns();
     ock_lock(&pool_lock);
     while (pool.n_workers < n_threads - 1 && ock_start_worker(pool.n_workers + 1) == 0) pool.n_workers++;
     if (n_threads > pool.n_workers + 1) n_threads = pool.n_workers + 1;  /* threads that could not be created */
     job.n_threads = n_threads;
     pool.job = job;
     __atomic_store_n(&pool.next, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&pool.cpu_ns, 0, __ATOMIC_RELAXED);
     pool.open = 1;
     __atomic_store_n(&pool.active, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&pool.generation, pool.generation + 1, __ATOMIC_RELEASE);
@@ -256,7 +302,9 @@ void ock_pool_run(ock_pool_task fn, void *ctx, int64_t n_tasks, int n_threads, i
         if (pool.workers[i].sleeping) ock_cond_signal(&pool.workers[i].wake);
     ock_unlock(&pool_lock);
     __atomic_fetch_add(&pool.parallel_jobs, 1, __ATOMIC_RELAXED);
+    cpu = ock_thread_cpu_ns();
     ock_run_units(&job, 0);
+    if (cpu >= 0) cpu = ock_thread_cpu_ns() - cpu;  /* the caller's time in tasks, not in waiting for workers */
     /* every unit is claimed: close the job, then wait for the workers that joined it */
     ock_lock(&pool_lock);
     pool.open = 0;
@@ -271,17 +319,36 @@ void ock_pool_run(ock_pool_task fn, void *ctx, int64_t n_tasks, int n_threads, i
         pool.caller_waiting = 0;
     }
     ock_unlock(&pool_lock);
+    if (cpu >= 0) {  /* did the threads gain time (OCK_POOL_GAIN)? */
+        cpu += __atomic_load_n(&pool.cpu_ns, __ATOMIC_RELAXED);
+        wall = ock_now_ns() - wall;
+        i = __atomic_load_n(&pool.crowding, __ATOMIC_RELAXED);
+        __atomic_store_n(&pool.crowding, i + (((double)cpu < OCK_POOL_GAIN * (double)wall ? 1024 : 0) - i) / 8,
+                         __ATOMIC_RELAXED);
+    }
     __atomic_store_n(&pool.busy, 0, __ATOMIC_RELEASE);
 }
 
 int ock_pool_threads(int n_threads, double work) {
     double per_thread = pool.work_per_thread;
     double most;
-    if (n_threads < 1) return 1;
+    if (n_threads <= 1) return 1;
     if (!(per_thread > 0)) return n_threads;
     most = work / per_thread;
     if (!(most >= 2.0)) return 1;   /* NaN work too */
+    if (__atomic_load_n(&pool.crowding, __ATOMIC_RELAXED) > 512) {
+        /* Crowded: threads have mostly gained nothing (the other cores busy), and a job on threads costs its
+         * wake-up calls unless it lasts long enough for the scheduler to give a worker a core of its own. */
+        most /= OCK_POOL_BUSY_FACTOR;
+        if (!(most >= 2.0))
+            return __atomic_fetch_add(&pool.probes, 1, __ATOMIC_RELAXED) % OCK_POOL_PROBE_EVERY == 0 ? 2 : 1;
+    }
     return most < (double)n_threads ? (int)most : n_threads;
+}
+
+int ock_pool_set_crowding(int per_1024) {
+    return __atomic_exchange_n(&pool.crowding, per_1024 < 0 ? 0 : per_1024 > 1024 ? 1024 : per_1024,
+                               __ATOMIC_RELAXED);
 }
 
 double ock_pool_set_work_per_thread(double units) {

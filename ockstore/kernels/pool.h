@@ -52,8 +52,14 @@ int ock_pool_init(void);
 void ock_pool_run(ock_pool_task fn, void *ctx, int64_t n_tasks, int n_threads, int schedule);
 
 /* The small-work rule, one for every kernel: the threads a job of `work` units gets when n_threads are allowed: at
- * least 1, at most n_threads, and no more than work / OCK_POOL_WORK_PER_THREAD (or the value tests set). */
+ * least 1, at most n_threads, and no more than work / OCK_POOL_WORK_PER_THREAD (or the value tests set). While the
+ * pool is crowded (recent jobs' threads gained no time: the machine's other cores busy), 50 times as much work per
+ * thread, except for one small job in 16 (pool.c, "Crowding"). */
 int ock_pool_threads(int n_threads, double work);
+
+/* For tests: set how crowded the pool is (1024 x the share of recent jobs whose threads gained no time; above 512
+ * the rule asks for more work per thread); returns the previous value. */
+int ock_pool_set_crowding(int per_1024);
 
 /* For tests: the units per thread of the small-work rule from now on (0: every job gets the threads it is allowed,
  * however small); returns the previous value. */

@@ -142,10 +142,13 @@ def test_concurrent_callers_get_the_results_of_one(model):
 # ------------------------------------------------------------------------------------------------ the small-work rule
 @pytest.fixture
 def small_work_rule():
-    """The rule as it is outside the tests (tests/conftest.py turns it off)."""
+    """The rule as it is outside the tests (tests/conftest.py turns it off), on a pool that is not crowded (how
+    crowded it is depends on the machine's load while earlier tests ran)."""
     previous = _kernels._set_pool_work_per_thread(_kernels.POOL_WORK_PER_THREAD)
+    crowding = _kernels._set_pool_crowding(0)
     yield _kernels.POOL_WORK_PER_THREAD
     _kernels._set_pool_work_per_thread(previous)
+    _kernels._set_pool_crowding(crowding)
 
 
 def test_the_rule_gives_a_thread_per_share_of_work(small_work_rule):
@@ -161,6 +164,25 @@ def test_the_rule_gives_a_thread_per_share_of_work(small_work_rule):
     assert _kernels.pool_threads(4, float("inf")) == 4
     _kernels._set_pool_work_per_thread(0)  # off: every job gets its threads
     assert _kernels.pool_threads(3, 1) == 3
+
+
+def test_a_crowded_pool_asks_for_more_work_per_thread(small_work_rule):
+    """While recent jobs' threads gained no time (the machine's other cores busy), a job gets threads only for 50
+    times the work per thread, and one small job in 16 still runs on two threads (to notice when cores are free)."""
+    unit = small_work_rule
+    previous = _kernels._set_pool_crowding(1024)
+    try:
+        assert _kernels.pool_threads(8, 1.5 * unit) == 1  # below two shares: one thread however crowded
+        small = [_kernels.pool_threads(8, 5 * unit) for _ in range(64)]
+        assert sorted(set(small)) == [1, 2] and small.count(2) == 4
+        assert _kernels.pool_threads(1, 5 * unit) == 1
+        assert _kernels.pool_threads(8, 99 * unit) in (1, 2)  # a small job (a probe runs on two threads)
+        assert _kernels.pool_threads(8, 125 * unit) == 2
+        assert _kernels.pool_threads(8, 1e12) == 8
+        _kernels._set_pool_crowding(0)
+        assert _kernels.pool_threads(8, 5 * unit) == 5
+    finally:
+        _kernels._set_pool_crowding(previous)
 
 
 def test_small_searches_and_adds_run_on_the_callers_thread(model, small_work_rule):
