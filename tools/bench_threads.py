@@ -12,6 +12,12 @@ kernel's work estimate is worth, and batch speed on two threads against another 
                                                        # virtual environment's interpreter, with its own ockstore)
                                                        # in turn, --rounds times, min of repeats
 
+On a machine shared with other users' processes, run the measurement (and the busy loop of a loaded-machine case)
+each in a session of its own whose autogroup weighs more than theirs, so that the cores are the measurement's: as
+root, ``setsid sh -c 'echo -15 > /proc/self/autogroup; exec python tools/bench_threads.py small --gap-ms 2'`` (and
+``setsid sh -c 'echo -15 > /proc/self/autogroup; exec python3 -c "while True: pass"' &`` for the busy loop, killed by
+its pid afterwards). docs/ARCHITECTURE.md ("Threads") gives the figures measured so.
+
 The data is sift-real (``--sift``; learn, base, query), cached as .npy with the models and index files in
 ``--cache-dir``: the first run trains OCKM(8, 2, 10) with 256 and with 16 words per codebook and IVF(1024,
 OCKM(8, 2, 10)) on 20,000 learn rows (8 iterations: speed, not recall, is measured here) and builds the indexes with
