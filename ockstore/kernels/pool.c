@@ -104,7 +104,7 @@ static struct {
     int busy;               /* atomic: a caller is running a job */
     int n_workers;          /* under lock: workers created (ids 1 .. n_workers) */
     int spin_us;            /* atomic */
-    double work_per_thread; /* under pool_lock when set; read without it (tests set it between jobs) */
+    double work_per_thread; /* atomic (__atomic_load / __atomic_store of a double) */
     int64_t parallel_jobs;  /* atomic */
     int crowding;           /* atomic (written by the caller of a job): 1024 x a moving average (weight 1/8) of the
                              * parallel jobs whose threads gained nothing (see OCK_POOL_GAIN) */
@@ -330,8 +330,9 @@ void ock_pool_run(ock_pool_task fn, void *ctx, int64_t n_tasks, int n_threads, i
 }
 
 int ock_pool_threads(int n_threads, double work) {
-    double per_thread = pool.work_per_thread;
+    double per_thread;
     double most;
+    __atomic_load(&pool.work_per_thread, &per_thread, __ATOMIC_RELAXED);
     if (n_threads <= 1) return 1;
     if (!(per_thread > 0)) return n_threads;
     most = work / per_thread;
@@ -354,8 +355,8 @@ int ock_pool_set_crowding(int per_1024) {
 double ock_pool_set_work_per_thread(double units) {
     double previous;
     ock_lock(&pool_lock);
-    previous = pool.work_per_thread;
-    pool.work_per_thread = units > 0 ? units : 0;
+    if (!(units > 0)) units = 0;
+    __atomic_exchange(&pool.work_per_thread, &units, &previous, __ATOMIC_RELAXED);
     ock_unlock(&pool_lock);
     return previous;
 }
@@ -401,7 +402,10 @@ int ock_pool_init(void) {
     if (!registered) {
         ock_cond_init(&pool.done);
         __atomic_store_n(&pool.spin_us, OCK_POOL_SPIN_US, __ATOMIC_RELAXED);
-        pool.work_per_thread = OCK_POOL_WORK_PER_THREAD;
+        {
+            double units = OCK_POOL_WORK_PER_THREAD;
+            __atomic_store(&pool.work_per_thread, &units, __ATOMIC_RELAXED);
+        }
 #ifndef _WIN32
         rc = pthread_atfork(ock_pool_before_fork, ock_pool_after_fork_parent, ock_pool_after_fork_child);
 #endif
