@@ -59,11 +59,12 @@ def test_wheel(wheel, python, pytest_args):
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else list(argv)
+    ours, pytest_args = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pythons", required=True, help="the interpreters, separated by spaces")
     parser.add_argument("wheels", nargs="+", type=Path)
-    args, pytest_args = parser.parse_known_args(argv)
-    pytest_args = [a for a in pytest_args if a != "--"]
+    args = parser.parse_args(ours)
     pythons = {python_tag(p): p for p in args.pythons.split()}
     results = []
     for wheel in args.wheels:
