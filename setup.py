@@ -1,38 +1,20 @@
-"""Build the compiled extension ockstore._kernels (ockstore/_kernels.pyx and the SIMD kernels of ockstore/kernels/simd.c), with
-OpenMP when the compiler supports it. Needs a C compiler that takes gcc's options: gcc or clang (MinGW on Windows).
+"""Build the compiled extension ockstore._kernels (ockstore/_kernels.pyx, the SIMD kernels of ockstore/kernels/simd.c and
+the thread pool of ockstore/kernels/pool.c). Needs a C compiler that takes gcc's options: gcc or clang (MinGW on
+Windows). The kernels' threads are their own (pthreads, Win32 threads on Windows): no OpenMP runtime is needed, and
+none is linked.
 
 Environment overrides:
-  OCKSTORE_OPENMP=0      build without OpenMP (kernels then run on one thread)
   OCKSTORE_MARCH=native  add -march=native (faster on the build machine, not portable); any value is passed as -march=
 """
 
 import glob
 import os
-import subprocess
 import sys
-import sysconfig
-import tempfile
 
 import numpy as np
 from Cython.Build import cythonize
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
-
-
-def _compiler_accepts(compiler_cmd, flags):
-    """True when the C compiler compiles and links a tiny OpenMP program with ``flags``."""
-    source = "#include <omp.h>\nint main(void) { return omp_get_max_threads() > 0 ? 0 : 1; }\n"
-    with tempfile.TemporaryDirectory() as tmp:
-        src = os.path.join(tmp, "t.c")
-        with open(src, "w") as f:
-            f.write(source)
-        try:
-            result = subprocess.run(
-                [*compiler_cmd, *flags, src, "-o", os.path.join(tmp, "t")], capture_output=True, timeout=60
-            )
-        except (OSError, subprocess.SubprocessError):
-            return False
-        return result.returncode == 0
 
 
 # The flags of the SIMD kernels' translation unit, on top of the extension's (ockstore/kernels/simd.c says why; `make
@@ -52,9 +34,6 @@ class BuildExt(build_ext):
         super().build_extension(ext)
 
     def build_extensions(self):
-        compiler_cmd = self.compiler.compiler_so[:1] if hasattr(self.compiler, "compiler_so") else ["cc"]
-        want_openmp = os.environ.get("OCKSTORE_OPENMP", "1") != "0"
-        openmp = want_openmp and _compiler_accepts(compiler_cmd, ["-fopenmp"])
         march = os.environ.get("OCKSTORE_MARCH", "")
         for ext in self.extensions:
             # no fused multiply-add the source does not write, in the Cython loops too (a build with -march=native
@@ -62,26 +41,26 @@ class BuildExt(build_ext):
             ext.extra_compile_args += ["-O3", "-fno-math-errno", "-ffp-contract=off", "-Wno-unreachable-code"]
             if march:
                 ext.extra_compile_args.append(f"-march={march}")
-            if openmp:
-                ext.extra_compile_args.append("-fopenmp")
-                ext.extra_link_args.append("-fopenmp")
-        reason = "" if openmp else (" (disabled by OCKSTORE_OPENMP=0)" if not want_openmp else " (compiler lacks it)")
-        print(f"ockstore: building with OpenMP {'on' if openmp else 'off'}{reason}; "
-              f"-march={march or 'default'}", file=sys.stderr)
+            if os.name != "nt":
+                # the pool's pthreads (in libpthread before glibc 2.34, which a manylinux2014 wheel must run on)
+                ext.extra_compile_args.append("-pthread")
+                ext.extra_link_args.append("-pthread")
+        print(f"ockstore: building with -march={march or 'default'}", file=sys.stderr)
         super().build_extensions()
 
 
 # The compiled kernels, one extension: the codec (encoding, decoding, training products), search (the scan with
 # top-k) and the inverted file (coarse assignment, probing, the scan of probed lists), their parts included by
-# _kernels.pyx; the SIMD kernels of every level (kernels/simd.c) linked in.
+# _kernels.pyx; the SIMD kernels of every level (kernels/simd.c) linked in, and the thread pool (kernels/pool.c,
+# compiled with the extension's flags).
 extensions = [
     Extension(
         "ockstore._kernels",
-        ["ockstore/_kernels.pyx"],
+        ["ockstore/_kernels.pyx", "ockstore/kernels/pool.c"],
         include_dirs=[np.get_include(), "ockstore"],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_2_0_API_VERSION")],
         # The C sources the kernels include: editing one rebuilds them (cythonize tracks the .pxi files itself).
-        depends=sorted(glob.glob("ockstore/kernels/*.h")) + [SIMD_SOURCE],
+        depends=sorted(glob.glob("ockstore/kernels/*.h")) + [SIMD_SOURCE, "ockstore/kernels/pool.c"],
     )
 ]
 

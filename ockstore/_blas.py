@@ -13,7 +13,7 @@ _controller = None
 def blas_single_thread():
     """Run BLAS on one thread inside the block.
 
-    Our OpenMP loops call sgemm from every thread on their own chunk; a multi-threaded BLAS inside them would
+    The kernels' threads call sgemm, each on its own chunk; a multi-threaded BLAS inside them would
     oversubscribe the cores. With BLAS on one thread, the number of threads is set by n_threads alone and every
     product is computed the same way whatever n_threads is, so results are bit-identical across thread counts.
     The controller is created on first use, after the BLAS libraries it must find (numpy's, scipy's) are loaded.

@@ -18,6 +18,9 @@ The contract of every kernel:
   is declared without `not None`, every other one is required. Kernels read None as a NULL pointer.
 - The loops run without the GIL and never raise or touch Python objects: the only error is MemoryError, raised with
   the GIL before a parallel region when its scratch memory cannot be allocated.
+- Parallel regions run on the kernels' own thread pool (kernels/pool.h: a task function given a context struct, a
+  task index and a thread id), never OpenMP, so that a process forked after a search or an encoding can search and
+  encode too; a kernel uses fewer threads than asked for when its work is small (ock_pool_threads, common.pxi).
 - Results never depend on the number of threads, nor on the SIMD level (simd_level): every level gives bitwise the
   same results as the portable one.
 """
@@ -26,7 +29,6 @@ import os
 
 import numpy as _np  # the arrays IvfOneQuery returns (Python objects: no NumPy C API)
 
-from cython.parallel cimport parallel, prange, threadid
 from libc.math cimport INFINITY, nextafterf, sqrt
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint16_t, uint64_t
 from libc.stdlib cimport free, malloc
@@ -97,3 +99,7 @@ def _init_simd():
 
 
 _init_simd()
+
+# The thread pool's fork handlers (kernels/pool.h): a forked child starts with no workers and no lock held.
+if ock_pool_init() != 0:
+    raise ImportError("ockstore._kernels: cannot register the thread pool's fork handlers (pthread_atfork failed)")

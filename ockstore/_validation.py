@@ -210,7 +210,8 @@ def check_k(k, n_rows, name="k"):
     return k
 
 
-# More threads than this is never useful and the OpenMP runtime cannot start millions of them (it crashes).
+# More threads than this is never useful; the kernels' pool runs at most this many (kernels/pool.h,
+# OCK_POOL_MAX_THREADS), and each thread of a kernel gets its own scratch, allocated before it starts.
 MAX_THREADS = 1024
 
 

@@ -7,16 +7,10 @@ saying where they looked, when it is absent.
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
-# Idle OpenMP threads sleep instead of spinning. Results do not depend on it; run time does: on a shared machine
-# (2 cores, other jobs running) the default spin-wait of every short parallel region made this suite ~2.5x slower.
-# Must be set before ockstore's extension loads the OpenMP runtime; an explicit setting in the environment wins.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
-import pytest  # noqa: E402
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 TESTS = Path(__file__).resolve().parent
@@ -29,6 +23,19 @@ from helpers import data_root, gaussian_mixture  # noqa: E402
 DATA_ROOT = data_root()
 SIFT = DATA_ROOT / "sift-real"
 SIFT_SAMPLE_ROWS = 20_000
+
+
+@pytest.fixture(autouse=True, scope="session")
+def threads_for_small_work():
+    """Every kernel runs on the threads a test gives it, however small its work: the kernels' small-work rule
+    (kernels/pool.h, ock_pool_threads) would run the tests' small inputs on one thread, and the many tests that
+    compare results on 1, 2 and 3 threads would compare one thread with itself. The rule's own tests
+    (tests/kernels/test_pool.py) put it back for their duration."""
+    from ockstore import _kernels
+
+    previous = _kernels._set_pool_work_per_thread(0)
+    yield
+    _kernels._set_pool_work_per_thread(previous)
 
 
 @pytest.fixture(scope="session")

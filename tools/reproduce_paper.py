@@ -39,8 +39,6 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle OpenMP threads sleep (shared machine); before the import
-
 import ockstore  # noqa: E402
 from _machine import core_count, cpu_model  # noqa: E402
 from _paper_report import BITS, EQUAL_M, METHODS, fmt_d, markdown  # noqa: E402

@@ -1,5 +1,5 @@
 """Run the test suite against an installed ockstore (a wheel or a clang build in a virtual environment of its own),
-never against the source tree: `make test-wheel` and `make test-clang` use it.
+never against the source tree: `make test-wheels` (tools/test_wheels.py) and `make test-clang` use it.
 
     python tools/test_installed.py VENV_PYTHON [PYTEST_ARGS...]
 
@@ -8,7 +8,7 @@ under build/ (inside the repository, so the real datasets are found as from the 
 imports ockstore from its own site-packages there (prints ockstore.__file__), then runs `VENV_PYTHON -I -m pytest` in that
 folder: isolated mode puts neither the current folder nor PYTHONPATH on sys.path, and the copy holds no ockstore
 package, so the only ockstore it can import is the installed one. The caller's environment is passed on as it is
-(test-wheel empties PATH of compilers).
+(test-wheels empties PATH of compilers).
 """
 
 import os

@@ -35,9 +35,6 @@ from .manifest import check_regular_file
 __all__ = ["SegmentSpec", "IdIndex", "Segment", "SegmentView", "PendingSegment", "SegmentWriter",
            "write_pending_segment", "copy_live_rows", "COPY_ROWS", "COPY_DAMAGED_ADVICE"]
 
-# Chunks of at most this many rows are encoded on one thread (as the codec's own SMALL_ENCODE_ROWS).
-SMALL_CHUNK_ROWS = 256
-
 # Rows copied per step when merging segments: bounds the temporaries of a merge (codes, norms, ids and stored
 # vectors of this many rows) whatever the size of the segments.
 COPY_ROWS = 1 << 16
@@ -319,11 +316,8 @@ class SegmentWriter(AbortOnError):
         # of an IVF segment takes each row's list with its code.
         for start in range(0, max(X.shape[0], 1), BUILD_CHUNK):  # once with zero rows: declares the ids section
             stop = min(X.shape[0], start + BUILD_CHUNK)
-            # A few rows run on one thread: waking others costs more than encoding them (code_sqnorms has no such
-            # guard; the results do not depend on the threads).
-            threads = 1 if stop - start <= SMALL_CHUNK_ROWS else self._threads
             lists, codes, norms, vectors = encode_step(spec.quantizer, X[start:stop], spec.norm_encoding,
-                                                       spec.store_vectors, threads, first_row + start)
+                                                       spec.store_vectors, self._threads, first_row + start)
             self._writer._append(codes, norms, ids[start:stop], vectors, list_ids=lists)  # lists: None when flat
         self._count(ids)
 

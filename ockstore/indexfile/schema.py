@@ -132,7 +132,7 @@ def _check_orthogonal(fail, R, P):
     if any(checked.shape == R.shape and np.array_equal(checked, R) for checked in known):
         return
     # One BLAS thread: a multi-threaded product would leave OpenBLAS's threads spinning for a while after it,
-    # competing with the encoder's OpenMP threads (a collection opens each segment it commits: adds were 1.4x slower).
+    # competing with the encoder's threads (a collection opens each segment it commits: adds were 1.4x slower).
     with np.errstate(over="ignore", invalid="ignore"), blas_single_thread():  # huge values: inf/NaN, below
         gram = R.T @ R  # O(P^3) in float32 BLAS: 5 ms at P = 960
         gram[np.diag_indices(P)] -= 1

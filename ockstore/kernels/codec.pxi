@@ -243,6 +243,37 @@ cdef void _encode_chunk(const float *X, int n, int P, const float *rot_pad, cons
             errors[i] += new_error if new_error > 0 else 0
 
 
+cdef struct EncodeJob:
+    # encode_beam's arguments as pointers, and its per-thread scratch (slice tid of each block)
+    const float *X
+    int n, P, M, S, C, K, T
+    const float *rot
+    const float *words_t
+    const float *word_sqnorms
+    const float *pairs
+    const uint8_t *prev
+    uint8_t *codes
+    float *errors
+    float *zbufs
+    float *gbufs
+    float *beam_floats
+    int *beam_ints
+    Py_ssize_t z_stride, g_stride, bf_stride, bi_stride
+    bint vector_tables
+
+
+cdef void _encode_task(void *ctx, int64_t chunk, int tid) noexcept nogil:
+    """Chunk `chunk` (ENCODE_CHUNK rows) of encode_beam, in thread tid's scratch."""
+    cdef EncodeJob *j = <EncodeJob *>ctx
+    cdef Py_ssize_t start = <Py_ssize_t>chunk * ENCODE_CHUNK
+    cdef int count = <int>(j.n - start) if j.n - start < ENCODE_CHUNK else ENCODE_CHUNK
+    _encode_chunk(j.X + start * j.P, count, j.P, j.rot, j.words_t, j.word_sqnorms, j.pairs, j.M, j.S, j.C, j.K, j.T,
+                  (j.prev + <size_t>start * j.M * j.C) if j.prev != NULL else NULL,
+                  j.codes + <size_t>start * j.M * j.C, j.errors + start, j.zbufs + tid * j.z_stride,
+                  j.gbufs + tid * j.g_stride, j.beam_floats + tid * j.bf_stride, j.beam_ints + tid * j.bi_stride,
+                  j.vector_tables)
+
+
 def encode_beam(const float[:, ::1] X,               # IN (n, P)
                 const float[:, ::1] rot_pad,         # IN (P, M*S): rotation, columns grouped by subspace, zero pads;
                                                      #    None when X is already rotated and padded (P == M*S)
@@ -255,62 +286,53 @@ def encode_beam(const float[:, ::1] X,               # IN (n, P)
                 float[::1] errors,                   # OUT (n,): ||x - decode(code)||^2 of the code written
                 int n_threads):
     """Beam-encode every row of X (multiple-candidates matching pursuit; greedy pursuit when beam_width == 1)."""
+    cdef EncodeJob job
     cdef int n = X.shape[0]
-    cdef int P = X.shape[1]
     cdef int M = words_t.shape[0]
     cdef int S = words_t.shape[1]
     cdef int C = n_codebooks
     cdef int K = n_codewords
     cdef int T = beam_width if beam_width < n_codewords else n_codewords
     cdef int n_chunks = (n + ENCODE_CHUNK - 1) // ENCODE_CHUNK
-    cdef int chunk, start, count, tid
-    # Thread scratch: one block per buffer, a slice per thread (see _slice_items).
-    cdef Py_ssize_t z_stride = _slice_items(<Py_ssize_t>ENCODE_CHUNK * M * S)
-    cdef Py_ssize_t g_stride = _slice_items(<Py_ssize_t>ENCODE_CHUNK * C * K)
-    cdef Py_ssize_t bf_stride = _slice_items(_beam_floats(C, K, T))
-    cdef Py_ssize_t bi_stride = _slice_items(_beam_ints(C, T))
-    cdef float *zbufs = NULL
-    cdef float *gbufs = NULL
-    cdef float *beam_floats = NULL
-    cdef int *beam_ints = NULL
-    cdef const uint8_t *prev = NULL
-    cdef const float *pairs = NULL
-    cdef const float *rot = NULL
-    cdef bint vector_tables = ock_simd_level() != OCK_LEVEL_PORTABLE or _portable_fma
     if n == 0:
         return
-    if n_threads < 1:
-        n_threads = 1
-    if rot_pad is not None:
-        rot = &rot_pad[0, 0]
-    if prev_codes is not None:
-        prev = &prev_codes[0, 0]
-    if C > 1:
-        pairs = &pair_tables[0, 0]
+    # per row: the rotation (P x M*S), the tables (M*S x C*K) and the beam (about M*C*T*K table entries)
+    n_threads = ock_pool_threads(n_threads, COST_ENCODE_VALUE * n * (<double>X.shape[1] * M * S
+                                                                      + <double>M * S * C * K + <double>M * C * T * K))
+    memset(&job, 0, sizeof(job))
+    job.X = &X[0, 0]
+    job.n = n
+    job.P = X.shape[1]
+    job.M, job.S, job.C, job.K, job.T = M, S, C, K, T
+    job.rot = &rot_pad[0, 0] if rot_pad is not None else NULL
+    job.words_t = &words_t[0, 0, 0]
+    job.word_sqnorms = &word_sqnorms[0, 0]
+    job.pairs = &pair_tables[0, 0] if C > 1 else NULL
+    job.prev = &prev_codes[0, 0] if prev_codes is not None else NULL
+    job.codes = &codes[0, 0]
+    job.errors = &errors[0]
+    job.vector_tables = ock_simd_level() != OCK_LEVEL_PORTABLE or _portable_fma
+    # Thread scratch: one block per buffer, a slice per thread (see _slice_items).
+    job.z_stride = _slice_items(<Py_ssize_t>ENCODE_CHUNK * M * S)
+    job.g_stride = _slice_items(<Py_ssize_t>ENCODE_CHUNK * C * K)
+    job.bf_stride = _slice_items(_beam_floats(C, K, T))
+    job.bi_stride = _slice_items(_beam_ints(C, T))
     try:
-        zbufs = <float *>_alloc(<size_t>n_threads * z_stride * sizeof(float),
-                                "encode_beam's rotated vectors of a chunk (per thread)")
-        gbufs = <float *>_alloc(<size_t>n_threads * g_stride * sizeof(float),
-                                "encode_beam's tables of a chunk (per thread)")
-        beam_floats = <float *>_alloc(<size_t>n_threads * bf_stride * sizeof(float),
-                                      "encode_beam's beam scores (per thread)")
-        beam_ints = <int *>_alloc(<size_t>n_threads * bi_stride * sizeof(int),
-                                  "encode_beam's beam words (per thread)")
-        with nogil, parallel(num_threads=n_threads):
-            tid = threadid()
-            for chunk in prange(n_chunks, schedule='dynamic'):
-                start = chunk * ENCODE_CHUNK
-                count = n - start if n - start < ENCODE_CHUNK else ENCODE_CHUNK
-                _encode_chunk(&X[start, 0], count, P, rot, &words_t[0, 0, 0], &word_sqnorms[0, 0],
-                              pairs, M, S, C, K, T,
-                              (prev + <size_t>start * M * C) if prev != NULL else NULL,
-                              &codes[start, 0], &errors[start], zbufs + tid * z_stride, gbufs + tid * g_stride,
-                              beam_floats + tid * bf_stride, beam_ints + tid * bi_stride, vector_tables)
+        job.zbufs = <float *>_alloc(<size_t>n_threads * job.z_stride * sizeof(float),
+                                    "encode_beam's rotated vectors of a chunk (per thread)")
+        job.gbufs = <float *>_alloc(<size_t>n_threads * job.g_stride * sizeof(float),
+                                    "encode_beam's tables of a chunk (per thread)")
+        job.beam_floats = <float *>_alloc(<size_t>n_threads * job.bf_stride * sizeof(float),
+                                          "encode_beam's beam scores (per thread)")
+        job.beam_ints = <int *>_alloc(<size_t>n_threads * job.bi_stride * sizeof(int),
+                                      "encode_beam's beam words (per thread)")
+        with nogil:
+            ock_pool_run(_encode_task, &job, n_chunks, n_threads, OCK_POOL_DYNAMIC)
     finally:
-        free(zbufs)
-        free(gbufs)
-        free(beam_floats)
-        free(beam_ints)
+        free(job.zbufs)
+        free(job.gbufs)
+        free(job.beam_floats)
+        free(job.beam_ints)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -330,6 +352,30 @@ cdef enum:
     SUM_ROWS_PER_WORD = 16
     # code_sums gives each task a group of byte positions whose sums (group*K x P doubles) fill about this much cache.
     SUM_BLOCK_BYTES = 256 * 1024
+    # Rows per task of the row-by-row kernels (decode_rotated, code_sqnorms) and values per task of code_sums' final
+    # additions: a task's work is then many times the cost of handing it out.
+    ROWS_PER_TASK = 256
+    VALUES_PER_TASK = 16384
+
+
+cdef struct RowsJob:
+    # The arguments of the row kernels below, as pointers (one struct for all of them: each reads its own fields).
+    const float *X              # matmul_rows: (n, P) @ B (P, Q) -> out
+    const float *B
+    float *out
+    const uint8_t *codes        # (n, W)
+    const float *words          # decode_rotated: (M, C, K, S)
+    const float *word_sqnorms   # code_sqnorms: (M, C*K), pair tables (M, pair_stride)
+    const float *pairs
+    size_t pair_stride
+    double *gram                # normal_equations, code_gram: (M, C*K, C*K); rhs (M, C*K, S)
+    double *rhs
+    const float *Z              # normal_equations: (n, M*S)
+    double *sums                # code_sums: slice 0's sums (out) and the others' (acc)
+    double *acc
+    Py_ssize_t n, slice_rows, KP, WKP, n_slices
+    int P, Q, M, C, K, S, W, WB, n_groups
+    int code_cols, z_cols         # the columns (row strides) of codes and Z
 
 
 def matmul_rows(const float[:, ::1] X,      # IN (n, P)
@@ -337,18 +383,26 @@ def matmul_rows(const float[:, ::1] X,      # IN (n, P)
                 float[:, ::1] out,          # OUT (n, Q) = X @ B
                 int n_threads):
     """X @ B by chunks of rows in parallel (BLAS itself must run on one thread: see blas_single_thread)."""
+    cdef RowsJob job
     cdef Py_ssize_t n = X.shape[0]
-    cdef int P = X.shape[1]
-    cdef int Q = B.shape[1]
-    cdef Py_ssize_t n_chunks = (n + PRODUCT_CHUNK - 1) // PRODUCT_CHUNK
-    cdef Py_ssize_t chunk, start
-    cdef int count
     if n == 0:
         return
-    for chunk in prange(n_chunks, nogil=True, num_threads=n_threads, schedule='static'):
-        start = chunk * PRODUCT_CHUNK
-        count = <int>(n - start) if n - start < PRODUCT_CHUNK else PRODUCT_CHUNK
-        _gemm(count, Q, P, &X[start, 0], P, False, &B[0, 0], Q, &out[start, 0], Q)
+    job.X = &X[0, 0]
+    job.B = &B[0, 0]
+    job.out = &out[0, 0]
+    job.n = n
+    job.P = X.shape[1]
+    job.Q = B.shape[1]
+    with nogil:
+        ock_pool_run(_matmul_task, &job, (n + PRODUCT_CHUNK - 1) // PRODUCT_CHUNK,
+                     ock_pool_threads(n_threads, COST_GEMM_VALUE * n * job.P * job.Q), OCK_POOL_STATIC)
+
+
+cdef void _matmul_task(void *ctx, int64_t chunk, int tid) noexcept nogil:
+    cdef RowsJob *j = <RowsJob *>ctx
+    cdef Py_ssize_t start = <Py_ssize_t>chunk * PRODUCT_CHUNK
+    cdef int count = <int>(j.n - start) if j.n - start < PRODUCT_CHUNK else PRODUCT_CHUNK
+    _gemm(count, j.Q, j.P, j.X + start * j.P, j.P, False, j.B, j.Q, j.out + start * j.Q, j.Q)
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -359,22 +413,42 @@ def decode_rotated(const uint8_t[:, ::1] codes,      # IN (n, M*C)
                    float[:, ::1] out,                # OUT (n, M*S): sum_c d[m, c, code] per subspace (rotated space)
                    int n_threads):
     """Reconstruct the rotated, zero-padded vectors: out[i, m*S:(m+1)*S] = sum_c words[m, c, codes[i, m*C + c]]."""
+    cdef RowsJob job
     cdef Py_ssize_t n = codes.shape[0]
-    cdef int M = words.shape[0]
-    cdef int C = words.shape[1]
-    cdef int S = words.shape[3]
+    if n == 0:
+        return
+    job.codes = &codes[0, 0]
+    job.code_cols = codes.shape[1]
+    job.words = &words[0, 0, 0, 0]
+    job.out = &out[0, 0]
+    job.n = n
+    job.M = words.shape[0]
+    job.C = words.shape[1]
+    job.K = words.shape[2]
+    job.S = words.shape[3]
+    with nogil:
+        ock_pool_run(_decode_task, &job, (n + ROWS_PER_TASK - 1) // ROWS_PER_TASK,
+                     ock_pool_threads(n_threads, COST_ROW_VALUE * n * job.M * job.C * job.S), OCK_POOL_STATIC)
+
+
+cdef void _decode_task(void *ctx, int64_t task, int tid) noexcept nogil:
+    cdef RowsJob *j = <RowsJob *>ctx
     cdef Py_ssize_t i
+    cdef Py_ssize_t stop = (task + 1) * ROWS_PER_TASK if (task + 1) * ROWS_PER_TASK < j.n else j.n
     cdef int m, c, s_
+    cdef int M = j.M, C = j.C, K = j.K, S = j.S
     cdef float *o
     cdef const float *d
-    for i in prange(n, nogil=True, num_threads=n_threads, schedule='static'):
+    cdef const uint8_t *code
+    for i in range(task * ROWS_PER_TASK, stop):
+        code = j.codes + i * j.code_cols
         for m in range(M):
-            o = &out[i, m * S]
-            d = &words[m, 0, codes[i, m * C], 0]
+            o = j.out + i * M * S + m * S
+            d = j.words + ((<size_t>m * C) * K + code[m * C]) * S
             for s_ in range(S):
                 o[s_] = d[s_]
             for c in range(1, C):
-                d = &words[m, c, codes[i, m * C + c], 0]
+                d = j.words + ((<size_t>m * C + c) * K + code[m * C + c]) * S
                 for s_ in range(S):
                     o[s_] = o[s_] + d[s_]
 
@@ -386,24 +460,38 @@ def code_sqnorms(const uint8_t[:, ::1] codes,        # IN (n, M*C)
                  float[::1] out,                     # OUT (n,): ||decode(code)||^2
                  int n_threads):
     """||sum_m sum_c d[m, c, b]||^2 = sum_m (sum_c ||d||^2 + sum_{c<c'} 2 d.d'): C + C(C-1)/2 lookups per subspace."""
+    cdef RowsJob job
     cdef Py_ssize_t n = codes.shape[0]
-    cdef int M = word_sqnorms.shape[0]
-    cdef int C = n_codebooks
-    cdef int K = n_codewords
-    cdef Py_ssize_t i
-    cdef int m
-    cdef float acc
-    cdef size_t pair_stride = <size_t>(C * (C - 1) // 2) * K * K
-    cdef const float *pairs = NULL
     cdef float zero_pair = 0
     if n == 0:
         return
-    pairs = &pair_tables[0, 0] if C > 1 else &zero_pair
-    for i in prange(n, nogil=True, num_threads=n_threads, schedule='static'):
+    job.codes = &codes[0, 0]
+    job.code_cols = codes.shape[1]
+    job.word_sqnorms = &word_sqnorms[0, 0]
+    job.M = word_sqnorms.shape[0]
+    job.C = n_codebooks
+    job.K = n_codewords
+    job.pair_stride = <size_t>(job.C * (job.C - 1) // 2) * job.K * job.K
+    job.pairs = &pair_tables[0, 0] if job.C > 1 else &zero_pair
+    job.out = &out[0]
+    job.n = n
+    with nogil:
+        ock_pool_run(_code_sqnorms_task, &job, (n + ROWS_PER_TASK - 1) // ROWS_PER_TASK,
+                     ock_pool_threads(n_threads, COST_ROW_VALUE * n * job.M * job.C * job.C), OCK_POOL_STATIC)
+
+
+cdef void _code_sqnorms_task(void *ctx, int64_t task, int tid) noexcept nogil:
+    cdef RowsJob *j = <RowsJob *>ctx
+    cdef Py_ssize_t i
+    cdef Py_ssize_t stop = (task + 1) * ROWS_PER_TASK if (task + 1) * ROWS_PER_TASK < j.n else j.n
+    cdef int m
+    cdef float acc
+    for i in range(task * ROWS_PER_TASK, stop):
         acc = 0
-        for m in range(M):
-            acc = acc + _code_error(&word_sqnorms[m, 0], pairs + m * pair_stride, &codes[i, m * C], C, K)
-        out[i] = acc
+        for m in range(j.M):
+            acc = acc + _code_error(j.word_sqnorms + <size_t>m * j.C * j.K, j.pairs + m * j.pair_stride,
+                                    j.codes + i * j.code_cols + m * j.C, j.C, j.K)
+        j.out[i] = acc
 
 
 def normal_equations(const uint8_t[:, ::1] codes,    # IN (n, M*C)
@@ -417,27 +505,51 @@ def normal_equations(const uint8_t[:, ::1] codes,    # IN (n, M*C)
     B_m is the n x C*K binary matrix whose row i has a one in column c*K + codes[i, m*C + c] for each c, so that
     Z_m ~ B_m D_m with D_m the C*K x S stack of the subspace's codebooks. One subspace per task; sums in float64.
     """
+    cdef RowsJob job
     cdef Py_ssize_t n = codes.shape[0]
-    cdef int M = gram.shape[0]
-    cdef int C = n_codebooks
-    cdef int K = n_codewords
-    cdef int S = rhs.shape[2]
-    cdef int m, c, c2, r, s_
+    if gram.shape[0] == 0:
+        return
+    job.codes = &codes[0, 0] if n > 0 else NULL
+    job.code_cols = codes.shape[1]
+    job.Z = &Z[0, 0] if n > 0 else NULL
+    job.z_cols = Z.shape[1]
+    job.gram = &gram[0, 0, 0]
+    job.rhs = &rhs[0, 0, 0]
+    job.n = n
+    job.M = gram.shape[0]
+    job.C = n_codebooks
+    job.K = n_codewords
+    job.S = rhs.shape[2]
+    with nogil:
+        ock_pool_run(_normal_equations_task, &job, job.M,
+                     ock_pool_threads(n_threads, COST_ROW_VALUE * n * job.M * job.C * (job.S + job.C)),
+                     OCK_POOL_DYNAMIC)
+
+
+cdef void _normal_equations_task(void *ctx, int64_t task, int tid) noexcept nogil:
+    """Subspace `task` of normal_equations."""
+    cdef RowsJob *j = <RowsJob *>ctx
+    cdef int m = <int>task
+    cdef int C = j.C, K = j.K, S = j.S
+    cdef int c, c2, r, s_
     cdef Py_ssize_t i
+    cdef double *gram = j.gram + <size_t>m * C * K * C * K
+    cdef double *rhs = j.rhs + <size_t>m * C * K * S
     cdef double *acc
     cdef const float *z
-    for m in prange(M, nogil=True, num_threads=n_threads, schedule='dynamic'):
-        memset(&gram[m, 0, 0], 0, <size_t>C * K * C * K * sizeof(double))
-        memset(&rhs[m, 0, 0], 0, <size_t>C * K * S * sizeof(double))
-        for i in range(n):
-            z = &Z[i, m * S]
-            for c in range(C):
-                r = c * K + codes[i, m * C + c]
-                acc = &rhs[m, r, 0]
-                for s_ in range(S):
-                    acc[s_] = acc[s_] + z[s_]
-                for c2 in range(C):
-                    gram[m, r, c2 * K + codes[i, m * C + c2]] += 1.0
+    cdef const uint8_t *code
+    memset(gram, 0, <size_t>C * K * C * K * sizeof(double))
+    memset(rhs, 0, <size_t>C * K * S * sizeof(double))
+    for i in range(j.n):
+        z = j.Z + i * j.z_cols + m * S
+        code = j.codes + i * j.code_cols + m * C
+        for c in range(C):
+            r = c * K + code[c]
+            acc = rhs + <size_t>r * S
+            for s_ in range(S):
+                acc[s_] = acc[s_] + z[s_]
+            for c2 in range(C):
+                gram[<size_t>r * C * K + c2 * K + code[c2]] += 1.0
 
 
 
@@ -464,14 +576,12 @@ def code_sums(const uint8_t[:, ::1] codes,   # IN (n, W)
     cdef Py_ssize_t WKP = W * KP
     cdef Py_ssize_t min_rows = SUM_ROWS_PER_WORD * K if SUM_ROWS_PER_WORD * K > SUM_SLICE_ROWS else SUM_SLICE_ROWS
     cdef Py_ssize_t n_slices = n // min_rows
-    cdef Py_ssize_t slice_rows, start, stop, j, sl, task
+    cdef Py_ssize_t slice_rows
     # Byte positions per task: their WB*K x P sums fill about SUM_BLOCK_BYTES.
     cdef int WB = <int>(SUM_BLOCK_BYTES // (KP * <Py_ssize_t>sizeof(double))) if KP > 0 else 1
-    cdef int n_groups, w0, wb
-    cdef double *acc = NULL
+    cdef int n_groups
     cdef double *flat = &out[0, 0] if W > 0 and P > 0 else NULL
-    cdef double *sums
-    cdef double total
+    cdef RowsJob job
     if WB < 1:
         WB = 1
     if WB > W:
@@ -486,27 +596,51 @@ def code_sums(const uint8_t[:, ::1] codes,   # IN (n, W)
     slice_rows = (n + n_slices - 1) // n_slices
     if flat == NULL:
         return
+    job.sums = flat
+    job.acc = NULL
+    job.X = &X[0, 0] if n > 0 else NULL
+    job.codes = &codes[0, 0] if n > 0 else NULL
+    job.n, job.P, job.W, job.K, job.WB, job.n_groups = n, P, W, K, WB, n_groups
+    job.KP, job.WKP, job.n_slices, job.slice_rows = KP, WKP, n_slices, slice_rows
+    n_threads = ock_pool_threads(n_threads, COST_ROW_VALUE * n * W * P)
     try:
         # Slice 0 sums straight into out, the others into acc; then out += acc[0], acc[1], ... in slice order.
-        acc = <double *>_alloc(<size_t>(n_slices - 1) * WKP * sizeof(double), "code_sums' float64 sums of the slices")
-        for task in prange(n_slices * n_groups, nogil=True, num_threads=n_threads, schedule='dynamic'):
-            sl = task // n_groups
-            w0 = <int>(task % n_groups) * WB
-            wb = W - w0 if W - w0 < WB else WB
-            sums = (flat if sl == 0 else acc + (sl - 1) * WKP) + w0 * KP
-            memset(sums, 0, wb * KP * sizeof(double))
-            start = sl * slice_rows
-            stop = start + slice_rows if start + slice_rows < n else n
-            if start < stop:
-                ock_add_rows_to_words(sums, &X[start, 0], stop - start, P, &codes[start, w0], W, wb, K)
-        if n_slices > 1:
-            for j in prange(WKP, nogil=True, num_threads=n_threads, schedule='static'):
-                total = flat[j]
-                for sl in range(n_slices - 1):
-                    total = total + acc[sl * WKP + j]
-                flat[j] = total
+        job.acc = <double *>_alloc(<size_t>(n_slices - 1) * WKP * sizeof(double),
+                                   "code_sums' float64 sums of the slices")
+        with nogil:
+            ock_pool_run(_code_sums_task, &job, n_slices * n_groups, n_threads, OCK_POOL_DYNAMIC)
+            if n_slices > 1:
+                ock_pool_run(_code_sums_add_task, &job, (WKP + VALUES_PER_TASK - 1) // VALUES_PER_TASK, n_threads,
+                             OCK_POOL_STATIC)
     finally:
-        free(acc)
+        free(job.acc)
+
+
+cdef void _code_sums_task(void *ctx, int64_t task, int tid) noexcept nogil:
+    """Task (slice of rows, group of byte positions) of code_sums: the sums of its slice's rows, in row order."""
+    cdef RowsJob *j = <RowsJob *>ctx
+    cdef Py_ssize_t sl = task // j.n_groups
+    cdef int w0 = <int>(task % j.n_groups) * j.WB
+    cdef int wb = j.W - w0 if j.W - w0 < j.WB else j.WB
+    cdef double *sums = (j.sums if sl == 0 else j.acc + (sl - 1) * j.WKP) + w0 * j.KP
+    cdef Py_ssize_t start = sl * j.slice_rows
+    cdef Py_ssize_t stop = start + j.slice_rows if start + j.slice_rows < j.n else j.n
+    memset(sums, 0, wb * j.KP * sizeof(double))
+    if start < stop:
+        ock_add_rows_to_words(sums, j.X + start * j.P, stop - start, j.P, j.codes + start * j.W + w0, j.W, wb, j.K)
+
+
+cdef void _code_sums_add_task(void *ctx, int64_t task, int tid) noexcept nogil:
+    """Values task*VALUES_PER_TASK.. of code_sums' result: out += the other slices' sums, in slice order."""
+    cdef RowsJob *j = <RowsJob *>ctx
+    cdef Py_ssize_t i, sl
+    cdef Py_ssize_t stop = (task + 1) * VALUES_PER_TASK if (task + 1) * VALUES_PER_TASK < j.WKP else j.WKP
+    cdef double total
+    for i in range(task * VALUES_PER_TASK, stop):
+        total = j.sums[i]
+        for sl in range(j.n_slices - 1):
+            total = total + j.acc[sl * j.WKP + i]
+        j.sums[i] = total
 
 
 def code_gram(const uint8_t[:, ::1] codes,   # IN (n, M*C)
@@ -515,19 +649,38 @@ def code_gram(const uint8_t[:, ::1] codes,   # IN (n, M*C)
               int n_threads):
     """The Gram matrices of the normal equations: gram[m, c*K + k, c2*K + k2] = #rows whose code uses word k of
     codebook c and word k2 of codebook c2 in subspace m (exact counts). One subspace per task."""
+    cdef RowsJob job
     cdef Py_ssize_t n = codes.shape[0]
-    cdef int M = gram.shape[0]
-    cdef int C = n_codebooks
-    cdef int K = n_codewords
-    cdef int m, c, c2, r
+    if gram.shape[0] == 0:
+        return
+    job.codes = &codes[0, 0] if n > 0 else NULL
+    job.code_cols = codes.shape[1]
+    job.gram = &gram[0, 0, 0]
+    job.n = n
+    job.M = gram.shape[0]
+    job.C = n_codebooks
+    job.K = n_codewords
+    with nogil:
+        ock_pool_run(_code_gram_task, &job, job.M,
+                     ock_pool_threads(n_threads, COST_ROW_VALUE * n * job.M * job.C * job.C), OCK_POOL_DYNAMIC)
+
+
+cdef void _code_gram_task(void *ctx, int64_t task, int tid) noexcept nogil:
+    """Subspace `task` of code_gram."""
+    cdef RowsJob *j = <RowsJob *>ctx
+    cdef int m = <int>task
+    cdef int C = j.C, K = j.K
+    cdef int c, c2, r
     cdef Py_ssize_t i
-    for m in prange(M, nogil=True, num_threads=n_threads, schedule='dynamic'):
-        memset(&gram[m, 0, 0], 0, <size_t>C * K * C * K * sizeof(double))
-        for i in range(n):
-            for c in range(C):
-                r = c * K + codes[i, m * C + c]
-                for c2 in range(C):
-                    gram[m, r, c2 * K + codes[i, m * C + c2]] += 1.0
+    cdef double *gram = j.gram + <size_t>m * C * K * C * K
+    cdef const uint8_t *code
+    memset(gram, 0, <size_t>C * K * C * K * sizeof(double))
+    for i in range(j.n):
+        code = j.codes + i * j.code_cols + m * C
+        for c in range(C):
+            r = c * K + code[c]
+            for c2 in range(C):
+                gram[<size_t>r * C * K + c2 * K + code[c2]] += 1.0
 
 
 def max_abs(const float[::1] values):   # IN (n,)

@@ -1,6 +1,26 @@
 # What two or more parts of the kernels need, written once (included by _kernels.pyx before the parts): the C
-# kernels of every SIMD level (simd.h), the constants shared with the Python layers, scratch memory of parallel
-# regions, the one BLAS wrapper, and what query tables are computed from.
+# kernels of every SIMD level (simd.h), the thread pool and the small-work rule (pool.h), the constants shared with
+# the Python layers, scratch memory of parallel regions, the one BLAS wrapper, and what query tables are computed
+# from.
+
+cdef extern from "kernels/pool.h" nogil:
+    # The kernels' threads (pool.h; docs/ARCHITECTURE.md, "Threads"). A parallel region is a task function, called
+    # as fn(ctx, task, tid) for every task on up to n_threads threads (tid: 0 for the caller's thread, unique among
+    # the threads running at once, < n_threads: it indexes per-thread scratch), given a context struct of pointers
+    # (no memoryview inside a task) that the caller fills before the region.
+    ctypedef void (*ock_pool_task)(void *ctx, int64_t task, int tid) noexcept nogil
+    enum:
+        OCK_POOL_STATIC
+        OCK_POOL_DYNAMIC
+    int ock_pool_init()
+    void ock_pool_run(ock_pool_task fn, void *ctx, int64_t n_tasks, int n_threads, int schedule)
+    int ock_pool_threads(int n_threads, double work)
+    double ock_pool_set_work_per_thread(double units)
+    int ock_pool_set_crowding(int per_1024)
+    int ock_pool_workers()
+    int64_t ock_pool_parallel_jobs()
+    int ock_pool_set_spin_us(int us)
+    double OCK_POOL_WORK_PER_THREAD
 
 cdef extern from "kernels/simd.h" nogil:
     # The SIMD levels (simd.c chooses one when the module loads; see simd_level in _kernels.pyx).
@@ -91,8 +111,75 @@ PROBE_IP = PROBE_BY_IP
 
 
 # --------------------------------------------------------------------------------------------------------------------
+# Threads: how many a kernel uses (the small-work rule, one for every kernel) and the Python layers' view of it.
+#
+# A kernel estimates its work in units of about a nanosecond of one core (the constants below, measured on sift-like
+# shapes with tools/bench_threads.py --costs at one thread) and asks ock_pool_threads how many of its n_threads to
+# use: another thread only for every OCK_POOL_WORK_PER_THREAD units. The estimates need only be right within a factor
+# of two or so: they decide between one thread and more for small work, and large work gets every thread anyway.
+
+cdef double COST_SCAN_BYTE = 0.3        # one code byte of one query, the 8-bit ADC scan
+cdef double COST_FAST_SCAN_WORD = 0.03  # one 4-bit word of one query, the fast scan
+cdef double COST_TABLE_VALUE = 0.25     # one multiply-add of a query's tables (rotation, then words)
+cdef double COST_EXACT_VALUE = 0.5      # one value of one stored row, re-ranking and the exact search
+cdef double COST_ENCODE_VALUE = 0.05    # one multiply-add or table entry of beam encoding
+cdef double COST_GEMM_VALUE = 0.02      # one multiply-add of a BLAS product on one thread
+cdef double COST_ROW_VALUE = 0.5        # one value of a row of decoding, code norms, normal equations, sums
+
+# For tools/bench_threads.py (costs): the constants above, by name.
+WORK_COSTS = {"scan_byte": COST_SCAN_BYTE, "fast_scan_word": COST_FAST_SCAN_WORD, "table_value": COST_TABLE_VALUE,
+              "exact_value": COST_EXACT_VALUE, "encode_value": COST_ENCODE_VALUE, "gemm_value": COST_GEMM_VALUE,
+              "row_value": COST_ROW_VALUE}
+
+
+def pool_threads(int n_threads, double work):
+    """The threads a job of `work` units gets when n_threads are allowed (the kernels' small-work rule, which the
+    Python layers apply to what they run outside the kernels, e.g. BLAS products)."""
+    return ock_pool_threads(n_threads, work)
+
+
+def product_threads(int n_threads, double multiply_adds):
+    """The threads a BLAS product of `multiply_adds` multiply-adds gets when n_threads are allowed (the small-work
+    rule, for the products the Python layers compute with NumPy outside the kernels)."""
+    return ock_pool_threads(n_threads, COST_GEMM_VALUE * multiply_adds)
+
+
+def _set_pool_work_per_thread(double units):
+    """For tests: the work units per thread of the small-work rule from now on (0: every kernel uses the threads it
+    is given, however small its work); returns the previous value (POOL_WORK_PER_THREAD unless changed)."""
+    return ock_pool_set_work_per_thread(units)
+
+
+def _set_pool_crowding(int per_1024):
+    """For tests and measurements: how crowded the pool is (1024 x the share of recent parallel jobs whose threads
+    gained no time; above 512 the small-work rule asks for 50 times the work per thread); returns the previous
+    value."""
+    return ock_pool_set_crowding(per_1024)
+
+
+def _pool_workers():
+    """For tests: the worker threads the kernels' pool has created in this process (0 in a child forked since,
+    until its first parallel region)."""
+    return ock_pool_workers()
+
+
+def _pool_parallel_jobs():
+    """For tests: the parallel regions this process has run on more than one thread so far."""
+    return ock_pool_parallel_jobs()
+
+
+def _set_pool_spin_us(int us):
+    """For tests and measurements: how long (microseconds) a worker spins after a job before it sleeps; returns the
+    previous value."""
+    return ock_pool_set_spin_us(us)
+
+
+POOL_WORK_PER_THREAD = OCK_POOL_WORK_PER_THREAD
+
+
+# --------------------------------------------------------------------------------------------------------------------
 # Scratch memory of parallel regions: allocated with the GIL before a region, one block per buffer holding a slice for
-# each thread (thread t uses slice t, found with threadid()), freed after the region.
+# each thread (thread t uses slice t, t being the tid of the region's task function), freed after the region.
 
 cdef inline Py_ssize_t _slice_items(Py_ssize_t count) noexcept nogil:
     """Items of one thread's slice holding `count` floats or 8-byte values: count rounded up to a multiple of 16, plus

@@ -167,8 +167,7 @@ cdef struct FsSlot:
     ock_fs_cand *cand           # (cap,)
     double *ub                  # (2 k,)
     float qconst
-    ock_fs_run run              # the run being scanned (a thread's own: a struct written through a pointer inside a
-                                # prange would be shared)
+    ock_fs_run run              # the run being scanned (the slot's thread's own)
 
 
 cdef struct FsScratch:
@@ -345,6 +344,56 @@ cdef void _fs_scan_group(const ock_fs_base *base, const uint8_t *blocks, FsSlot 
         first += chunk_blocks
 
 
+cdef struct FsJob:
+    # A parallel region of fastscan_scan: the base and its blocks, the slots and table scratch, and the queries.
+    const ock_fs_base *base
+    const uint8_t *blocks
+    FsScratch *s
+    const TableSource *source
+    const ock_fs_norm *norm
+    const float *bounds
+    float *out_dist
+    int64_t *out_rows
+    size_t chunk_blocks, sample_blocks
+    Py_ssize_t N
+    int nq, k
+    bint by_bound
+
+
+cdef void _fs_chunk_task(void *ctx, int64_t ch, int tid) noexcept nogil:
+    """Chunk ch of the split scan of one query (fastscan_scan), into thread tid's slot and collector."""
+    cdef FsJob *j = <FsJob *>ctx
+    cdef FsSlot *slot = &j.s.slots[tid]
+    cdef size_t bb = ock_fs_block_bytes(j.base.W)
+    cdef size_t rows = j.chunk_blocks * OCK_FS_BLOCK
+    if <size_t>ch * rows + rows > <size_t>j.N:
+        rows = <size_t>j.N - <size_t>ch * rows
+    _fs_run(&slot.run, slot, j.blocks + <size_t>ch * j.chunk_blocks * bb, <size_t>ch * j.chunk_blocks * OCK_FS_BLOCK,
+            rows, False, 0)
+    ock_fs_scan_run(j.base, &slot.q, &slot.run, &slot.c)
+
+
+cdef void _fs_group_task(void *ctx, int64_t g, int tid) noexcept nogil:
+    """Group g (FS_GROUP queries) of fastscan_scan's batch, in thread tid's slots and scratch: the queries' tables,
+    a sample's limit, the scan of every row, then each query's exact stage and its sorted results."""
+    cdef FsJob *j = <FsJob *>ctx
+    cdef FsSlot *mine = j.s.slots + tid * FS_GROUP
+    cdef int q0 = <int>g * FS_GROUP
+    cdef int m = j.nq - q0 if j.nq - q0 < FS_GROUP else FS_GROUP
+    cdef int i
+    for i in range(m):
+        _fs_prepare(&mine[i], j.source, q0 + i, j.s.work + tid * j.s.work_stride, j.norm)
+        _fs_start(&mine[i], j.k, j.base.ids, j.bounds[q0 + i] if j.bounds != NULL else INFINITY, j.by_bound)
+        if j.sample_blocks > 0:
+            _fs_sample(j.base, j.blocks, &mine[i], j.s.sample + tid * j.s.sample_stride, j.sample_blocks)
+    if j.N > 0:
+        _fs_scan_group(j.base, j.blocks, mine, m, j.chunk_blocks)
+    for i in range(m):
+        ock_fs_refine(&mine[i].c, j.base, &mine[i].q)
+        ock_fs_heap_sort_into(&mine[i].c.heap, j.out_dist + <Py_ssize_t>(q0 + i) * j.k,
+                              j.out_rows + <Py_ssize_t>(q0 + i) * j.k)
+
+
 def fastscan_scan(TableModel model not None,          # IN the quantizer's table arrays
                   const float[:, ::1] queries,        # IN (nq, P) the queries (ADC), or None
                   const double[:, ::1] rotated,       # IN (nq, M*S) the vectors z of SDC, or None
@@ -379,23 +428,23 @@ def fastscan_scan(TableModel model not None,          # IN the quantizer's table
     cdef const ock_fs_norm *norm_ptr = NULL
     cdef FsScratch s
     cdef FsSlot *slots
-    cdef FsSlot *mine
+    cdef FsJob job
     cdef const uint8_t *bp
     cdef size_t bb = ock_fs_block_bytes(W)
     cdef size_t chunk_blocks = FS_CHUNK_BYTES // bb if FS_CHUNK_BYTES // bb > 0 else 1
     cdef size_t nb = ock_fs_blocks(N)
     cdef Py_ssize_t n_chunks
-    cdef Py_ssize_t ch
-    cdef int n_groups, g, q0, m, j, t, tid
+    cdef int n_groups = 0, g, j, t  # set when not split (gcc cannot see it)
     cdef bint split
     cdef ock_fs_heap merged
-    cdef size_t rows
     cdef const float *bounds = &bound[0] if bound is not None else NULL
     cdef size_t sample_blocks = <size_t>k if 8 * <size_t>k <= nb else 0  # ock_fs_sample_blocks' most
     if nq == 0 or k == 0:
         return
-    if n_threads < 1:
-        n_threads = 1
+    # the small-work rule: each query's tables, then its scan of every word
+    n_threads = ock_pool_threads(n_threads, nq * (COST_TABLE_VALUE * (<double>source.P * source.D + <double>source.D
+                                                                      * source.C * source.K)
+                                                  + COST_FAST_SCAN_WORD * <double>N * W))
     source.queries = &queries[0, 0] if queries is not None else NULL
     source.rotated = &rotated[0, 0] if rotated is not None else NULL
     base = _fs_base(W, N, norms_f32, norm_codes, norm_levels, _one_part_ids(ids, &id_part), allow, norm_scales,
@@ -415,6 +464,20 @@ def fastscan_scan(TableModel model not None,          # IN the quantizer's table
         _fs_scratch_alloc(&s, n_threads + 1 if split else n_threads * FS_GROUP, n_threads, W, k, &source,
                           sample_blocks)
         slots = s.slots
+        job.base = &base
+        job.blocks = bp
+        job.s = &s
+        job.source = &source
+        job.norm = norm_ptr
+        job.bounds = bounds
+        job.out_dist = &out_dist[0, 0]
+        job.out_rows = &out_rows[0, 0]
+        job.chunk_blocks = chunk_blocks
+        job.sample_blocks = sample_blocks
+        job.N = N
+        job.nq = nq
+        job.k = k
+        job.by_bound = by_bound
         with nogil:
             if split:
                 for g in range(nq):
@@ -432,15 +495,7 @@ def fastscan_scan(TableModel model not None,          # IN the quantizer's table
                         _fs_sample(&base, bp, &slots[0], s.sample, sample_blocks)
                         for t in range(1, n_threads):
                             slots[t].c.limit = slots[0].c.limit
-                    with parallel(num_threads=n_threads):
-                        tid = threadid()
-                        for ch in prange(n_chunks, schedule='static'):
-                            rows = chunk_blocks * OCK_FS_BLOCK
-                            if <size_t>ch * rows + rows > <size_t>N:
-                                rows = <size_t>N - <size_t>ch * rows
-                            _fs_run(&slots[tid].run, &slots[tid], bp + <size_t>ch * chunk_blocks * bb,
-                                    <size_t>ch * chunk_blocks * OCK_FS_BLOCK, rows, False, 0)
-                            ock_fs_scan_run(&base, &slots[tid].q, &slots[tid].run, &slots[tid].c)
+                    ock_pool_run(_fs_chunk_task, &job, n_chunks, n_threads, OCK_POOL_STATIC)
                     # each thread's exact stage, then their k best merged
                     merged.d = slots[n_threads].heap_d
                     merged.r = slots[n_threads].heap_r
@@ -454,22 +509,7 @@ def fastscan_scan(TableModel model not None,          # IN the quantizer's table
                                 ock_fs_heap_offer(&merged, slots[t].heap_d[j], slots[t].heap_r[j])
                     ock_fs_heap_sort_into(&merged, &out_dist[g, 0], &out_rows[g, 0])
             else:
-                with parallel(num_threads=n_threads):
-                    tid = threadid()
-                    for g in prange(n_groups, schedule='dynamic'):
-                        mine = slots + tid * FS_GROUP
-                        q0 = g * FS_GROUP
-                        m = nq - q0 if nq - q0 < FS_GROUP else FS_GROUP
-                        for j in range(m):
-                            _fs_prepare(&mine[j], &source, q0 + j, s.work + tid * s.work_stride, norm_ptr)
-                            _fs_start(&mine[j], k, base.ids, bounds[q0 + j] if bounds != NULL else INFINITY, by_bound)
-                            if sample_blocks > 0:
-                                _fs_sample(&base, bp, &mine[j], s.sample + tid * s.sample_stride, sample_blocks)
-                        if N > 0:
-                            _fs_scan_group(&base, bp, mine, m, chunk_blocks)
-                        for j in range(m):
-                            ock_fs_refine(&mine[j].c, &base, &mine[j].q)
-                            ock_fs_heap_sort_into(&mine[j].c.heap, &out_dist[q0 + j, 0], &out_rows[q0 + j, 0])
+                ock_pool_run(_fs_group_task, &job, n_groups, n_threads, OCK_POOL_DYNAMIC)
     finally:
         _fs_scratch_free(&s)
 

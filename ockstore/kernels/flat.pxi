@@ -249,28 +249,37 @@ cdef inline void _finish_topk(TopK *t, const QueryBatch *batch, int q) noexcept 
                 out_d[j] = batch.bound[q]
 
 
+cdef struct ScanJob:
+    # A parallel region of the scan: its base, batch and scratch; the query of _scan_by_code_blocks (its tables in the
+    # first slice of the scratch) or the group size of _scan_by_query_groups.
+    const CodeBase *base
+    const QueryBatch *batch
+    ScanScratch *s
+    int group_size
+    float qconst
+
+
 cdef void _scan_by_query_groups(const CodeBase *base, const QueryBatch *batch, int group_size, int n_threads,
                                 ScanScratch *s) noexcept nogil:
     """Strategy for batches: parallel over groups of group_size queries (the last may be smaller), each group
-    scanned by one thread (_scan_group), in the thread's slice of the scratch. One thread runs the groups in turn
-    without a parallel region (starting one costs more than a small scan)."""
-    cdef int n_groups = (batch.nq + group_size - 1) // group_size
-    cdef int g, q0, q1, tid
-    cdef float *norm_buf
-    if n_threads == 1:
-        for g in range(n_groups):
-            q0 = g * group_size
-            q1 = q0 + group_size if q0 + group_size < batch.nq else batch.nq
-            _scan_group(base, batch, q0, q1, s.norm_terms, s.heap_d, s.heap_i, s.luts, s.qconst, s.work)
-        return
-    with parallel(num_threads=n_threads):
-        tid = threadid()
-        norm_buf = s.norm_terms + tid * s.norm_stride if s.norm_terms != NULL else NULL
-        for g in prange(n_groups, schedule='dynamic'):
-            q0 = g * group_size
-            q1 = q0 + group_size if q0 + group_size < batch.nq else batch.nq
-            _scan_group(base, batch, q0, q1, norm_buf, s.heap_d + tid * s.heap_stride, s.heap_i + tid * s.heap_stride,
-                        s.luts + tid * s.lut_stride, s.qconst + tid * s.qconst_stride, s.work + tid * s.work_stride)
+    scanned by one thread (_scan_group), in the thread's slice of the scratch."""
+    cdef ScanJob job
+    job.base = base
+    job.batch = batch
+    job.s = s
+    job.group_size = group_size
+    ock_pool_run(_scan_group_task, &job, (batch.nq + group_size - 1) // group_size, n_threads, OCK_POOL_DYNAMIC)
+
+
+cdef void _scan_group_task(void *ctx, int64_t g, int tid) noexcept nogil:
+    """Group g of _scan_by_query_groups, in thread tid's slice of the scratch."""
+    cdef ScanJob *j = <ScanJob *>ctx
+    cdef ScanScratch *s = j.s
+    cdef int q0 = <int>g * j.group_size
+    cdef int q1 = q0 + j.group_size if q0 + j.group_size < j.batch.nq else j.batch.nq
+    _scan_group(j.base, j.batch, q0, q1, s.norm_terms + tid * s.norm_stride if s.norm_terms != NULL else NULL,
+                s.heap_d + tid * s.heap_stride, s.heap_i + tid * s.heap_stride, s.luts + tid * s.lut_stride,
+                s.qconst + tid * s.qconst_stride, s.work + tid * s.work_stride)
 
 
 cdef void _merge_heaps(const float *heap_d, const int64_t *heap_i, int n_heaps, Py_ssize_t stride, int k,
@@ -300,39 +309,42 @@ cdef void _scan_by_code_blocks(const CodeBase *base, const QueryBatch *batch, in
     the scratch), then its blocks of codes split over the threads, each thread with its own collector (one per
     slice), merged at the end (_merge_heaps, _merge_topks)."""
     cdef int k = batch.k
-    cdef Py_ssize_t n_blocks = (base.N + SCAN_BLOCK - 1) // SCAN_BLOCK
-    cdef Py_ssize_t b, start, stop
-    cdef bint dense
-    cdef int q, t, tid
-    cdef float *norm_buf
-    cdef float qconst
+    cdef int q, t
+    cdef ScanJob job
+    job.base = base
+    job.batch = batch
+    job.s = s
     for q in range(batch.nq):
-        qconst = _query_tables(batch.tables, q, s.work, s.luts, SLOTS)
+        job.qconst = _query_tables(batch.tables, q, s.work, s.luts, SLOTS)
         for t in range(n_threads):
             if batch.topk:
                 _start_topk_slot(s.heap_i + t * s.heap_stride, k, 0, base.ids, _bound(batch, q))
             else:
                 _heap_init(s.heap_d + t * s.heap_stride, s.heap_i + t * s.heap_stride, k, _bound(batch, q))
-        with parallel(num_threads=n_threads):
-            tid = threadid()
-            norm_buf = s.norm_terms + tid * s.norm_stride if s.norm_terms != NULL else NULL
-            for b in prange(n_blocks, schedule='static'):
-                start = b * SCAN_BLOCK
-                stop = _block_stop(base, start)
-                dense = _dense_block(base, start, stop)
-                if batch.topk:
-                    _scan_query(base, s.luts, qconst, start, stop, dense,
-                                _block_norm_terms(base, start, stop, dense, norm_buf),
-                                _topk_slot(s.heap_i + tid * s.heap_stride, k, 0))
-                else:
-                    _scan_query_heap(base, s.luts, qconst, start, stop, dense,
-                                     _block_norm_terms(base, start, stop, dense, norm_buf),
-                                     s.heap_d + tid * s.heap_stride, s.heap_i + tid * s.heap_stride, k)
+        ock_pool_run(_scan_block_task, &job, (base.N + SCAN_BLOCK - 1) // SCAN_BLOCK, n_threads, OCK_POOL_STATIC)
         if batch.topk:
             _merge_topks(s, n_threads, base.ids, batch, q)
         else:
             _merge_heaps(s.heap_d, s.heap_i, n_threads, s.heap_stride, k, base.ids, _bound(batch, q), s.merged_d,
                          s.merged_i, batch.out_dist + <size_t>q * k, batch.out_rows + <size_t>q * k)
+
+
+cdef void _scan_block_task(void *ctx, int64_t b, int tid) noexcept nogil:
+    """Block b of codes of _scan_by_code_blocks' query, into thread tid's collector."""
+    cdef ScanJob *j = <ScanJob *>ctx
+    cdef ScanScratch *s = j.s
+    cdef const CodeBase *base = j.base
+    cdef Py_ssize_t start = <Py_ssize_t>b * SCAN_BLOCK
+    cdef Py_ssize_t stop = _block_stop(base, start)
+    cdef bint dense = _dense_block(base, start, stop)
+    cdef const float *norm_terms = _block_norm_terms(
+        base, start, stop, dense, s.norm_terms + tid * s.norm_stride if s.norm_terms != NULL else NULL)
+    if j.batch.topk:
+        _scan_query(base, s.luts, j.qconst, start, stop, dense, norm_terms,
+                    _topk_slot(s.heap_i + tid * s.heap_stride, j.batch.k, 0))
+    else:
+        _scan_query_heap(base, s.luts, j.qconst, start, stop, dense, norm_terms, s.heap_d + tid * s.heap_stride,
+                         s.heap_i + tid * s.heap_stride, j.batch.k)
 
 
 cdef void _merge_topks(ScanScratch *s, int n_threads, const int64_t **ids, const QueryBatch *batch,
@@ -460,6 +472,10 @@ cdef int _scan_batch(TableModel model, const float *queries, const double *rotat
     batch.unordered = unordered
     batch.out_dist = out_dist
     batch.out_rows = out_rows
+    # the small-work rule: each query's tables, then its scan of every code
+    n_threads = ock_pool_threads(n_threads, nq * (COST_TABLE_VALUE * (<double>source.P * source.D + <double>source.D
+                                                                      * source.C * source.K)
+                                                  + COST_SCAN_BYTE * <double>base.N * base.W))
     # Splitting the codes pays only when there are idle threads (fewer queries than threads) and more than one block
     # of codes to share among them.
     split_codes = batch.nq < n_threads and base.N > SCAN_BLOCK
@@ -483,6 +499,20 @@ cdef int _scan_batch(TableModel model, const float *queries, const double *rotat
     return 0
 
 
+cdef struct RerankJob:
+    # _rerank_candidates' arguments, and its per-thread scratch (slice tid: `stride` bytes each)
+    const ock_rr_source *rows
+    const float *queries
+    const int64_t *candidates
+    int R, k
+    float *out_dist
+    int64_t *out_rows
+    int32_t *out_flags
+    unsigned char *scratch
+    size_t stride
+    const ock_rr_value_table *values
+
+
 cdef int _rerank_candidates(const ock_rr_source *rows, const float *queries, int64_t *candidates, int R, int nq,
                             float *out_dist, int64_t *out_rows, int k, int32_t *out_flags,
                             int n_threads) except -1:
@@ -490,25 +520,32 @@ cdef int _rerank_candidates(const ock_rr_source *rows, const float *queries, int
     cdef size_t stride = (ock_rr_scratch_bytes(rows.P, k) + 63) // 64 * 64 + 64 + <size_t>k * sizeof(int64_t)
     cdef unsigned char *scratch = NULL
     cdef const ock_rr_value_table *values = ock_rerank_values()
-    cdef int q, tid
-    if n_threads > nq:
-        n_threads = nq
+    cdef RerankJob job
+    n_threads = ock_pool_threads(n_threads if n_threads < nq else nq, COST_EXACT_VALUE * nq * <double>R * rows.P)
     try:
         scratch = <unsigned char *>_alloc(<size_t>n_threads * stride, "re-ranking's scratch (per thread)")
-        if n_threads <= 1:
-            with nogil:
-                for q in range(nq):
-                    out_flags[q] = _rerank_rows_of(rows, queries, candidates, R, q, out_dist, out_rows, k, scratch,
-                                                   values)
-        else:
-            with nogil, parallel(num_threads=n_threads):
-                tid = threadid()
-                for q in prange(nq, schedule='dynamic'):
-                    out_flags[q] = _rerank_rows_of(rows, queries, candidates, R, q, out_dist, out_rows, k,
-                                                   scratch + tid * stride, values)
+        job.rows = rows
+        job.queries = queries
+        job.candidates = candidates
+        job.R = R
+        job.k = k
+        job.out_dist = out_dist
+        job.out_rows = out_rows
+        job.out_flags = out_flags
+        job.scratch = scratch
+        job.stride = stride
+        job.values = values
+        with nogil:
+            ock_pool_run(_rerank_candidates_task, &job, nq, n_threads, OCK_POOL_DYNAMIC)
     finally:
         free(scratch)
     return 0
+
+
+cdef void _rerank_candidates_task(void *ctx, int64_t q, int tid) noexcept nogil:
+    cdef RerankJob *j = <RerankJob *>ctx
+    j.out_flags[q] = _rerank_rows_of(j.rows, j.queries, j.candidates, j.R, <int>q, j.out_dist, j.out_rows, j.k,
+                                     j.scratch + tid * j.stride, j.values)
 
 
 cdef inline int _rerank_rows_of(const ock_rr_source *rows, const float *queries, const int64_t *candidates, int R,

@@ -40,6 +40,42 @@ COARSE_HALF_MIN_LISTS = OCK_COARSE_HALF_MIN_LISTS
 # --------------------------------------------------------------------------------------------------------------------
 # Coarse assignment and k-means sums.
 
+cdef struct AssignJob:
+    # coarse_assign's arguments as pointers, and its per-thread products (slice tid)
+    const float *X
+    const float *neg2_ct
+    const float *c_sqnorms
+    int32_t *labels
+    float *distances
+    float *products
+    Py_ssize_t n, stride
+    int P, L
+
+
+cdef void _assign_task(void *ctx, int64_t chunk, int tid) noexcept nogil:
+    """Chunk `chunk` (ASSIGN_ROWS rows) of coarse_assign, in thread tid's products."""
+    cdef AssignJob *j = <AssignJob *>ctx
+    cdef Py_ssize_t start = <Py_ssize_t>chunk * ASSIGN_ROWS
+    cdef int count = <int>(j.n - start) if j.n - start < ASSIGN_ROWS else ASSIGN_ROWS
+    cdef float *g = j.products + tid * j.stride
+    cdef int i, p
+    cdef int L = j.L, P = j.P
+    cdef float best
+    cdef double xx
+    cdef const float *x
+    # g (count x L) = X[start:start+count] (count x P) @ neg2_ct (P x L) = -2 x.c_l
+    _gemm(count, L, P, j.X + start * P, P, False, j.neg2_ct, L, g, L)
+    for i in range(count):
+        best = ock_min_of_sum(j.c_sqnorms, g + <Py_ssize_t>i * L, L)
+        j.labels[start + i] = ock_first_index_of_sum(j.c_sqnorms, g + <Py_ssize_t>i * L, L, best)
+        x = j.X + (start + i) * P
+        xx = 0
+        for p in range(P):
+            xx = xx + <double>x[p] * x[p]
+        xx = xx + best
+        j.distances[start + i] = <float>xx if xx > 0 else 0
+
+
 def coarse_assign(const float[:, ::1] X,            # IN (n, P)
                   const float[:, ::1] neg2_ct,      # IN (P, L): -2 times the centroids, transposed
                   const float[::1] c_sqnorms,       # IN (L,): ||c_l||^2
@@ -48,44 +84,28 @@ def coarse_assign(const float[:, ::1] X,            # IN (n, P)
                   int n_threads):
     """The nearest centroid of every row: argmin_l ||c_l||^2 - 2 x.c_l, one BLAS product per chunk of rows
     (BLAS itself must run on one thread: see blas_single_thread)."""
+    cdef AssignJob job
     cdef Py_ssize_t n = X.shape[0]
-    cdef int P = X.shape[1]
-    cdef int L = neg2_ct.shape[1]
-    cdef Py_ssize_t n_chunks = (n + ASSIGN_ROWS - 1) // ASSIGN_ROWS
-    cdef Py_ssize_t stride = _slice_items(<Py_ssize_t>ASSIGN_ROWS * L)
-    cdef Py_ssize_t chunk, start, i
-    cdef int count, p, tid
-    cdef float *products = NULL
-    cdef float *g
-    cdef float best
-    cdef double xx
-    cdef const float *x
     if n == 0:
         return
-    if n_threads < 1:
-        n_threads = 1
+    job.X = &X[0, 0]
+    job.neg2_ct = &neg2_ct[0, 0]
+    job.c_sqnorms = &c_sqnorms[0]
+    job.labels = &labels[0]
+    job.distances = &distances[0]
+    job.n = n
+    job.P = X.shape[1]
+    job.L = neg2_ct.shape[1]
+    job.stride = _slice_items(<Py_ssize_t>ASSIGN_ROWS * job.L)
+    job.products = NULL
+    n_threads = ock_pool_threads(n_threads, COST_GEMM_VALUE * n * <double>job.P * job.L)
     try:
-        products = <float *>_alloc(<size_t>n_threads * stride * sizeof(float),
-                                   "coarse_assign's products of a chunk (per thread)")
-        with nogil, parallel(num_threads=n_threads):
-            tid = threadid()
-            g = products + tid * stride
-            for chunk in prange(n_chunks, schedule='static'):
-                start = chunk * ASSIGN_ROWS
-                count = <int>(n - start) if n - start < ASSIGN_ROWS else ASSIGN_ROWS
-                # g (count x L) = X[start:start+count] (count x P) @ neg2_ct (P x L) = -2 x.c_l
-                _gemm(count, L, P, &X[start, 0], P, False, &neg2_ct[0, 0], L, g, L)
-                for i in range(count):
-                    best = ock_min_of_sum(&c_sqnorms[0], g + i * L, L)
-                    labels[start + i] = ock_first_index_of_sum(&c_sqnorms[0], g + i * L, L, best)
-                    x = &X[start + i, 0]
-                    xx = 0
-                    for p in range(P):
-                        xx = xx + <double>x[p] * x[p]
-                    xx = xx + best
-                    distances[start + i] = <float>xx if xx > 0 else 0
+        job.products = <float *>_alloc(<size_t>n_threads * job.stride * sizeof(float),
+                                       "coarse_assign's products of a chunk (per thread)")
+        with nogil:
+            ock_pool_run(_assign_task, &job, (n + ASSIGN_ROWS - 1) // ASSIGN_ROWS, n_threads, OCK_POOL_STATIC)
     finally:
-        free(products)
+        free(job.products)
 
 
 def cluster_sums(const float[:, ::1] X,       # IN (n, P)
@@ -453,11 +473,12 @@ def ivf_search(IvfLists lists not None,        # IN the parts' arrays
     cdef int64_t *scratch = NULL
     cdef IvfPart *call_parts = NULL
     cdef FsScratch fs
-    cdef int group, n_groups, g, tid
+    cdef IvfSearchJob run
+    cdef int group, n_groups
     if nq == 0 or k == 0:
         return
-    if n_threads < 1:
-        n_threads = 1
+    n_threads = ock_pool_threads(n_threads, nq * _ivf_query_work(&job, n_probe, rerank if rerank_rows is not None
+                                                                 else 0))
     group = _coarse_group(job.L, nq, n_threads)
     n_groups = (nq + group - 1) // group
     if n_threads > n_groups:
@@ -484,23 +505,60 @@ def ivf_search(IvfLists lists not None,        # IN the parts' arrays
         scratch = <int64_t *>_alloc(<size_t>n_threads * stride * sizeof(int64_t), "ivf_search's scratch (per thread)")
         if job.blocks:  # a fast-scan slot per thread (tables, collector, candidates)
             _fs_scratch_alloc(&fs, n_threads, n_threads, job.W, job.width, &job.tables)
-        if n_threads == 1:
-            with nogil:
-                for g in range(n_groups):
-                    _ivf_group(&job, g * group, min(group, nq - g * group), scratch, fs.slots, fs.work,
-                               &out_dist[0, 0], &out_rows[0, 0], &out_flags[0] if out_flags is not None else NULL)
-        else:
-            with nogil, parallel(num_threads=n_threads):
-                tid = threadid()
-                for g in prange(n_groups, schedule='dynamic'):
-                    _ivf_group(&job, g * group, min(group, nq - g * group), scratch + tid * stride,
-                               fs.slots + tid if fs.slots != NULL else NULL,
-                               fs.work + tid * fs.work_stride if fs.work != NULL else NULL,
-                               &out_dist[0, 0], &out_rows[0, 0], &out_flags[0] if out_flags is not None else NULL)
+        run.job = &job
+        run.nq = nq
+        run.group = group
+        run.scratch = scratch
+        run.stride = stride
+        run.fs = &fs
+        run.out_dist = &out_dist[0, 0]
+        run.out_rows = &out_rows[0, 0]
+        run.out_flags = &out_flags[0] if out_flags is not None else NULL
+        with nogil:
+            ock_pool_run(_ivf_group_task, &run, n_groups, n_threads, OCK_POOL_DYNAMIC)
     finally:
         free(scratch)
         free(call_parts)
         _fs_scratch_free(&fs)
+
+
+cdef struct IvfSearchJob:
+    # ivf_search's parallel region: the shared job, the groups, the per-thread scratch (slice tid) and the outputs
+    const IvfQuery *job
+    int nq, group
+    int64_t *scratch
+    Py_ssize_t stride
+    FsScratch *fs
+    float *out_dist
+    int64_t *out_rows
+    int32_t *out_flags
+
+
+cdef void _ivf_group_task(void *ctx, int64_t g, int tid) noexcept nogil:
+    """Group g of ivf_search, in thread tid's scratch (and fast-scan slot)."""
+    cdef IvfSearchJob *r = <IvfSearchJob *>ctx
+    cdef int q0 = <int>g * r.group
+    _ivf_group(r.job, q0, r.group if r.group < r.nq - q0 else r.nq - q0, r.scratch + tid * r.stride,
+               r.fs.slots + tid if r.fs.slots != NULL else NULL,
+               r.fs.work + tid * r.fs.work_stride if r.fs.work != NULL else NULL, r.out_dist, r.out_rows,
+               r.out_flags)
+
+
+cdef double _ivf_query_work(const IvfQuery *job, int n_probe, int rerank) noexcept nogil:
+    """The work of one query of ivf_search (the small-work rule's units): its inner products with the centroids,
+    its table, the rows of n_probe average lists of every part, and the re-ranking of `rerank` candidates."""
+    cdef const TableSource *t = &job.tables
+    cdef double rows = 0
+    cdef double coarse = 0
+    cdef int p
+    for p in range(job.n_parts):
+        rows += <double>job.parts[p].n_rows
+    if job.panels != NULL and job.L > 0:  # a flat model scans its one list, with no coarse step
+        rows = rows * n_probe / job.L
+        coarse = COST_GEMM_VALUE * <double>job.L * t.P
+    return (coarse + COST_TABLE_VALUE * (<double>t.P * t.D + <double>t.D * t.C * t.K)
+            + (COST_FAST_SCAN_WORD if job.blocks else COST_SCAN_BYTE) * rows * job.W
+            + COST_EXACT_VALUE * <double>rerank * t.P)
 
 
 cdef inline int _coarse_group(int L, Py_ssize_t nq, int n_threads) noexcept nogil:
@@ -693,7 +751,8 @@ def probe(const float[:, ::1] queries,      # IN (nq, P)
     cdef int n_probe = out_lists.shape[1]
     cdef int64_t *scratch = NULL
     cdef Py_ssize_t stride
-    cdef int group, n_groups, g, tid
+    cdef int group, n_groups
+    cdef ProbeJob job
     cdef const ock_coarse_half *prefilter = _coarse_half(half, P, L, kind)
     cdef int32_t *refined = NULL
     if out_refined is not None:
@@ -702,8 +761,7 @@ def probe(const float[:, ::1] queries,      # IN (nq, P)
         refined = &out_refined[0] if nq > 0 else NULL
     if nq == 0 or n_probe == 0:
         return
-    if n_threads < 1:
-        n_threads = 1
+    n_threads = ock_pool_threads(n_threads, COST_GEMM_VALUE * nq * <double>L * P)
     group = _coarse_group(L, nq, n_threads)
     n_groups = (nq + group - 1) // group
     if n_threads > n_groups:
@@ -711,21 +769,45 @@ def probe(const float[:, ::1] queries,      # IN (nq, P)
     stride = _slice_items(_dots_items(group, L) + _probe_items(L, n_probe) + _alone_items(prefilter, L))
     try:
         scratch = <int64_t *>_alloc(<size_t>n_threads * stride * sizeof(int64_t), "probe's scratch (per thread)")
-        if n_threads == 1:
-            with nogil:
-                for g in range(n_groups):
-                    _probe_group(&queries[0, 0], g * group, min(group, nq - g * group), &panels[0], &c_sqnorms[0],
-                                 P, L, kind, term_factor, n_probe, prefilter, scratch, &out_lists[0, 0],
-                                 &out_terms[0, 0], refined)
-        else:
-            with nogil, parallel(num_threads=n_threads):
-                tid = threadid()
-                for g in prange(n_groups, schedule='dynamic'):
-                    _probe_group(&queries[0, 0], g * group, min(group, nq - g * group), &panels[0], &c_sqnorms[0],
-                                 P, L, kind, term_factor, n_probe, prefilter, scratch + tid * stride,
-                                 &out_lists[0, 0], &out_terms[0, 0], refined)
+        job.queries = &queries[0, 0]
+        job.panels = &panels[0]
+        job.c_sqnorms = &c_sqnorms[0]
+        job.nq, job.group, job.P, job.L, job.kind, job.n_probe = nq, group, P, L, kind, n_probe
+        job.term_factor = term_factor
+        job.half = prefilter
+        job.scratch = scratch
+        job.stride = stride
+        job.out_lists = &out_lists[0, 0]
+        job.out_terms = &out_terms[0, 0]
+        job.refined = refined
+        with nogil:
+            ock_pool_run(_probe_group_task, &job, n_groups, n_threads, OCK_POOL_DYNAMIC)
     finally:
         free(scratch)
+
+
+cdef struct ProbeJob:
+    # probe's arguments as pointers, and its per-thread scratch (slice tid)
+    const float *queries
+    const float *panels
+    const float *c_sqnorms
+    int nq, group, P, L, kind, n_probe
+    float term_factor
+    const ock_coarse_half *half
+    int64_t *scratch
+    Py_ssize_t stride
+    int32_t *out_lists
+    float *out_terms
+    int32_t *refined
+
+
+cdef void _probe_group_task(void *ctx, int64_t g, int tid) noexcept nogil:
+    """Group g of probe, in thread tid's scratch."""
+    cdef ProbeJob *j = <ProbeJob *>ctx
+    cdef int q0 = <int>g * j.group
+    _probe_group(j.queries, q0, j.group if j.group < j.nq - q0 else j.nq - q0, j.panels, j.c_sqnorms, j.P, j.L,
+                 j.kind, j.term_factor, j.n_probe, j.half, j.scratch + tid * j.stride, j.out_lists, j.out_terms,
+                 j.refined)
 
 
 cdef void _ivf_group(const IvfQuery *job, int q0, int count, int64_t *scratch, FsSlot *slot, double *fs_work,

@@ -127,6 +127,25 @@ cdef class RerankSource:
         return self.src.n_parts
 
 
+cdef struct ExactJob:
+    # The arguments of rerank and exact_search as pointers, and their per-thread scratch (slice tid)
+    const ock_rr_source *src
+    const float *queries
+    int P
+    const int64_t *rows
+    const int64_t *parts
+    int64_t R, n_rows, block
+    int k, nq
+    float *out_values
+    int64_t *out_ids
+    int64_t *out_positions
+    int32_t *out_flags
+    unsigned char *scratch
+    size_t stride
+    ock_rr_state *states
+    const ock_rr_value_table *values
+
+
 def rerank(RerankSource source not None,
            const float[:, ::1] queries,         # IN (nq, P) as the model sees them (unit rows for cosine)
            const int64_t[:, ::1] rows,          # IN (nq, R) the candidates' rows in their parts, -1 for none
@@ -142,38 +161,40 @@ def rerank(RerankSource source not None,
     and the caller raises. Queries run in parallel (one thread for a single query: no parallel region)."""
     cdef int nq = queries.shape[0]
     cdef int k = out_values.shape[1]
-    cdef int64_t R = rows.shape[1]
-    cdef size_t stride = (ock_rr_scratch_bytes(source.src.P, k) + 63) // 64 * 64 + 64
-    cdef unsigned char *scratch = NULL
-    cdef const ock_rr_value_table *values = ock_rerank_values()
-    cdef const int64_t *part_of = NULL
-    cdef int64_t *positions = NULL
-    cdef int q, tid
+    cdef ExactJob job
     if nq == 0 or k == 0:
         return
-    if n_threads > nq:
-        n_threads = nq
-    if n_threads < 1:
-        n_threads = 1
+    job.src = &source.src
+    job.queries = &queries[0, 0]
+    job.P = queries.shape[1]
+    job.R = rows.shape[1]
+    job.rows = &rows[0, 0] if job.R > 0 else NULL
+    job.parts = &parts[0, 0] if parts is not None and job.R > 0 else NULL
+    job.k = k
+    job.out_values = &out_values[0, 0]
+    job.out_ids = &out_ids[0, 0]
+    job.out_positions = &out_positions[0, 0] if out_positions is not None else NULL
+    job.out_flags = &out_flags[0]
+    job.stride = (ock_rr_scratch_bytes(source.src.P, k) + 63) // 64 * 64 + 64
+    job.values = ock_rerank_values()
+    job.scratch = NULL
+    n_threads = ock_pool_threads(n_threads if n_threads < nq else nq, COST_EXACT_VALUE * nq * <double>job.R * job.P)
     try:
-        scratch = <unsigned char *>_alloc(<size_t>n_threads * stride, "re-ranking's scratch (per thread)")
-        if n_threads == 1:
-            with nogil:
-                for q in range(nq):
-                    out_flags[q] = ock_rerank_query(
-                        &source.src, &queries[q, 0], &rows[q, 0], &parts[q, 0] if parts is not None else NULL, R, k,
-                        scratch, values, &out_values[q, 0], &out_ids[q, 0],
-                        &out_positions[q, 0] if out_positions is not None else NULL)
-        else:
-            with nogil, parallel(num_threads=n_threads):
-                tid = threadid()
-                for q in prange(nq, schedule='dynamic'):
-                    out_flags[q] = ock_rerank_query(
-                        &source.src, &queries[q, 0], &rows[q, 0], &parts[q, 0] if parts is not None else NULL, R, k,
-                        scratch + tid * stride, values, &out_values[q, 0], &out_ids[q, 0],
-                        &out_positions[q, 0] if out_positions is not None else NULL)
+        job.scratch = <unsigned char *>_alloc(<size_t>n_threads * job.stride, "re-ranking's scratch (per thread)")
+        with nogil:
+            ock_pool_run(_rerank_task, &job, nq, n_threads, OCK_POOL_DYNAMIC)
     finally:
-        free(scratch)
+        free(job.scratch)
+
+
+cdef void _rerank_task(void *ctx, int64_t q, int tid) noexcept nogil:
+    """Query q of rerank, in thread tid's scratch."""
+    cdef ExactJob *j = <ExactJob *>ctx
+    j.out_flags[q] = ock_rerank_query(j.src, j.queries + q * j.P, j.rows + q * j.R if j.rows != NULL else NULL,
+                                      j.parts + q * j.R if j.parts != NULL else NULL, j.R, j.k,
+                                      j.scratch + tid * j.stride, j.values, j.out_values + q * j.k,
+                                      j.out_ids + q * j.k,
+                                      j.out_positions + q * j.k if j.out_positions != NULL else NULL)
 
 
 def rerank_all_rows(RerankSource source not None,
@@ -189,40 +210,54 @@ def rerank_all_rows(RerankSource source not None,
     cdef int nq = queries.shape[0]
     cdef int k = out_values.shape[1]
     cdef int n_groups = (nq + EXACT_GROUP - 1) // EXACT_GROUP
-    cdef int64_t block = max(1, EXACT_BLOCK_BYTES // max(1, source.src.row_bytes))
-    cdef size_t stride = (ock_rr_scratch_bytes(source.src.P, k) + 63) // 64 * 64 + 64
-    cdef unsigned char *scratch = NULL
-    cdef ock_rr_state *states = NULL
-    cdef const ock_rr_value_table *values = ock_rerank_values()
-    cdef int g, q, q0, q1, tid
-    cdef int64_t r0, r1
+    cdef ExactJob job
     if nq == 0 or k == 0:
         return
-    if n_threads > n_groups:
-        n_threads = n_groups
-    if n_threads < 1:
-        n_threads = 1
+    job.src = &source.src
+    job.queries = &queries[0, 0]
+    job.P = queries.shape[1]
+    job.nq = nq
+    job.k = k
+    job.n_rows = n_rows
+    job.block = max(1, EXACT_BLOCK_BYTES // max(1, source.src.row_bytes))
+    job.out_values = &out_values[0, 0]
+    job.out_ids = &out_ids[0, 0]
+    job.out_flags = &out_flags[0]
+    job.stride = (ock_rr_scratch_bytes(source.src.P, k) + 63) // 64 * 64 + 64
+    job.values = ock_rerank_values()
+    job.scratch = NULL
+    job.states = NULL
+    n_threads = ock_pool_threads(n_threads if n_threads < n_groups else n_groups,
+                                 COST_EXACT_VALUE * nq * <double>n_rows * job.P)
     try:
-        scratch = <unsigned char *>_alloc(<size_t>n_threads * EXACT_GROUP * stride, "exact search's scratch")
-        states = <ock_rr_state *>_alloc(<size_t>n_threads * EXACT_GROUP * sizeof(ock_rr_state),
-                                        "exact search's query states")
-        with nogil, parallel(num_threads=n_threads):
-            tid = threadid()
-            for g in prange(n_groups, schedule='dynamic'):
-                q0 = g * EXACT_GROUP
-                q1 = q0 + EXACT_GROUP if q0 + EXACT_GROUP < nq else nq
-                for q in range(q0, q1):
-                    ock_rr_begin(&states[tid * EXACT_GROUP + q - q0], &source.src, &queries[q, 0], NULL, NULL, k,
-                                 scratch + (tid * EXACT_GROUP + q - q0) * stride, values)
-                r0 = 0
-                while r0 < n_rows:
-                    r1 = r0 + block if r0 + block < n_rows else n_rows
-                    for q in range(q0, q1):
-                        ock_rr_offer_range(&states[tid * EXACT_GROUP + q - q0], r0, r1)
-                    r0 = r1
-                for q in range(q0, q1):
-                    out_flags[q] = ock_rr_end(&states[tid * EXACT_GROUP + q - q0], &out_values[q, 0], &out_ids[q, 0],
-                                              NULL)
+        job.scratch = <unsigned char *>_alloc(<size_t>n_threads * EXACT_GROUP * job.stride, "exact search's scratch")
+        job.states = <ock_rr_state *>_alloc(<size_t>n_threads * EXACT_GROUP * sizeof(ock_rr_state),
+                                            "exact search's query states")
+        with nogil:
+            ock_pool_run(_exact_group_task, &job, n_groups, n_threads, OCK_POOL_DYNAMIC)
     finally:
-        free(scratch)
-        free(states)
+        free(job.scratch)
+        free(job.states)
+
+
+cdef void _exact_group_task(void *ctx, int64_t g, int tid) noexcept nogil:
+    """Group g (EXACT_GROUP queries) of exact_search, in thread tid's states and scratch: every block of rows in
+    turn, offered to each query of the group while it is in cache."""
+    cdef ExactJob *j = <ExactJob *>ctx
+    cdef int q0 = <int>g * EXACT_GROUP
+    cdef int q1 = q0 + EXACT_GROUP if q0 + EXACT_GROUP < j.nq else j.nq
+    cdef ock_rr_state *states = j.states + tid * EXACT_GROUP
+    cdef int q
+    cdef int64_t r0, r1
+    for q in range(q0, q1):
+        ock_rr_begin(&states[q - q0], j.src, j.queries + <Py_ssize_t>q * j.P, NULL, NULL, j.k,
+                     j.scratch + (tid * EXACT_GROUP + q - q0) * j.stride, j.values)
+    r0 = 0
+    while r0 < j.n_rows:
+        r1 = r0 + j.block if r0 + j.block < j.n_rows else j.n_rows
+        for q in range(q0, q1):
+            ock_rr_offer_range(&states[q - q0], r0, r1)
+        r0 = r1
+    for q in range(q0, q1):
+        j.out_flags[q] = ock_rr_end(&states[q - q0], j.out_values + <Py_ssize_t>q * j.k,
+                                    j.out_ids + <Py_ssize_t>q * j.k, NULL)

@@ -16,7 +16,7 @@ import numpy as np
 from .. import _kernels
 from .._blas import blas_single_thread
 
-__all__ = ["SubspaceLayout", "CodecTables", "rotate", "SMALL_ENCODE_ROWS"]
+__all__ = ["SubspaceLayout", "CodecTables", "rotate"]
 
 
 @dataclass(frozen=True)
@@ -56,9 +56,6 @@ class SubspaceLayout:
         """(n, M*S) -> (n, P): drop the padding columns."""
         return Zp[:, self.padded_columns]
 
-
-# Encodings of at most this many rows run on one thread.
-SMALL_ENCODE_ROWS = 256
 
 
 
@@ -108,8 +105,6 @@ class CodecTables:
         codes = np.empty((n, M * self.n_codebooks), dtype=np.uint8)
         errors = np.empty(n, dtype=np.float32)
         beam_width = min(beam_width, self.n_codewords)  # wider than K acts as K (and fits the kernel's int)
-        if n <= SMALL_ENCODE_ROWS:
-            n_threads = 1  # one or two kernel chunks: not worth waking other threads (results are the same)
         with blas_single_thread():
             _kernels.encode_beam(X, None if rotated else self._encode_rot, self.words_t, self.word_sqnorms,
                                  self.pair_tables, self.n_codebooks, self.n_codewords, beam_width, prev_codes, codes,

@@ -58,10 +58,6 @@ LUT_SLOTS = _kernels.TABLE_SLOTS
 # a batch. ADC needs none: the kernel computes each group's tables in its own bounded scratch.
 SDC_QUERIES_PER_STEP = 4096
 
-# Below this many (query, code) pairs a search runs on one thread: the scan takes well under a millisecond, less
-# than starting a parallel region costs on a busy machine.
-SMALL_SCAN_CODES = 1 << 17
-
 # Byte alignment of the model arrays the table kernel reads (in vectors of 32 and 64 bytes). numpy aligns data to 16
 # bytes only, and a vector load straddling two cache lines costs a second access.
 MODEL_ALIGN = 64
@@ -231,10 +227,8 @@ def search_codes(tables, Q, k, rows, *, distance="adc", n_threads=1, rerank=None
         found = np.full((nq, k), -1, dtype=np.int64)
     if nq == 0 or kk == 0:
         return D, found
-    if nq * N < SMALL_SCAN_CODES:
-        n_threads = 1  # waking other threads costs more than scanning this few codes (results are the same)
-    elif n_threads is None:
-        n_threads = resolve_n_threads(None)
+    if n_threads is None:
+        n_threads = resolve_n_threads(None)  # the kernel uses fewer for small work (its small-work rule)
     out_d, out_r = (D, found) if kk == k else (D[:, :kk].copy(), found[:, :kk].copy())
     if rerank is not None and not codes.reranks_in_scan:  # 4-bit codes: the fast scan, then compiled re-ranking
         return _search_blocks_reranked(tables, Q, k, rows, distance, n_threads, rerank)

@@ -27,13 +27,17 @@ from .._validation import MAX_ABS_VALUE, as_vectors, resolve_n_threads
 from . import options as _options
 from . import rerank as _rerank
 from .merge import merge_topk
-from .scan import SMALL_SCAN_CODES, TABLE_L2_NORM_TERM, TABLE_NEG_DOT, QueryTables, rows_bitmap, search_codes
+from .scan import TABLE_L2_NORM_TERM, TABLE_NEG_DOT, QueryTables, rows_bitmap, search_codes
 
 __all__ = ["Searcher", "Parts", "SearcherCache", "tables_of", "PART_SHIFT", "ROW_MASK"]
 
 # A row handle of a search (kernels/rows.h): part << PART_SHIFT | row.
 PART_SHIFT = _kernels.PART_SHIFT
 ROW_MASK = (1 << PART_SHIFT) - 1
+
+# A flat model of this many rows or more searches one query through the general path when threads are allowed: it
+# splits the codes over the kernels' pool (the compiled one-query search runs on the caller's thread alone).
+ONE_QUERY_FLAT_ROWS = 1 << 17
 
 
 def tables_of(model):
@@ -317,7 +321,7 @@ class Searcher:
         opts = self.options
         one = None
         if (parts.indexes and not parts.exact and opts.distance == "adc" and opts.vectors is None
-                and not (self._exhaustive and parts.n_rows >= SMALL_SCAN_CODES and opts.n_threads != 1)):
+                and not (self._exhaustive and parts.n_rows >= ONE_QUERY_FLAT_ROWS and opts.n_threads != 1)):
             stored = None if opts.rerank is None else parts.stored()
             one = _kernels.IvfOneQuery(parts.lists(), opts.k, opts.n_probe or 1,
                                        None if stored is None else stored.source, opts.rerank or 0,

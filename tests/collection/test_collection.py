@@ -122,11 +122,10 @@ def test_the_scan_bound_keeps_only_codes_below_it(q):
 
 
 @pytest.mark.parametrize("fraction", [0.02, 0.2, 0.3, 0.9, 0.999])
-def test_filters_of_any_density_give_the_top_k_of_the_allowed_rows(q, fraction, monkeypatch):
+def test_filters_of_any_density_give_the_top_k_of_the_allowed_rows(q, fraction):
     """The scan reads the allowed rows of a sparse block one by one and scans a mostly allowed block whole (testing
     the bits of the codes that may enter): both give exactly the results of an index of the allowed rows only. The
     collections' deletions are such filters (most rows allowed)."""
-    monkeypatch.setattr(search_module, "SMALL_SCAN_CODES", 0)  # n_threads=2 really runs on two threads
     X = vectors(9000, 12)
     ids = np.random.default_rng(1).permutation(9000).astype(np.int64) + 7
     index = ockstore.Index.from_vectors(q, X, ids, norm_encoding="f32")

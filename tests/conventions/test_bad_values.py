@@ -137,7 +137,7 @@ def test_large_k_pads_up_to_the_limit(indexes):
 
 @pytest.mark.parametrize("n_threads", [1025, 2**20, 2**63])
 def test_absurd_thread_counts_are_refused_by_name(indexes, n_threads):
-    """The OpenMP runtime crashes when asked for millions of threads: the count is refused before it gets there."""
+    """Millions of threads (each with its scratch allocated up front) are refused by name before any kernel runs."""
     Q = gaussian_mixture(2, P, seed=3)
     with pytest.raises(ValueError, match="n_threads must be <= 1024"):
         indexes["ockm"].search(Q, 3, n_threads=n_threads)

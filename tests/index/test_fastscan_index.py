@@ -54,11 +54,6 @@ def fitted():
     return {key: make().fit(LEARN) for key, make in MODELS.items()}
 
 
-@pytest.fixture(autouse=True)
-def parallel_scan(monkeypatch):
-    monkeypatch.setattr(search_module, "SMALL_SCAN_CODES", 0)  # two threads really split small scans
-
-
 def byte_scan(index, Q, k, *, distance="adc", allow_rows=None):
     """The 8-bit scan's (D, I) over the index's words unpacked (the oracle of exactness), as Index.search gives
     them (ids, scores for "ip" / "cosine")."""

@@ -49,11 +49,6 @@ def every_list(index):
     return {"n_probe": index.n_lists} if isinstance(index, ockstore.IVFIndex) else {}
 
 
-@pytest.fixture(autouse=True)
-def parallel_scan(monkeypatch):
-    monkeypatch.setattr(search_module, "SMALL_SCAN_CODES", 0)  # two threads really split small scans
-
-
 @pytest.mark.parametrize("store", ["sq8", "uint8", "float16"])
 @pytest.mark.parametrize("metric", ["l2", "ip", "cosine"])
 @pytest.mark.parametrize("kind", ["flat", "ivf"])

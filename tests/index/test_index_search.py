@@ -163,7 +163,6 @@ def test_batches_of_query_tables(indexes, data, monkeypatch, distance):
     groups of queries)."""
     index = indexes[("ockm", "u8")]
     Q = np.concatenate([data[2]] * 3)
-    monkeypatch.setattr(search_module, "SMALL_SCAN_CODES", 0)
     D, I = index.search(Q, 7, distance=distance, n_threads=1)
     alone = [index.search(q, 7, distance=distance, n_threads=1) for q in Q]
     np.testing.assert_array_equal(D, np.array([d for d, _ in alone]))

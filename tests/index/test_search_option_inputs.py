@@ -14,7 +14,7 @@ from ockstore import Index
 from ockstore import index as index_module
 from ockstore.errors import FormatError
 from search_checks import MAKERS, N, P, case_id, make_allow, to_uint8_values
-from search_checks import data, indexes, parallel_scan, quantizers  # noqa: F401 - pytest fixtures
+from search_checks import data, indexes, quantizers  # noqa: F401 - pytest fixtures
 
 
 # ------------------------------------------------------------------------------------------------------------ files

@@ -3,9 +3,9 @@ vectors (``rerank``, ``store_vectors``, ``vectors``) and filters (``allow``), ch
 oracles and their rules: tests/support/search_checks.py). The options in files and at the public boundary:
 test_search_option_inputs.py.
 
-The scan runs on one thread below ``search.SMALL_SCAN_CODES`` (query, code) pairs whatever ``n_threads`` says; every
-test here sets it to 0 (fixture ``parallel_scan``) so that ``n_threads=2`` really runs both parallel strategies
-(groups of queries, and one query's blocks of codes split over threads and merged: N > 2048 codes).
+The kernels run small work on one thread whatever ``n_threads`` says; the tests turn that rule off (tests/conftest.py,
+``threads_for_small_work``) so that ``n_threads=2`` really runs both parallel strategies (groups of queries, and one
+query's blocks of codes split over threads and merged: N > 2048 codes).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from search_checks import (
     assert_lexicographic, case_id, check_topk, exact_keys, k_values, keys_of, make_allow, tolerance_scale,
     to_uint8_values,
 )
-from search_checks import data, indexes, parallel_scan, quantizers  # noqa: F401 - pytest fixtures
+from search_checks import data, indexes, quantizers  # noqa: F401 - pytest fixtures
 
 # ----------------------------------------------------------------------------------------------- the main matrix
 @pytest.fixture(scope="module")

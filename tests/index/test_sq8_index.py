@@ -11,7 +11,7 @@ from ockstore import IVF, Index
 from ockstore.quantizers.sq8 import learn_value_ranges, sq8_decode, sq8_encode
 from ockstore.errors import FormatError
 from search_checks import (  # noqa: F401 (fixtures)
-    N, Rows, case_id, check_topk, data, exact_keys, make_allow, parallel_scan, quantizers, tolerance_scale,
+    N, Rows, case_id, check_topk, data, exact_keys, make_allow, quantizers, tolerance_scale,
 )
 
 MODELS = [("l2", "ockm"), ("l2", "pq"), ("ip", "ockm"), ("cosine", "pq")]

@@ -52,8 +52,7 @@ def run(*args, check=None):
     - warnings are written to the captured stderr (with Python's default filters, not pytest's), so that a stray
       warning still breaks the "exactly one line on stderr" checks instead of going to pytest's summary.
     Any other exception is a bug in the command (a process would print its traceback and exit 1): it propagates
-    and fails the test with its traceback. Environment variables read at startup (OMP_NUM_THREADS,
-    OMP_WAIT_POLICY) are those of the test process; results do not depend on the number of threads.
+    and fails the test with its traceback. Results do not depend on the number of threads.
     """
     argv = [str(a) for a in args]
     out, err = io.StringIO(), io.StringIO()
@@ -76,12 +75,10 @@ def run(*args, check=None):
 def run_process(command, *args, check=None):
     """Run ``COMMAND ARGS`` (an entry point of the command) as a real process; returns the CompletedProcess (text).
 
-    The environment: this checkout first on PYTHONPATH, OpenMP on two passive threads (a shared two-core machine).
+    The environment: this checkout first on PYTHONPATH.
     """
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    env["OMP_NUM_THREADS"] = "2"
     proc = subprocess.run([*command, *map(str, args)], capture_output=True, text=True, env=env, timeout=120,
                           stdin=subprocess.DEVNULL)
     if check is not None:

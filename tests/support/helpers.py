@@ -302,11 +302,9 @@ def read_cost(call, path):
 
 # ------------------------------------------------------------------------------------------------- subprocesses
 def subprocess_env():
-    """The environment for a helper process: the repository's ockstore and this folder first on PYTHONPATH, idle
-    OpenMP threads sleeping (see tests/conftest.py) unless the environment says otherwise."""
+    """The environment for a helper process: the repository's ockstore and this folder first on PYTHONPATH."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(SUPPORT)] + [p for p in [env.get("PYTHONPATH")] if p])
-    env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     return env
 
 

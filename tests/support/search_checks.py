@@ -16,7 +16,7 @@ id agreeing with the returned value, (b) the sorted oracle values of the returne
 values of the allowed rows, (c) every allowed row clearly better than the k-th oracle value being returned and none
 clearly worse; exact ties (equal float32 values) must come out by ascending id, which duplicated vectors test.
 
-The fixtures (``data``, ``quantizers``, ``indexes``, ``parallel_scan``) are imported by the test modules that use them.
+The fixtures (``data``, ``quantizers``, ``indexes``) are imported by the test modules that use them.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ import pytest
 import ockstore
 from helpers import seeded_dataset
 from ockstore import Index
-from ockstore.search import scan as search_module
 
 P = 16
 N = 2200           # > 2048 codes (the scan's block): one query on two threads splits its codes over both
@@ -95,12 +94,6 @@ def indexes(quantizers, data):
     return {case: Index.from_vectors(quantizers[case[1], case[0]], base, ids, norm_encoding=case[2],
                                      store_vectors="float32")
             for case in CASES}
-
-
-@pytest.fixture(autouse=True)
-def parallel_scan(monkeypatch):
-    """Every scan runs on the threads asked for, however small (see the module docstring)."""
-    monkeypatch.setattr(search_module, "SMALL_SCAN_CODES", 0)
 
 
 # ---------------------------------------------------------------------------------------------------------- oracles
